@@ -1,0 +1,51 @@
+"""refplan: the reference planner for affine resharding transfers with batch replica selection."""
+
+from __future__ import annotations
+
+from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, UnsupportedLayoutError
+from .maps import (
+    AffinePiece,
+    ParamAffineMap,
+    block_gather_map,
+    contiguous_split_map,
+    replicate,
+    replicated_map,
+    segmented_map,
+    sub_param_map,
+)
+from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment
+from .requests import (
+    ReplicaAnswer,
+    ReplicaCandidate,
+    ReplicaPart,
+    ReplicaPolicy,
+    ReplicaRequest,
+    ReplicaSelectionRequest,
+    TransferEndpoints,
+)
+
+__all__ = [
+    "AffinePiece",
+    "AffineTransferError",
+    "InvalidMapError",
+    "InvalidReplicaPolicyError",
+    "ParamAffineMap",
+    "PlanBudget",
+    "PlanStatistics",
+    "ReplicaAnswer",
+    "ReplicaCandidate",
+    "ReplicaPart",
+    "ReplicaPolicy",
+    "ReplicaRequest",
+    "ReplicaSelectionRequest",
+    "TransferEndpoints",
+    "TransferPlan",
+    "TransferSegment",
+    "UnsupportedLayoutError",
+    "block_gather_map",
+    "contiguous_split_map",
+    "replicate",
+    "replicated_map",
+    "segmented_map",
+    "sub_param_map",
+]

@@ -1,0 +1,357 @@
+"""Axis-aligned integer boxes and the sort/sweep primitives built on them.
+
+Everything the planner proves about a layout is a statement about boxes: a piece is a box of the
+logical tensor and a box of its shard, a region is a box, a request is a box, an answer is a set of
+boxes that must tile it. This module is the one place that does box arithmetic, so each premise of
+the proof (``proofs/theorem3.md``) reduces to a call here. Nothing here looks at elements.
+
+``overlapping_pairs`` and ``covers`` avoid all-pairs loops with a k-d partition: a cell is cut at the
+median box boundary on the axis that best separates its boxes, boxes that straddle the cut are
+clipped into both halves, and only small leaves compare boxes pairwise. Work is counted so a caller
+can refuse a pathological input under its budget instead of running for hours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Box",
+    "WorkCounter",
+    "covers",
+    "overlapping_pairs",
+    "row_major_strides",
+    "volume",
+]
+
+
+def volume(extent: Sequence[int]) -> int:
+    """Product of the extents (1 for a 0-d shape), as an exact Python int."""
+    count = 1
+    for size in extent:
+        count *= size
+    return count
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a densely packed row-major tensor of ``shape``."""
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return tuple(strides)
+
+
+@dataclass(frozen=True, order=True)
+class Box:
+    """Half-open box ``[origin, origin + extent)`` on every axis.
+
+    Boxes with a zero extent are allowed as values (they are empty) but the planner never builds
+    frames from them: an empty piece is skipped, so every box it reasons about has positive volume.
+    """
+
+    origin: tuple[int, ...]
+    extent: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.origin)
+
+    @property
+    def end(self) -> tuple[int, ...]:
+        return tuple(o + e for o, e in zip(self.origin, self.extent))
+
+    @property
+    def volume(self) -> int:
+        return volume(self.extent)
+
+    def is_empty(self) -> bool:
+        return any(e <= 0 for e in self.extent)
+
+    def intersect(self, other: Box) -> Box | None:
+        """The common box, or ``None`` when the two share no element."""
+        origin = []
+        extent = []
+        for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent):
+            lo = a0 if a0 > b0 else b0
+            hi_a = a0 + ae
+            hi_b = b0 + be
+            hi = hi_a if hi_a < hi_b else hi_b
+            if hi <= lo:
+                return None
+            origin.append(lo)
+            extent.append(hi - lo)
+        return Box(tuple(origin), tuple(extent))
+
+    def overlaps(self, other: Box) -> bool:
+        """Whether the two boxes share at least one element (never true for an empty box)."""
+        for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent):
+            if ae <= 0 or be <= 0 or a0 >= b0 + be or b0 >= a0 + ae:
+                return False
+        return True
+
+    def contains(self, other: Box) -> bool:
+        """Whether every element of ``other`` lies in ``self`` (an empty ``other`` is contained)."""
+        if other.is_empty():
+            return True
+        return all(
+            a0 <= b0 and b0 + be <= a0 + ae
+            for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent)
+        )
+
+    def subtract(self, other: Box) -> list[Box]:
+        """``self`` minus ``other`` as at most ``2 * ndim`` disjoint boxes (slab decomposition)."""
+        if not self.overlaps(other):
+            return [self]
+        pieces: list[Box] = []
+        origin = list(self.origin)
+        extent = list(self.extent)
+        for axis in range(self.ndim):
+            lo, hi = origin[axis], origin[axis] + extent[axis]
+            cut_lo = max(lo, other.origin[axis])
+            cut_hi = min(hi, other.origin[axis] + other.extent[axis])
+            if cut_lo > lo:
+                o = list(origin)
+                e = list(extent)
+                e[axis] = cut_lo - lo
+                pieces.append(Box(tuple(o), tuple(e)))
+            if cut_hi < hi:
+                o = list(origin)
+                e = list(extent)
+                o[axis] = cut_hi
+                e[axis] = hi - cut_hi
+                pieces.append(Box(tuple(o), tuple(e)))
+            origin[axis] = cut_lo
+            extent[axis] = cut_hi - cut_lo
+        return pieces
+
+    def split(self, axis: int, at: int) -> tuple[Box, Box]:
+        """Cut at absolute coordinate ``at`` on ``axis``; ``at`` must lie strictly inside."""
+        lo = self.origin[axis]
+        hi = lo + self.extent[axis]
+        if not lo < at < hi:
+            raise ValueError(f"cut {at} on axis {axis} is not strictly inside [{lo}, {hi})")
+        left_extent = list(self.extent)
+        left_extent[axis] = at - lo
+        right_origin = list(self.origin)
+        right_origin[axis] = at
+        right_extent = list(self.extent)
+        right_extent[axis] = hi - at
+        return Box(self.origin, tuple(left_extent)), Box(tuple(right_origin), tuple(right_extent))
+
+    def __str__(self) -> str:
+        spans = ", ".join(f"{o}:{o + e}" for o, e in zip(self.origin, self.extent))
+        return f"[{spans}]"
+
+
+class WorkCounter:
+    """Counts box comparisons so a budgeted caller can refuse rather than run unbounded.
+
+    ``on_exceed`` is called once the count passes ``limit``; it is expected to raise.
+    """
+
+    def __init__(self, limit: int | None = None, on_exceed: Callable[[int], None] | None = None) -> None:
+        self.count = 0
+        self.limit = limit
+        self.on_exceed = on_exceed
+
+    def add(self, amount: int) -> None:
+        self.count += amount
+        if self.limit is not None and self.count > self.limit and self.on_exceed is not None:
+            self.on_exceed(self.count)
+
+
+_LEAF = 32
+
+# Coordinates travel through numpy as int64; the maps refuse anything beyond this bound first
+# (``frames.MAX_COORDINATE``), so the arithmetic below cannot overflow.
+_Arrays = tuple["np.ndarray[Any, Any]", "np.ndarray[Any, Any]", "np.ndarray[Any, Any]"]
+
+
+def _as_arrays(boxes: Sequence[Box], ids: Sequence[int]) -> _Arrays:
+    ndim = boxes[0].ndim if boxes else 0
+    lo = np.array([b.origin for b in boxes], dtype=np.int64).reshape(len(boxes), ndim)
+    hi = lo + np.array([b.extent for b in boxes], dtype=np.int64).reshape(len(boxes), ndim)
+    return lo, hi, np.asarray(ids, dtype=np.int64)
+
+
+def _separated(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> bool:
+    """Whether some axis alone separates all boxes (their intervals on it are pairwise disjoint).
+
+    One sort decides it, and it is the common case (row slabs, column slabs), so it short-cuts
+    most layouts before any partitioning.
+    """
+    n = lo.shape[0]
+    if n < 2:
+        return True
+    for axis in range(lo.shape[1]):
+        order = np.argsort(lo[:, axis], kind="stable")
+        if bool(np.all(hi[order[:-1], axis] <= lo[order[1:], axis])):
+            return True
+    return False
+
+
+def _choose_cut(
+    cell_lo: np.ndarray[Any, Any], cell_hi: np.ndarray[Any, Any], lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+) -> tuple[int, int] | None:
+    """Pick (axis, coordinate) whose cut best halves the boxes; ``None`` if no cut makes progress.
+
+    Candidate coordinates are box boundaries strictly inside the cell, so a cut never lands where
+    no box changes; the median boundary keeps the larger side small for typical layouts.
+    """
+    n = lo.shape[0]
+    best: tuple[int, int, int] | None = None  # (larger side, axis, coordinate)
+    for axis in range(lo.shape[1]):
+        cand = np.concatenate((lo[:, axis], hi[:, axis]))
+        cand = cand[(cand > cell_lo[axis]) & (cand < cell_hi[axis])]
+        if cand.size == 0:
+            continue
+        k = cand.size // 2
+        at = int(np.partition(cand, k)[k])
+        left = int(np.count_nonzero(lo[:, axis] < at))
+        right = int(np.count_nonzero(hi[:, axis] > at))
+        larger = max(left, right)
+        if larger < n and (best is None or larger < best[0]):
+            best = (larger, axis, at)
+    return None if best is None else (best[1], best[2])
+
+
+Leaf = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any],
+                 np.ndarray[Any, Any], np.ndarray[Any, Any]], bool]
+
+
+def _partition(
+    cell_lo: np.ndarray[Any, Any], cell_hi: np.ndarray[Any, Any], arrays: _Arrays, leaf: Leaf,
+    work: WorkCounter, *, shortcut: Callable[[_Arrays, np.ndarray[Any, Any], np.ndarray[Any, Any]], bool],
+) -> bool:
+    """k-d partition of boxes clipped to cells; ``leaf`` sees small or inseparable cells.
+
+    ``shortcut(arrays, cell_lo, cell_hi)`` may settle a cell outright (return ``True``) before it
+    is cut. ``leaf`` returns ``False`` to stop the whole walk (used by ``covers`` on its first
+    witness). Iterative with an explicit stack, so deep partitions cannot overflow the C stack.
+    """
+    stack = [(cell_lo, cell_hi, arrays)]
+    while stack:
+        c_lo, c_hi, (lo, hi, ids) = stack.pop()
+        work.add(int(lo.shape[0]))
+        if shortcut((lo, hi, ids), c_lo, c_hi):
+            continue
+        cut = None if lo.shape[0] <= _LEAF else _choose_cut(c_lo, c_hi, lo, hi)
+        if cut is None:
+            if not leaf(c_lo, c_hi, lo, hi, ids):
+                return False
+            continue
+        axis, at = cut
+        left_hi = c_hi.copy()
+        left_hi[axis] = at
+        right_lo = c_lo.copy()
+        right_lo[axis] = at
+        rmask = hi[:, axis] > at
+        lmask = lo[:, axis] < at
+        r_lo = lo[rmask].copy()
+        r_lo[:, axis] = np.maximum(r_lo[:, axis], at)
+        l_hi = hi[lmask].copy()
+        l_hi[:, axis] = np.minimum(l_hi[:, axis], at)
+        stack.append((right_lo, c_hi, (r_lo, hi[rmask], ids[rmask])))
+        stack.append((c_lo, left_hi, (lo[lmask], l_hi, ids[lmask])))
+    return True
+
+
+def overlapping_pairs(
+    boxes: Sequence[Box],
+    work: WorkCounter | None = None,
+    *,
+    groups: Sequence[int] | None = None,
+) -> set[tuple[int, int]]:
+    """All index pairs ``(i, j)``, ``i < j``, whose boxes share at least one element.
+
+    With ``groups``, only pairs from different groups are reported (a bipartite query such as
+    "which source regions meet which target frames"). Cost grows with the number of boxes and the
+    number of reported pairs, not with their volume and not with all pairs of boxes.
+    """
+    work = work if work is not None else WorkCounter()
+    found: set[tuple[int, int]] = set()
+    live = [i for i, b in enumerate(boxes) if not b.is_empty()]
+    if len(live) < 2:
+        return found
+    group_of = np.asarray(groups if groups is not None else [0] * len(boxes), dtype=np.int64)
+    lo, hi, ids = _as_arrays([boxes[i] for i in live], live)
+
+    def shortcut(arrays: _Arrays, _c_lo: Any, _c_hi: Any) -> bool:
+        a_lo, a_hi, a_ids = arrays
+        if groups is not None and np.unique(group_of[a_ids]).size < 2:
+            return True
+        return _separated(a_lo, a_hi)
+
+    def leaf(_c_lo: Any, _c_hi: Any, a_lo: Any, a_hi: Any, a_ids: Any) -> bool:
+        m = a_lo.shape[0]
+        work.add(m * (m - 1) // 2)
+        hit = np.all((a_lo[:, None, :] < a_hi[None, :, :]) & (a_lo[None, :, :] < a_hi[:, None, :]), axis=2)
+        hit &= np.triu(np.ones((m, m), dtype=bool), k=1)
+        if groups is not None:
+            g = group_of[a_ids]
+            hit &= g[:, None] != g[None, :]
+        for x, y in zip(*np.nonzero(hit)):
+            i, j = int(a_ids[x]), int(a_ids[y])
+            found.add((i, j) if i < j else (j, i))
+        return True
+
+    _partition(lo.min(axis=0), hi.max(axis=0), (lo, hi, ids), leaf, work, shortcut=shortcut)
+    return found
+
+
+def _volumes(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> int:
+    """Exact sum of box volumes (Python ints: a product of int64 extents may overflow int64)."""
+    total = 0
+    for row in (hi - lo).tolist():
+        total += volume(row)
+    return total
+
+
+def covers(cell: Box, boxes: Sequence[Box], work: WorkCounter | None = None) -> Box | None:
+    """Whether the union of ``boxes`` covers ``cell``; returns an uncovered sub-box, or ``None``.
+
+    The returned box is a concrete witness for an error message ("these elements are held by
+    nobody"), which is why this does not answer a bare bool.
+    """
+    work = work if work is not None else WorkCounter()
+    if cell.is_empty():
+        return None
+    clipped = [c for b in boxes if (c := b.intersect(cell)) is not None]
+    unique = sorted(set(clipped))
+    witness: list[Box] = []
+    if not unique:
+        return cell
+    c_lo, c_hi, _ = _as_arrays([cell], [0])
+    lo, hi, ids = _as_arrays(unique, range(len(unique)))
+
+    def shortcut(arrays: _Arrays, s_lo: Any, s_hi: Any) -> bool:
+        a_lo, a_hi, _ids = arrays
+        if a_lo.shape[0] == 0:
+            return False  # nothing here: let the leaf report the hole
+        if not _separated(a_lo, a_hi):
+            return False
+        return _volumes(a_lo, a_hi) == volume((s_hi - s_lo).tolist())
+
+    def leaf(s_lo: Any, s_hi: Any, a_lo: Any, a_hi: Any, _ids: Any) -> bool:
+        remaining = [Box(tuple(s_lo.tolist()), tuple((s_hi - s_lo).tolist()))]
+        for row_lo, row_hi in zip(a_lo.tolist(), a_hi.tolist()):
+            if not remaining:
+                break
+            box = Box(tuple(row_lo), tuple(h - low for low, h in zip(row_lo, row_hi)))
+            work.add(len(remaining))
+            nxt: list[Box] = []
+            for part in remaining:
+                nxt.extend(part.subtract(box))
+            remaining = nxt
+        if remaining:
+            witness.append(min(remaining))
+            return False
+        return True
+
+    _partition(c_lo[0], c_hi[0], (lo, hi, ids), leaf, work, shortcut=shortcut)
+    return witness[0] if witness else None

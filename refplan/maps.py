@@ -1,0 +1,444 @@
+"""The data model: affine pieces and per-parameter maps, their dict form, and layout builders.
+
+A map says, for one parameter, which boxes of the logical tensor F each *location* holds and
+where in its shard. Both sides of a piece are ``torch.as_strided`` arguments (offset and strides in
+elements), so a piece can be applied without interpretation. ``locations`` names every location
+holding identical data for the piece: it is a relation, not an owner, because choosing a single
+owner is the planner's decision (the replica policy), not a fact about the layout.
+
+The dict form is key-for-key the one DeepSpeed's ``ParamAffineMap.to_dict()`` writes
+(``{logical_shape, ranks: {rank: {shard_shape, pieces: [{shape, source: [off, strides],
+dest: [off, strides], locations, scale?}]}}}``), so a map exported there loads here unchanged.
+Construction does no validation beyond normalising types: validation belongs to ``frames``, which
+can name the parameter and refuse with the right error class. ``from_dict`` does check *types*,
+so hostile JSON gets an ``InvalidMapError`` naming the field instead of a bare ``TypeError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .box import row_major_strides, volume
+from .errors import InvalidMapError
+
+__all__ = [
+    "AffinePiece",
+    "ParamAffineMap",
+    "block_gather_map",
+    "contiguous_split_map",
+    "replicate",
+    "replicated_map",
+    "segmented_map",
+    "sub_param_map",
+]
+
+
+def _ints(values: Iterable[Any]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+@dataclass(frozen=True)
+class AffinePiece:
+    """A block held identically in F (``source_*``) and in a shard (``dest_*``).
+
+    ``shape`` is shared by both sides: same elements, same arrangement. ``scale`` is the factor
+    the shard holds the block by (``shard == full * scale``); refplan plans only scale 1 and
+    refuses others with ``UnsupportedLayoutError``, but the field is kept so such maps load.
+    """
+
+    shape: tuple[int, ...]
+    source_offset: int
+    source_strides: tuple[int, ...]
+    dest_offset: int
+    dest_strides: tuple[int, ...]
+    locations: frozenset[int]
+    scale: float = 1.0
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        source_offset: int,
+        source_strides: Sequence[int],
+        dest_offset: int,
+        dest_strides: Sequence[int],
+        locations: Iterable[int],
+        scale: float = 1.0,
+    ) -> None:
+        object.__setattr__(self, "shape", _ints(shape))
+        object.__setattr__(self, "source_offset", int(source_offset))
+        object.__setattr__(self, "source_strides", _ints(source_strides))
+        object.__setattr__(self, "dest_offset", int(dest_offset))
+        object.__setattr__(self, "dest_strides", _ints(dest_strides))
+        object.__setattr__(self, "locations", frozenset(int(r) for r in locations))
+        object.__setattr__(self, "scale", float(scale))
+        if self.scale == 0.0:
+            raise InvalidMapError("a zero scale is not invertible, so F could not be rebuilt from the shard")
+
+    @property
+    def numel(self) -> int:
+        return volume(self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "shape": list(self.shape),
+            "source": [self.source_offset, list(self.source_strides)],
+            "dest": [self.dest_offset, list(self.dest_strides)],
+            "locations": sorted(self.locations),
+        }
+        if self.scale != 1.0:
+            entry["scale"] = self.scale
+        return entry
+
+    @classmethod
+    def from_dict(cls, entry: Any, where: str = "piece") -> AffinePiece:
+        if not isinstance(entry, Mapping):
+            raise InvalidMapError(f"{where}: a piece must be an object, got {type(entry).__name__}")
+        missing = [k for k in ("shape", "source", "dest", "locations") if k not in entry]
+        if missing:
+            raise InvalidMapError(f"{where}: piece lacks key(s) {missing}")
+        shape = _int_list(entry["shape"], f"{where}.shape")
+        src_off, src_strides = _offset_strides(entry["source"], f"{where}.source")
+        dst_off, dst_strides = _offset_strides(entry["dest"], f"{where}.dest")
+        locations = _int_list(entry["locations"], f"{where}.locations")
+        scale = entry.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise InvalidMapError(f"{where}.scale: expected a number, got {scale!r}")
+        return cls(shape, src_off, src_strides, dst_off, dst_strides, locations, float(scale))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+        raise InvalidMapError(f"{where}: expected a list of integers, got {value!r:.200}")
+    return list(value)
+
+
+def _offset_strides(value: Any, where: str) -> tuple[int, list[int]]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not _is_int(value[0]):
+        raise InvalidMapError(f"{where}: expected [offset, [strides...]], got {value!r:.200}")
+    return value[0], _int_list(value[1], f"{where}[1]")
+
+
+@dataclass(frozen=True)
+class ParamAffineMap:
+    """How one parameter is spread over locations: ``shard_shapes`` and ``pieces_by_rank``.
+
+    Keys are *location* ids of this map, not process ranks: a source location 0 and a target
+    location 0 are unrelated until ``TransferEndpoints`` binds them to processes.
+    """
+
+    logical_shape: tuple[int, ...]
+    shard_shapes: Mapping[int, tuple[int, ...]] = field(hash=False)
+    pieces_by_rank: Mapping[int, tuple[AffinePiece, ...]] = field(hash=False)
+
+    def __init__(
+        self,
+        logical_shape: Sequence[int],
+        shard_shapes: Mapping[int, Sequence[int]],
+        pieces_by_rank: Mapping[int, Sequence[AffinePiece]],
+    ) -> None:
+        object.__setattr__(self, "logical_shape", _ints(logical_shape))
+        object.__setattr__(self, "shard_shapes", {int(r): _ints(s) for r, s in shard_shapes.items()})
+        object.__setattr__(self, "pieces_by_rank", {int(r): tuple(p) for r, p in pieces_by_rank.items()})
+
+    @property
+    def numel(self) -> int:
+        return volume(self.logical_shape)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every location named by a shard shape or a piece list, sorted."""
+        return tuple(sorted(set(self.shard_shapes) | set(self.pieces_by_rank)))
+
+    def piece_count(self) -> int:
+        return sum(len(p) for p in self.pieces_by_rank.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """DeepSpeed's layout; a location with pieces but no shard shape gets ``shard_shape: None``."""
+        ranks: dict[int, Any] = {}
+        for rank in self.ranks:
+            shard = self.shard_shapes.get(rank)
+            ranks[rank] = {
+                "shard_shape": list(shard) if shard is not None else None,
+                "pieces": [p.to_dict() for p in self.pieces_by_rank.get(rank, ())],
+            }
+        return {"logical_shape": list(self.logical_shape), "ranks": ranks}
+
+    @classmethod
+    def from_dict(cls, entry: Any, where: str = "map") -> ParamAffineMap:
+        """Load DeepSpeed's dict form; JSON's string rank keys are accepted."""
+        if not isinstance(entry, Mapping):
+            raise InvalidMapError(f"{where}: a map must be an object, got {type(entry).__name__}")
+        if "logical_shape" not in entry or "ranks" not in entry:
+            raise InvalidMapError(f"{where}: a map needs 'logical_shape' and 'ranks'")
+        logical = _int_list(entry["logical_shape"], f"{where}.logical_shape")
+        ranks = entry["ranks"]
+        if not isinstance(ranks, Mapping):
+            raise InvalidMapError(f"{where}.ranks: expected an object keyed by location")
+        shard_shapes: dict[int, Sequence[int]] = {}
+        pieces_by_rank: dict[int, list[AffinePiece]] = {}
+        for key, value in ranks.items():
+            rank = _rank_key(key, f"{where}.ranks")
+            if rank in pieces_by_rank:
+                raise InvalidMapError(f"{where}.ranks: location {rank} is listed twice")
+            here = f"{where}.ranks[{rank}]"
+            if not isinstance(value, Mapping) or "pieces" not in value:
+                raise InvalidMapError(f"{here}: expected {{shard_shape, pieces}}")
+            shard = value.get("shard_shape")
+            if shard is not None:
+                shard_shapes[rank] = _int_list(shard, f"{here}.shard_shape")
+            raw = value["pieces"]
+            if not isinstance(raw, (list, tuple)):
+                raise InvalidMapError(f"{here}.pieces: expected a list")
+            pieces_by_rank[rank] = [
+                AffinePiece.from_dict(p, f"{here}.pieces[{i}]") for i, p in enumerate(raw)
+            ]
+        return cls(logical, shard_shapes, pieces_by_rank)
+
+
+def _rank_key(key: Any, where: str) -> int:
+    if _is_int(key):
+        return int(key)
+    if isinstance(key, str):
+        text = key.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+    raise InvalidMapError(f"{where}: location key {key!r} is not an integer")
+
+
+# ---------------------------------------------------------------------------------------------
+# Builders. Each returns a valid map for valid arguments; they exist so tests and users can say
+# "TP=4 row split" in one line, and they match DeepSpeed's builders piece for piece.
+
+
+def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> ParamAffineMap:
+    """Every location ``0..tp_degree-1`` holds all of F as one piece naming all of them."""
+    shape_t = _ints(shape)
+    strides = row_major_strides(shape_t)
+    ranks = list(range(tp_degree))
+    piece = AffinePiece(shape_t, 0, strides, 0, strides, ranks, scale)
+    return ParamAffineMap(shape_t, {r: shape_t for r in ranks}, {r: [piece] for r in ranks})
+
+
+def contiguous_split_map(
+    shape: Sequence[int], per_rank_sizes: Sequence[int], partition_dim: int
+) -> ParamAffineMap:
+    """Location r holds one contiguous block of ``per_rank_sizes[r]`` along ``partition_dim``."""
+    shape_t = _ints(shape)
+    strides = row_major_strides(shape_t)
+    shard_shapes: dict[int, tuple[int, ...]] = {}
+    pieces: dict[int, list[AffinePiece]] = {}
+    start = 0
+    for rank, size in enumerate(per_rank_sizes):
+        shard = list(shape_t)
+        shard[partition_dim] = size
+        shard_t = tuple(shard)
+        shard_shapes[rank] = shard_t
+        pieces[rank] = [
+            AffinePiece(shard_t, start * strides[partition_dim], strides, 0, row_major_strides(shard_t), [rank])
+        ]
+        start += size
+    return ParamAffineMap(shape_t, shard_shapes, pieces)
+
+
+def sub_param_map(
+    shape: Sequence[int],
+    sub_dim_sizes: Sequence[int],
+    shard_widths: Sequence[Sequence[int]],
+    partition_dim: int,
+) -> ParamAffineMap:
+    """F is sub-parameters (e.g. Q, K, V) concatenated on ``partition_dim``, each split.
+
+    ``shard_widths[i][r]`` is location r's width of sub-parameter i; a shard holds its slice of
+    each sub-parameter in order. Zero widths give empty pieces, which the planner skips.
+    """
+    shape_t = _ints(shape)
+    strides = row_major_strides(shape_t)
+    degree = len(shard_widths[0])
+    shard_shapes: dict[int, tuple[int, ...]] = {}
+    for rank in range(degree):
+        shard = list(shape_t)
+        shard[partition_dim] = sum(w[rank] for w in shard_widths)
+        shard_shapes[rank] = tuple(shard)
+    pieces: dict[int, list[AffinePiece]] = {r: [] for r in range(degree)}
+    dest_start = dict.fromkeys(range(degree), 0)
+    sub_start = 0
+    for index, sub_size in enumerate(sub_dim_sizes):
+        widths = shard_widths[index]
+        src = sub_start
+        for rank in range(degree):
+            piece_shape = list(shape_t)
+            piece_shape[partition_dim] = widths[rank]
+            dest_strides = row_major_strides(shard_shapes[rank])
+            pieces[rank].append(
+                AffinePiece(
+                    piece_shape,
+                    src * strides[partition_dim],
+                    strides,
+                    dest_start[rank] * dest_strides[partition_dim],
+                    dest_strides,
+                    [rank],
+                )
+            )
+            src += widths[rank]
+            dest_start[rank] += widths[rank]
+        sub_start += sub_size
+    return ParamAffineMap(shape_t, shard_shapes, pieces)
+
+
+def segmented_map(
+    shape: Sequence[int],
+    segments: Sequence[tuple[int, bool]],
+    partition_dim: int,
+    tp_degree: int,
+    split_widths: Sequence[Sequence[int]],
+) -> ParamAffineMap:
+    """Blocks along ``partition_dim`` that are either split or replicated (the bigcode layout).
+
+    ``segments`` is ``[(size, replicated), ...]`` covering the axis. Split segments take the next
+    entry of ``split_widths`` (explicit, because the widths a layer really uses are not always an
+    even division, and a map built by dividing would read the wrong rows yet still validate).
+    """
+    shape_t = _ints(shape)
+    strides = row_major_strides(shape_t)
+    ranks = list(range(tp_degree))
+    widths_of: list[list[int] | None] = []
+    split_index = 0
+    for size, replicated in segments:
+        if replicated:
+            widths_of.append(None)
+            continue
+        if split_index >= len(split_widths):
+            raise InvalidMapError(f"segmented_map: no split widths for the split segment of {size}")
+        widths = list(split_widths[split_index])
+        split_index += 1
+        if len(widths) != tp_degree or sum(widths) != size:
+            raise InvalidMapError(
+                f"segmented_map: split widths {widths} do not account for a segment of {size} "
+                f"across {tp_degree} locations"
+            )
+        widths_of.append(widths)
+    shard_shapes: dict[int, tuple[int, ...]] = {}
+    for rank in ranks:
+        extent = sum(size if w is None else w[rank] for (size, _), w in zip(segments, widths_of))
+        shard = list(shape_t)
+        shard[partition_dim] = extent
+        shard_shapes[rank] = tuple(shard)
+    pieces: dict[int, list[AffinePiece]] = {r: [] for r in ranks}
+    dest_start = dict.fromkeys(ranks, 0)
+    src_start = 0
+    for (size, _replicated), widths in zip(segments, widths_of):
+        for rank in ranks:
+            extent = size if widths is None else widths[rank]
+            offset = src_start if widths is None else src_start + sum(widths[:rank])
+            piece_shape = list(shape_t)
+            piece_shape[partition_dim] = extent
+            dest_strides = row_major_strides(shard_shapes[rank])
+            pieces[rank].append(
+                AffinePiece(
+                    piece_shape,
+                    offset * strides[partition_dim],
+                    strides,
+                    dest_start[rank] * dest_strides[partition_dim],
+                    dest_strides,
+                    ranks if widths is None else [rank],
+                )
+            )
+            dest_start[rank] += extent
+        src_start += size
+    return ParamAffineMap(shape_t, shard_shapes, pieces)
+
+
+def block_gather_map(
+    shape: Sequence[int],
+    block_ids_by_rank: Mapping[int, Sequence[int]],
+    block_size: int,
+    partition_dim: int,
+) -> ParamAffineMap:
+    """Each location holds its listed equal-size blocks (not necessarily adjacent), packed in order.
+
+    Runs of consecutive ids become one piece (Yuan shared-QK); locations are the dict keys.
+    """
+    shape_t = _ints(shape)
+    strides = row_major_strides(shape_t)
+    shard_shapes: dict[int, tuple[int, ...]] = {}
+    pieces: dict[int, list[AffinePiece]] = {}
+    for rank, ids in block_ids_by_rank.items():
+        shard = list(shape_t)
+        shard[partition_dim] = len(ids) * block_size
+        shard_shapes[rank] = tuple(shard)
+        dest_strides = row_major_strides(shard_shapes[rank])
+        out: list[AffinePiece] = []
+        dest_block = 0
+        index = 0
+        while index < len(ids):
+            run = 1
+            while index + run < len(ids) and ids[index + run] == ids[index + run - 1] + 1:
+                run += 1
+            piece_shape = list(shape_t)
+            piece_shape[partition_dim] = run * block_size
+            out.append(
+                AffinePiece(
+                    piece_shape,
+                    ids[index] * block_size * strides[partition_dim],
+                    strides,
+                    dest_block * block_size * dest_strides[partition_dim],
+                    dest_strides,
+                    [rank],
+                )
+            )
+            dest_block += run
+            index += run
+        pieces[rank] = out
+    return ParamAffineMap(shape_t, shard_shapes, pieces)
+
+
+def replicate(
+    tp_map: ParamAffineMap,
+    copies: int,
+    location_of: Callable[[int, int], int] | None = None,
+) -> ParamAffineMap:
+    """Turn a TP map into a TP×DP map where each TP location's shard is held by ``copies`` locations.
+
+    This is the ZeRO-1/2 trainer layout: every data-parallel replica holds the same TP shard.
+    ``location_of(tp_location, copy)`` names the new location; the default puts TP innermost
+    (``copy * n + index``, where ``index`` is the TP location's position among the sorted ones),
+    the Megatron rank order. Each piece's ``locations`` becomes every copy of every location it
+    named, so the replicas are exact holders and the planner sees them as candidates.
+    """
+    if copies < 1:
+        raise InvalidMapError(f"replicate: copies must be at least 1, got {copies}")
+    order = {rank: i for i, rank in enumerate(tp_map.ranks)}
+    width = len(order)
+
+    def default(rank: int, copy: int) -> int:
+        return copy * width + order[rank]
+
+    name = location_of or default
+    shard_shapes: dict[int, tuple[int, ...]] = {}
+    pieces: dict[int, list[AffinePiece]] = {}
+    for rank in tp_map.ranks:
+        for copy in range(copies):
+            new = name(rank, copy)
+            if new in shard_shapes or new in pieces:
+                raise InvalidMapError(f"replicate: location_of maps two (location, copy) pairs to {new}")
+            if rank in tp_map.shard_shapes:
+                shard_shapes[new] = tp_map.shard_shapes[rank]
+            pieces[new] = [
+                AffinePiece(
+                    p.shape,
+                    p.source_offset,
+                    p.source_strides,
+                    p.dest_offset,
+                    p.dest_strides,
+                    sorted({name(loc, c) for loc in p.locations if loc in order for c in range(copies)}),
+                    p.scale,
+                )
+                for p in tp_map.pieces_by_rank.get(rank, ())
+            ]
+    return ParamAffineMap(tp_map.logical_shape, shard_shapes, pieces)

@@ -1,0 +1,260 @@
+"""Plans: segments, statistics, budgets, emission, coalescing and the JSON forms.
+
+A ``TransferSegment`` copies one strided box: ``shape`` elements read from a source location's
+shard at ``source_offset`` with ``source_strides`` and written to a target location's shard at
+``target_offset`` with ``target_strides`` (``torch.as_strided`` arguments, in elements). Its dict
+form is DeepSpeed's (``{shape, source: [rank, offset, strides], target: [rank, offset, strides]}``)
+so plans can be compared and verified across implementations.
+
+Coalescing ("physical folding") joins two segments of the same (source, target) pair when they
+are adjacent in memory on *both* sides along one axis and equal on every other axis. That keeps
+the set of (read address, write address) pairs unchanged (``proofs/theorem3.md``, coalescing
+lemma). Unlike DeepSpeed's folding, a merge must also keep the segment a box inside both shards
+(no wrap-around into the next row): every segment of a refplan plan is then a box in both shards,
+which is what the oracle and the executor's chunking rely on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .box import volume
+from .errors import AffineTransferError, InvalidMapError
+
+__all__ = [
+    "MAPS_FORMAT",
+    "PLANS_FORMAT",
+    "PlanBudget",
+    "PlanStatistics",
+    "TransferPlan",
+    "TransferSegment",
+    "coalesce",
+    "encode_plan",
+]
+
+MAPS_FORMAT = "refplan.maps/1"
+PLANS_FORMAT = "refplan.plans/1"
+
+
+@dataclass(frozen=True)
+class PlanBudget:
+    """Limits on planning work and plan size: policy, not correctness.
+
+    Exhausting any limit refuses the whole plan (``AffineTransferError`` naming the limit) — a
+    truncated plan would silently leave target elements unwritten. Field names are DeepSpeed's;
+    the defaults are larger because refplan counts the comparisons it really performs (sort,
+    sweep and k-d partition) rather than products of piece counts, so 10⁵ pieces per map fit.
+    ``max_parts_per_request`` bounds how finely a policy may split one request.
+    """
+
+    max_ndim: int = 8
+    max_pieces_per_map: int = 1 << 20
+    max_pair_checks: int = 1 << 26
+    max_segments: int = 1 << 20
+    max_merge_passes: int = 8
+    max_plan_bytes: int = 1 << 28
+    max_merge_checks: int = 1 << 24
+    max_parts_per_request: int = 1024
+
+
+@dataclass(frozen=True)
+class PlanStatistics:
+    """What planning one parameter cost and produced (for reports, budgets and benchmarks)."""
+
+    source_pieces: int = 0
+    target_pieces: int = 0
+    pair_checks: int = 0
+    segments_before_merge: int = 0
+    segments: int = 0
+    plan_bytes: int = 0
+    requests: int = 0
+    split_requests: int = 0
+    merge_checks: int = 0
+
+
+@dataclass(frozen=True, order=True)
+class TransferSegment:
+    """One strided box copy between a source location's shard and a target location's shard."""
+
+    source_rank: int
+    source_offset: int
+    source_strides: tuple[int, ...]
+    target_rank: int
+    target_offset: int
+    target_strides: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return volume(self.shape)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """The plan's canonical order: by target address, then source address."""
+        return (
+            self.target_rank,
+            self.target_offset,
+            self.source_rank,
+            self.source_offset,
+            self.shape,
+            self.source_strides,
+            self.target_strides,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shape": list(self.shape),
+            "source": [self.source_rank, self.source_offset, list(self.source_strides)],
+            "target": [self.target_rank, self.target_offset, list(self.target_strides)],
+        }
+
+    @classmethod
+    def from_dict(cls, entry: Any, where: str = "segment") -> TransferSegment:
+        def triple(value: Any, side: str) -> tuple[int, int, tuple[int, ...]]:
+            ok = (
+                isinstance(value, (list, tuple))
+                and len(value) == 3
+                and all(_is_int(v) for v in value[:2])
+                and isinstance(value[2], (list, tuple))
+                and all(_is_int(v) for v in value[2])
+            )
+            if not ok:
+                raise InvalidMapError(f"{where}.{side}: expected [rank, offset, [strides...]], got {value!r:.200}")
+            return int(value[0]), int(value[1]), tuple(int(v) for v in value[2])
+
+        if not isinstance(entry, Mapping) or not {"shape", "source", "target"} <= set(entry):
+            raise InvalidMapError(f"{where}: expected {{shape, source, target}}")
+        shape = entry["shape"]
+        if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
+            raise InvalidMapError(f"{where}.shape: expected a list of integers")
+        s_rank, s_off, s_str = triple(entry["source"], "source")
+        t_rank, t_off, t_str = triple(entry["target"], "target")
+        return cls(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(int(v) for v in shape))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class TransferPlan:
+    """The segments for one parameter, in canonical order, with statistics."""
+
+    segments: tuple[TransferSegment, ...]
+    logical_shape: tuple[int, ...]
+    moved_elements: int
+    statistics: PlanStatistics = field(default_factory=PlanStatistics, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"logical_shape": list(self.logical_shape), "segments": [s.to_dict() for s in self.segments]}
+
+    @classmethod
+    def from_dict(cls, entry: Any, where: str = "plan") -> TransferPlan:
+        if not isinstance(entry, Mapping) or "segments" not in entry or "logical_shape" not in entry:
+            raise InvalidMapError(f"{where}: expected {{logical_shape, segments}}")
+        shape = entry["logical_shape"]
+        if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
+            raise InvalidMapError(f"{where}.logical_shape: expected a list of integers")
+        raw = entry["segments"]
+        if not isinstance(raw, (list, tuple)):
+            raise InvalidMapError(f"{where}.segments: expected a list")
+        segments = tuple(TransferSegment.from_dict(s, f"{where}.segments[{i}]") for i, s in enumerate(raw))
+        stats = PlanStatistics(segments=len(segments), segments_before_merge=len(segments))
+        return cls(segments, tuple(int(v) for v in shape), sum(s.numel for s in segments), stats)
+
+
+def encode_plan(plan_dict: Mapping[str, Any]) -> bytes:
+    """The canonical bytes of a plan envelope; ``max_plan_bytes`` and ``plan_bytes`` measure these."""
+    return json.dumps(plan_dict, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def _decode(offset: int, strides: Sequence[int], shape: Sequence[int]) -> tuple[int, ...] | None:
+    coord = []
+    rest = offset
+    for stride, size in zip(strides, shape):
+        q, rest = divmod(rest, stride) if stride > 0 else (0, rest)
+        if q >= size:
+            return None
+        coord.append(q)
+    return tuple(coord) if rest == 0 else None
+
+
+def coalesce(
+    segments: Sequence[TransferSegment],
+    source_shards: Mapping[int, tuple[int, ...]],
+    target_shards: Mapping[int, tuple[int, ...]],
+    budget: PlanBudget,
+    parameter: str = "",
+) -> tuple[list[TransferSegment], int]:
+    """Fold physically contiguous segments; returns (segments in canonical order, merge checks).
+
+    Per (source location, target location, strides) group, for each axis, a hash of "where does
+    a segment starting here end" finds each segment's successor in O(1), so the cost is linear in
+    segments per pass (no all-pairs scan). Chains are walked from their heads in address order,
+    which makes the result independent of input order. Every lookup counts against
+    ``max_merge_checks``; running out refuses the plan.
+    """
+    groups: dict[tuple[Any, ...], list[TransferSegment]] = {}
+    for seg in segments:
+        key = (seg.source_rank, seg.target_rank, seg.source_strides, seg.target_strides, len(seg.shape))
+        groups.setdefault(key, []).append(seg)
+    checks = 0
+    out: list[TransferSegment] = []
+    for (s_rank, t_rank, s_str, t_str, ndim), members in sorted(groups.items(), key=lambda kv: kv[0]):
+        s_shard = source_shards[s_rank]
+        t_shard = target_shards[t_rank]
+        # Mutable working form: [s_off, t_off, extent list, s_coord, t_coord].
+        work: list[list[Any]] = []
+        for seg in sorted(members, key=TransferSegment.sort_key):
+            work.append([
+                seg.source_offset,
+                seg.target_offset,
+                list(seg.shape),
+                _decode(seg.source_offset, s_str, s_shard),
+                _decode(seg.target_offset, t_str, t_shard),
+            ])
+        alive = [True] * len(work)
+        for _ in range(budget.max_merge_passes):
+            changed = False
+            for axis in range(ndim):
+                index: dict[tuple[Any, ...], int] = {}
+                for i, (s_off, t_off, ext, _sc, _tc) in enumerate(work):
+                    if alive[i]:
+                        index[(s_off, t_off, *ext[:axis], *ext[axis + 1:])] = i
+                for i in range(len(work)):
+                    if not alive[i]:
+                        continue
+                    s_off, t_off, ext, s_coord, t_coord = work[i]
+                    if s_coord is None or t_coord is None:
+                        continue
+                    while True:
+                        checks += 1
+                        if checks > budget.max_merge_checks:
+                            raise AffineTransferError(
+                                f"parameter {parameter!r}: coalescing needs more than max_merge_checks="
+                                f"{budget.max_merge_checks} comparisons; the plan is refused, not truncated"
+                            )
+                        key = (
+                            s_off + ext[axis] * s_str[axis],
+                            t_off + ext[axis] * t_str[axis],
+                            *ext[:axis],
+                            *ext[axis + 1:],
+                        )
+                        j = index.get(key)
+                        if j is None or j == i or not alive[j]:
+                            break
+                        grown = ext[axis] + work[j][2][axis]
+                        if s_coord[axis] + grown > s_shard[axis] or t_coord[axis] + grown > t_shard[axis]:
+                            break
+                        ext[axis] = grown
+                        alive[j] = False
+                        changed = True
+            if not changed:
+                break
+        for i, (s_off, t_off, ext, _sc, _tc) in enumerate(work):
+            if alive[i]:
+                out.append(TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(ext)))
+    out.sort(key=TransferSegment.sort_key)
+    return out, checks

@@ -1,0 +1,151 @@
+"""What a replica policy sees and what it answers (RFC "What the policy sees / returns").
+
+One ``ReplicaRequest`` per intersection of a target piece with a source region, *single-holder
+intersections included*, so a policy knows the load it cannot move. Requests arrive sorted by
+(parameter, target location, logical origin); answers come back in the same order. A policy never
+handles addresses: every candidate carries its own read offset for the request's box, and the
+planner computes the addresses of split parts from the chosen holder.
+
+"Location" always means a key of a map (``pieces_by_rank``); "process" means a rank of the process
+group that moves the bytes. Only ``TransferEndpoints`` relates the two, with separate namespaces
+for the source and the target side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from .box import Box, volume
+from .errors import InvalidMapError
+
+__all__ = [
+    "ReplicaAnswer",
+    "ReplicaCandidate",
+    "ReplicaPart",
+    "ReplicaPolicy",
+    "ReplicaRequest",
+    "ReplicaSelectionRequest",
+    "TransferEndpoints",
+]
+
+
+@dataclass(frozen=True)
+class TransferEndpoints:
+    """Location → process, separately for the source map and the target map.
+
+    A source location 0 has no claim to be the process that is target location 0: a trainer
+    syncing into a separate engine has disjoint process sets. Values are process ranks in
+    whatever rank space the executor is told (global by default).
+    """
+
+    source: Mapping[int, int]
+    target: Mapping[int, int]
+
+    def __init__(self, source: Mapping[int, int], target: Mapping[int, int]) -> None:
+        object.__setattr__(self, "source", {int(k): int(v) for k, v in source.items()})
+        object.__setattr__(self, "target", {int(k): int(v) for k, v in target.items()})
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {
+            "source": {str(k): v for k, v in sorted(self.source.items())},
+            "target": {str(k): v for k, v in sorted(self.target.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, entry: Any) -> TransferEndpoints:
+        if not isinstance(entry, Mapping) or set(entry) != {"source", "target"}:
+            raise InvalidMapError("endpoints: expected {\"source\": {...}, \"target\": {...}}")
+        return cls(_int_map(entry["source"], "endpoints.source"), _int_map(entry["target"], "endpoints.target"))
+
+
+def _int_map(value: Any, where: str) -> dict[int, int]:
+    if not isinstance(value, Mapping):
+        raise InvalidMapError(f"{where}: expected an object of location -> process")
+    out: dict[int, int] = {}
+    for key, item in value.items():
+        try:
+            k = int(key)
+        except (TypeError, ValueError):
+            raise InvalidMapError(f"{where}: key {key!r} is not an integer") from None
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise InvalidMapError(f"{where}[{key}]: {item!r} is not an integer")
+        out[k] = item
+    return out
+
+
+@dataclass(frozen=True)
+class ReplicaCandidate:
+    """A validated holder of a request's box, with its own read address for that box.
+
+    ``source_rank`` is a source *location*; ``source_offset`` addresses the request's logical
+    origin in that location's shard and ``source_strides`` are the shard's row-major strides.
+    Holders store a region at different offsets, which is why each candidate carries its own.
+    """
+
+    source_rank: int
+    source_offset: int
+    source_strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReplicaRequest:
+    """One (target piece × source region) intersection, with everything a policy may weigh."""
+
+    parameter: str
+    target_location: int
+    target_process: int | None
+    logical_origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    target_offset: int
+    target_strides: tuple[int, ...]
+    candidates: tuple[ReplicaCandidate, ...]
+    candidate_processes: tuple[int | None, ...]
+    bytes: int | None
+    candidate_nodes: tuple[int | None, ...] | None = None
+    target_node: int | None = None
+
+    @property
+    def box(self) -> Box:
+        return Box(self.logical_origin, self.shape)
+
+    @property
+    def elements(self) -> int:
+        return volume(self.shape)
+
+    @property
+    def locations(self) -> tuple[int, ...]:
+        return tuple(c.source_rank for c in self.candidates)
+
+
+@dataclass(frozen=True)
+class ReplicaSelectionRequest:
+    """DeepSpeed's per-request selector input (v2), for ``from_selector`` compatibility."""
+
+    target_rank: int
+    logical_origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    target_offset: int
+    target_strides: tuple[int, ...]
+    candidates: tuple[ReplicaCandidate, ...]
+
+
+@dataclass(frozen=True)
+class ReplicaPart:
+    """A sub-box of a request served by one source location (an answer that splits)."""
+
+    logical_origin: tuple[int, ...]
+    shape: tuple[int, ...]
+    source_location: int
+
+    @property
+    def box(self) -> Box:
+        return Box(tuple(self.logical_origin), tuple(self.shape))
+
+
+ReplicaAnswer = Union[int, Sequence[ReplicaPart]]
+"""An ``int`` (the whole box from that location) or a sequence of parts that tile the box."""
+
+ReplicaPolicy = Callable[[Sequence[ReplicaRequest]], Sequence[ReplicaAnswer]]
+"""Sees every request of the batch at once and answers one ``ReplicaAnswer`` per request, in order."""
