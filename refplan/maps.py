@@ -315,14 +315,14 @@ def segmented_map(
             continue
         if split_index >= len(split_widths):
             raise InvalidMapError(f"segmented_map: no split widths for the split segment of {size}")
-        widths = list(split_widths[split_index])
+        split = list(split_widths[split_index])
         split_index += 1
-        if len(widths) != tp_degree or sum(widths) != size:
+        if len(split) != tp_degree or sum(split) != size:
             raise InvalidMapError(
-                f"segmented_map: split widths {widths} do not account for a segment of {size} "
+                f"segmented_map: split widths {split} do not account for a segment of {size} "
                 f"across {tp_degree} locations"
             )
-        widths_of.append(widths)
+        widths_of.append(split)
     shard_shapes: dict[int, tuple[int, ...]] = {}
     for rank in ranks:
         extent = sum(size if w is None else w[rank] for (size, _), w in zip(segments, widths_of))

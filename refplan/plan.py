@@ -181,6 +181,11 @@ def _decode(offset: int, strides: Sequence[int], shape: Sequence[int]) -> tuple[
     return tuple(coord) if rest == 0 else None
 
 
+def _fold_key(s_off: int, t_off: int, extent: Sequence[int], axis: int) -> tuple[int, ...]:
+    """Where a segment starts, plus its extents on every axis but ``axis`` (a merge partner's key)."""
+    return tuple([s_off, t_off, *extent[:axis], *extent[axis + 1 :]])
+
+
 def coalesce(
     segments: Sequence[TransferSegment],
     source_shards: Mapping[int, tuple[int, ...]],
@@ -222,7 +227,7 @@ def coalesce(
                 index: dict[tuple[Any, ...], int] = {}
                 for i, (s_off, t_off, ext, _sc, _tc) in enumerate(work):
                     if alive[i]:
-                        index[(s_off, t_off, *ext[:axis], *ext[axis + 1:])] = i
+                        index[_fold_key(s_off, t_off, ext, axis)] = i
                 for i in range(len(work)):
                     if not alive[i]:
                         continue
@@ -236,13 +241,8 @@ def coalesce(
                                 f"parameter {parameter!r}: coalescing needs more than max_merge_checks="
                                 f"{budget.max_merge_checks} comparisons; the plan is refused, not truncated"
                             )
-                        key = (
-                            s_off + ext[axis] * s_str[axis],
-                            t_off + ext[axis] * t_str[axis],
-                            *ext[:axis],
-                            *ext[axis + 1:],
-                        )
-                        j = index.get(key)
+                        nxt = _fold_key(s_off + ext[axis] * s_str[axis], t_off + ext[axis] * t_str[axis], ext, axis)
+                        j = index.get(nxt)
                         if j is None or j == i or not alive[j]:
                             break
                         grown = ext[axis] + work[j][2][axis]

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from .box import Box, volume
 from .errors import InvalidMapError
+from .regions import Intersection
 
 __all__ = [
     "ReplicaAnswer",
@@ -28,6 +29,7 @@ __all__ = [
     "ReplicaRequest",
     "ReplicaSelectionRequest",
     "TransferEndpoints",
+    "build_requests",
 ]
 
 
@@ -144,8 +146,74 @@ class ReplicaPart:
         return Box(tuple(self.logical_origin), tuple(self.shape))
 
 
-ReplicaAnswer = Union[int, Sequence[ReplicaPart]]
+ReplicaAnswer = int | Sequence[ReplicaPart]
 """An ``int`` (the whole box from that location) or a sequence of parts that tile the box."""
 
 ReplicaPolicy = Callable[[Sequence[ReplicaRequest]], Sequence[ReplicaAnswer]]
 """Sees every request of the batch at once and answers one ``ReplicaAnswer`` per request, in order."""
+
+
+def _process_of(table: Mapping[int, int], location: int, side: str, parameter: str) -> int:
+    if location not in table:
+        raise InvalidMapError(
+            f"parameter {parameter!r}: endpoints bind no process to {side} location {location}, which "
+            "holds data of this parameter"
+        )
+    return table[location]
+
+
+def _node_of(process_node: Mapping[int, int], process: int, parameter: str) -> int:
+    if process not in process_node:
+        raise InvalidMapError(f"parameter {parameter!r}: process_node names no node for process {process}")
+    return process_node[process]
+
+
+def build_requests(
+    parameter: str,
+    inters: Sequence[Intersection],
+    *,
+    endpoints: TransferEndpoints | None = None,
+    element_size: int | None = None,
+    process_node: Mapping[int, int] | None = None,
+) -> list[ReplicaRequest]:
+    """One request per (target frame × source region) intersection, in the RFC's fixed order.
+
+    Single-holder intersections are included (the policy must see load it cannot move). Each
+    candidate is a validated holder of the region with its *own* read address for the box:
+    holders store a region at different shard offsets, so the address cannot be shared.
+    """
+    out: list[ReplicaRequest] = []
+    for x in inters:
+        tgt = x.target
+        candidates = tuple(
+            ReplicaCandidate(h.location, h.address(x.box), h.strides) for h in x.region.holders
+        )
+        target_process: int | None = None
+        processes: tuple[int | None, ...] = (None,) * len(candidates)
+        nodes: tuple[int | None, ...] | None = None
+        target_node: int | None = None
+        if endpoints is not None:
+            target_process = _process_of(endpoints.target, tgt.location, "target", parameter)
+            processes = tuple(
+                _process_of(endpoints.source, c.source_rank, "source", parameter) for c in candidates
+            )
+            if process_node is not None:
+                target_node = _node_of(process_node, target_process, parameter)
+                nodes = tuple(_node_of(process_node, p, parameter) for p in processes if p is not None)
+        out.append(
+            ReplicaRequest(
+                parameter=parameter,
+                target_location=tgt.location,
+                target_process=target_process,
+                logical_origin=x.box.origin,
+                shape=x.box.extent,
+                target_offset=tgt.address(x.box),
+                target_strides=tgt.strides,
+                candidates=candidates,
+                candidate_processes=processes,
+                bytes=None if element_size is None else volume(x.box.extent) * element_size,
+                candidate_nodes=nodes,
+                target_node=target_node,
+            )
+        )
+    return out

@@ -1,0 +1,174 @@
+"""The exact checks on a replica policy's answers (Theorem 3's hypotheses).
+
+Theorem 3 says: if every part of every answer is served by a validated holder of its request's
+region, and the parts of each answer tile the request's box exactly, then every target address
+receives exactly one copy of the right logical element, and (replicas agreeing) the copied bytes
+are identical whichever holders were chosen. ``check_answers`` establishes exactly those
+hypotheses, for *any* policy, before a single segment is emitted:
+
+- one answer per request, in order;
+- an ``int`` answer is a real ``int`` (``type(x) is int``: ``True`` and ``1.0`` are refused) naming
+  one of that request's candidates;
+- a split is a sequence of ``ReplicaPart`` whose parts each name a candidate, have the request's
+  number of axes and positive integer extents, lie inside the box, are pairwise disjoint (sort/
+  partition, not all pairs, when there are many) and whose volumes sum to the box's volume. By
+  the tiling lemma those together mean the parts tile the box exactly;
+- a real split (≥ 2 parts) has every part of at least ``min_split_bytes``: a part pays for the
+  extra round it adds only above roughly α·β of the link, and the default is the executor's
+  default staging budget (8 MiB), so a part never has to be split again just to be staged;
+- splits stay within ``max_parts_per_request`` and, summed per parameter, ``max_segments``.
+
+Every failure is an ``InvalidReplicaPolicyError`` naming the answer index, parameter, target
+location and box, and what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .box import Box, WorkCounter, overlapping_pairs
+from .errors import InvalidReplicaPolicyError
+from .plan import PlanBudget
+from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest
+
+__all__ = ["DEFAULT_MIN_SPLIT_BYTES", "ResolvedAnswer", "check_answers"]
+
+DEFAULT_MIN_SPLIT_BYTES = 8 << 20
+"""Smallest part of a split, in bytes (elements when no element size is known).
+
+Tied to the executor's default ``StagingBudget.bytes_per_peer`` (8 MiB); a policy with calibrated
+link numbers should pass ``min_split_bytes ≈ k·α·β`` instead.
+"""
+
+ResolvedAnswer = tuple[tuple[Box, ReplicaCandidate], ...]
+"""An answer after checking: each part's box with the candidate that serves it."""
+
+_PAIRWISE_LIMIT = 8
+
+
+def _fail(index: int, request: ReplicaRequest, what: str) -> InvalidReplicaPolicyError:
+    return InvalidReplicaPolicyError(
+        f"replica policy answer {index} (parameter {request.parameter!r}, target location "
+        f"{request.target_location}, box {request.box}): {what}"
+    )
+
+
+def _int_tuple(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, (tuple, list)) or not all(type(v) is int for v in value):
+        return None
+    return tuple(value)
+
+
+def _candidate(index: int, request: ReplicaRequest, location: Any) -> ReplicaCandidate:
+    if type(location) is not int:
+        raise _fail(
+            index, request, f"location {location!r} ({type(location).__name__}) is not an int location"
+        )
+    for cand in request.candidates:
+        if cand.source_rank == location:
+            return cand
+    raise _fail(
+        index, request, f"location {location} is not one of its validated holders {list(request.locations)}"
+    )
+
+
+def _check_split(
+    index: int,
+    request: ReplicaRequest,
+    answer: Sequence[Any],
+    element_size: int | None,
+    min_split_bytes: int,
+    budget: PlanBudget,
+) -> ResolvedAnswer:
+    box = request.box
+    if len(answer) == 0:
+        raise _fail(index, request, "an empty split leaves the whole box unwritten")
+    if len(answer) > budget.max_parts_per_request:
+        raise _fail(
+            index, request, f"{len(answer)} parts exceed max_parts_per_request={budget.max_parts_per_request}"
+        )
+    parts: list[tuple[Box, ReplicaCandidate]] = []
+    for k, part in enumerate(answer):
+        if not isinstance(part, ReplicaPart):
+            raise _fail(index, request, f"part {k} is a {type(part).__name__}, not a ReplicaPart")
+        origin = _int_tuple(part.logical_origin)
+        shape = _int_tuple(part.shape)
+        if origin is None or shape is None:
+            raise _fail(index, request, f"part {k}: origin and shape must be sequences of int")
+        if len(origin) != box.ndim or len(shape) != box.ndim:
+            raise _fail(index, request, f"part {k} has {len(origin)}/{len(shape)} axes, the box has {box.ndim}")
+        if any(e <= 0 for e in shape):
+            raise _fail(index, request, f"part {k} has a zero or negative extent {shape}")
+        pbox = Box(origin, shape)
+        if not box.contains(pbox):
+            raise _fail(index, request, f"part {k} {pbox} lies outside the request's box")
+        parts.append((pbox, _candidate(index, request, part.source_location)))
+    total = sum(p.volume for p, _ in parts)
+    if total != box.volume:
+        raise _fail(index, request, f"parts hold {total} elements but the box has {box.volume} (gap or overlap)")
+    if len(parts) <= _PAIRWISE_LIMIT:
+        for a in range(len(parts)):
+            for b in range(a + 1, len(parts)):
+                if parts[a][0].overlaps(parts[b][0]):
+                    raise _fail(index, request, f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
+    else:
+        pairs = overlapping_pairs([p for p, _ in parts], WorkCounter())
+        if pairs:
+            a, b = min(pairs)
+            raise _fail(index, request, f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
+    if len(parts) >= 2:
+        unit = element_size if element_size is not None else 1
+        for k, (pbox, _) in enumerate(parts):
+            size = pbox.volume * unit
+            if size < min_split_bytes:
+                what = "bytes" if element_size is not None else "elements (no element_size given)"
+                raise _fail(
+                    index, request, f"part {k} of a split is {size} {what}, below min_split_bytes={min_split_bytes}"
+                )
+    return tuple(parts)
+
+
+def check_answers(
+    requests: Sequence[ReplicaRequest],
+    answers: Any,
+    *,
+    element_size: Mapping[str, int] | None = None,
+    min_split_bytes: int = DEFAULT_MIN_SPLIT_BYTES,
+    budget: PlanBudget | None = None,
+) -> list[ResolvedAnswer]:
+    """Check a policy's ``answers`` to ``requests`` exactly; return each answer's parts.
+
+    Raises ``InvalidReplicaPolicyError`` on the first failure. Accepting means each request's box
+    is tiled by parts served by validated holders (Theorem 3's hypotheses).
+    """
+    budget = budget or PlanBudget()
+    if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
+        raise InvalidReplicaPolicyError(
+            f"replica policy returned a {type(answers).__name__}; expected a sequence of {len(requests)} answers"
+        )
+    if len(answers) != len(requests):
+        raise InvalidReplicaPolicyError(
+            f"replica policy returned {len(answers)} answers for {len(requests)} requests; "
+            "exactly one answer per request is required"
+        )
+    resolved: list[ResolvedAnswer] = []
+    parts_per_parameter: dict[str, int] = {}
+    for index, (request, answer) in enumerate(zip(requests, answers)):
+        if type(answer) is int:
+            resolved.append(((request.box, _candidate(index, request, answer)),))
+        elif isinstance(answer, (list, tuple)):
+            size = None if element_size is None else element_size[request.parameter]
+            resolved.append(_check_split(index, request, answer, size, min_split_bytes, budget))
+        else:
+            raise _fail(
+                index,
+                request,
+                f"answer {answer!r} ({type(answer).__name__}) is neither an int location nor a sequence "
+                "of ReplicaPart",
+            )
+        count = parts_per_parameter.get(request.parameter, 0) + len(resolved[-1])
+        parts_per_parameter[request.parameter] = count
+        if count > budget.max_segments:
+            raise _fail(index, request, f"the answers need more than max_segments={budget.max_segments} segments")
+    return resolved

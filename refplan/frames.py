@@ -1,0 +1,332 @@
+"""Validating one map into frames: Premise A and holder exactness.
+
+A *frame* is a non-empty piece after validation: a box of F, the box it occupies in its shard,
+and the shard's row-major strides, so ``frame.address(sub_box)`` is the shard offset of any
+sub-box. Everything downstream (regions, requests, addresses of split parts) is computed from
+frames, never from raw pieces, so every rule here guards a step of the proof
+(``proofs/theorem3.md``):
+
+- ``normalize`` — rules R1–R15: each piece is a box in F *and* a box in its shard (row-major
+  strides on every axis of size > 1, offsets that decode to coordinates, boxes inside bounds).
+- ``check_shards_tile`` — Premise A (R16–R18): per location the local boxes are pairwise disjoint
+  and their volumes sum to the shard size, so every shard address belongs to exactly one frame.
+  Disjoint *logical* boxes do not imply this (DeepSpeed #8624), which is why it is checked on
+  addresses.
+- ``check_holders`` — R19–R21: a piece's ``locations`` is exactly the set of locations whose
+  pieces meet its box, and each of them holds all of it. That is what lets a request's candidates
+  be trusted: any of them can serve any sub-box.
+
+Rule numbers and message fragments are those of ``spec/validation.md``. No check visits
+elements, and none loops over all pairs of pieces: overlaps come from ``box.overlapping_pairs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .box import Box, WorkCounter, overlapping_pairs, row_major_strides, volume
+from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
+from .maps import ParamAffineMap
+from .plan import PlanBudget
+
+__all__ = [
+    "MAX_COORDINATE",
+    "Frame",
+    "NormalizedMap",
+    "check_holders",
+    "check_shards_tile",
+    "normalize",
+    "pair_budget",
+]
+
+MAX_COORDINATE = 1 << 62
+"""Largest extent, offset or stride accepted; keeps every address exact in int64 arithmetic."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A validated non-empty piece: where it lies in F, where in its shard, and who holds it."""
+
+    location: int
+    piece_index: int
+    locations: frozenset[int]
+    box: Box
+    local: Box
+    shard_shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def address(self, sub: Box) -> int:
+        """Shard offset of ``sub``'s first element; ``sub`` must lie inside ``self.box``.
+
+        Row-major strides make this a bijection between the frame's logical box and its local box
+        (proof: address lemma), which is why a holder's copy of any sub-box is found here.
+        """
+        return sum(
+            (lo + so - bo) * st
+            for lo, so, bo, st in zip(self.local.origin, sub.origin, self.box.origin, self.strides)
+        )
+
+
+@dataclass(frozen=True)
+class NormalizedMap:
+    """A map that passed every rule: its frames sorted by (location, origin, extent)."""
+
+    parameter: str
+    side: str
+    logical_shape: tuple[int, ...]
+    shard_shapes: dict[int, tuple[int, ...]]
+    frames: tuple[Frame, ...]
+    piece_count: int
+
+
+def _where(parameter: str, side: str, location: int | None = None, piece: int | None = None) -> str:
+    text = f"parameter {parameter!r}, {side} map"
+    if location is not None:
+        text += f", location {location}"
+    if piece is not None:
+        text += f", piece {piece}"
+    return text
+
+
+def _budget_error(parameter: str, side: str, name: str, limit: int) -> AffineTransferError:
+    return AffineTransferError(
+        f"{_where(parameter, side)}: validation needs more than {name}={limit} box comparisons; "
+        "the plan is refused rather than truncated (raise the budget to plan it)"
+    )
+
+
+def pair_budget(parameter: str, side: str, budget: PlanBudget) -> WorkCounter:
+    """A counter of box comparisons that refuses with ``max_pair_checks`` once exhausted."""
+
+    def refuse(_count: int) -> None:
+        raise _budget_error(parameter, side, "max_pair_checks", budget.max_pair_checks)
+
+    return WorkCounter(budget.max_pair_checks, refuse)
+
+
+def _decode(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
+    """Row-major coordinate of ``offset`` in a tensor of ``shape``, or ``None`` if out of range."""
+    if offset < 0 or offset >= volume(shape):
+        return None
+    coord = []
+    for stride, size in zip(row_major_strides(shape), shape):
+        q, offset = divmod(offset, stride)
+        if q >= size:
+            return None
+        coord.append(q)
+    return tuple(coord)
+
+
+def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
+    return all(size <= 1 or g == w for size, g, w in zip(shape, got, want))
+
+
+def _check_shape(values: Sequence[int], what: str, where: str) -> None:
+    for v in values:
+        if v < 0:
+            raise InvalidMapError(f"{where}: {what} {tuple(values)} has a negative extent")
+        if v > MAX_COORDINATE:
+            raise InvalidMapError(f"{where}: {what} {tuple(values)} has an extent above 2**62")
+
+
+def normalize(
+    param_map: ParamAffineMap,
+    side: str,
+    parameter: str,
+    budget: PlanBudget | None = None,
+    work: WorkCounter | None = None,
+) -> NormalizedMap:
+    """Validate ``param_map`` (rules R1–R21) and return its frames.
+
+    Runs the per-piece rules, then ``check_shards_tile`` (Premise A) and ``check_holders``.
+    ``side`` is "source" or "target" and only changes messages. Raises the rule's error class with
+    a message naming the parameter, side, location, piece and box.
+    """
+    budget = budget or PlanBudget()
+    logical = param_map.logical_shape
+    ndim = len(logical)
+    _check_shape(logical, "logical shape", _where(parameter, side))
+    if ndim > budget.max_ndim:  # R1
+        raise UnsupportedLayoutError(
+            f"{_where(parameter, side)}: {ndim} axes exceed max_ndim={budget.max_ndim}"
+        )
+    for loc, shard in sorted(param_map.shard_shapes.items()):  # R2
+        if len(shard) != ndim:
+            raise UnsupportedLayoutError(
+                f"{_where(parameter, side, loc)}: shard shape {shard} has a different number of axes "
+                f"than the logical shape {logical}"
+            )
+        _check_shape(shard, "shard shape", _where(parameter, side, loc))
+    total = param_map.piece_count()  # R3 counts every listed piece, empty ones included
+    if total > budget.max_pieces_per_map:
+        raise AffineTransferError(
+            f"{_where(parameter, side)}: {total} pieces exceed max_pieces_per_map={budget.max_pieces_per_map}"
+        )
+    logical_strides = row_major_strides(logical)
+    frames: list[Frame] = []
+    for loc in param_map.ranks:
+        pieces = param_map.pieces_by_rank.get(loc, ())
+        declared = param_map.shard_shapes.get(loc)
+        if declared is None:  # R5
+            if pieces:
+                raise InvalidMapError(
+                    f"{_where(parameter, side, loc)}: lists {len(pieces)} piece(s) but declares no shard shape"
+                )
+            continue
+        shard = declared
+        shard_numel = volume(shard)
+        nonempty = [p for p in pieces if p.numel > 0 and len(p.shape) == ndim]
+        if shard_numel > 0 and not any(p.numel > 0 for p in pieces):  # R4
+            raise InvalidMapError(
+                f"{_where(parameter, side, loc)}: a nonempty shard {shard} must hold at least one "
+                "non-empty piece"
+            )
+        if shard_numel == 0 and nonempty:  # R6
+            raise InvalidMapError(
+                f"{_where(parameter, side, loc)}: the empty shard {shard} cannot hold a non-empty piece"
+            )
+        shard_strides = row_major_strides(shard)
+        for index, piece in enumerate(pieces):
+            where = _where(parameter, side, loc, index)
+            if len(piece.shape) != ndim:  # R7
+                raise InvalidMapError(
+                    f"{where}: piece shape {piece.shape} has a different number of axes than {logical}"
+                )
+            _check_shape(piece.shape, "piece shape", where)  # R8
+            if not piece.locations:  # R9
+                raise InvalidMapError(f"{where}: the piece names no holder (empty locations)")
+            if piece.scale != 1.0:  # R10
+                raise UnsupportedLayoutError(
+                    f"{where}: scale {piece.scale} is not 1; a scaled piece cannot be copied as-is "
+                    "(a resumed optimizer would stay in the source coordinate)"
+                )
+            if len(piece.source_strides) != ndim or len(piece.dest_strides) != ndim:  # R11
+                raise InvalidMapError(
+                    f"{where}: stride vector length {len(piece.source_strides)}/{len(piece.dest_strides)} "
+                    f"does not match the piece's {ndim} axes"
+                )
+            if piece.numel == 0:  # R12: empty pieces carry running offsets that may be out of range
+                continue
+            for value in (piece.source_offset, piece.dest_offset, *piece.source_strides, *piece.dest_strides):
+                if abs(value) > MAX_COORDINATE:
+                    raise InvalidMapError(f"{where}: offset or stride {value} is above 2**62")
+            if not _strides_match(piece.shape, piece.source_strides, logical_strides):  # R13
+                raise UnsupportedLayoutError(
+                    f"{where}: source strides {piece.source_strides} are not the row-major strides "
+                    f"{logical_strides} of F (a permutation or transpose is not a box copy)"
+                )
+            if not _strides_match(piece.shape, piece.dest_strides, shard_strides):
+                raise UnsupportedLayoutError(
+                    f"{where}: dest strides {piece.dest_strides} are not the row-major strides "
+                    f"{shard_strides} of the shard {shard}"
+                )
+            origin = _decode(piece.source_offset, logical)  # R14
+            if origin is None:
+                raise InvalidMapError(
+                    f"{where}: source offset {piece.source_offset} is not a coordinate of F {logical}"
+                )
+            local_origin = _decode(piece.dest_offset, shard)
+            if local_origin is None:
+                raise InvalidMapError(
+                    f"{where}: dest offset {piece.dest_offset} is not a coordinate of the shard {shard}"
+                )
+            box = Box(origin, piece.shape)
+            if not Box((0,) * ndim, logical).contains(box):  # R15
+                raise InvalidMapError(f"{where}: box {box} lies outside the logical parameter {logical}")
+            local = Box(local_origin, piece.shape)
+            if not Box((0,) * ndim, shard).contains(local):
+                raise InvalidMapError(
+                    f"{where}: shard box {local} lies outside the {shard} shard of location {loc}"
+                )
+            frames.append(Frame(loc, index, piece.locations, box, local, shard, shard_strides))
+    frames.sort(key=lambda f: (f.location, f.box.origin, f.box.extent, f.piece_index))
+    result = NormalizedMap(parameter, side, logical, dict(param_map.shard_shapes), tuple(frames), total)
+    if work is None:
+        work = pair_budget(parameter, side, budget)
+    check_shards_tile(result, work)
+    check_holders(result, work)
+    return result
+
+
+def _by_location(frames: Sequence[Frame]) -> dict[int, list[Frame]]:
+    out: dict[int, list[Frame]] = {}
+    for f in frames:
+        out.setdefault(f.location, []).append(f)
+    return out
+
+
+def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
+    """Premise A (R16–R18): each shard's addresses are tiled by its frames' local boxes.
+
+    Local boxes inside the shard, pairwise disjoint, volumes summing to the shard size: by the
+    tiling lemma they cover it, so each shard address belongs to exactly one frame.
+    Also R20: one location's frames do not overlap in F either (else one element would have two
+    shard addresses on the same location, and "holds the whole box" would double count).
+    """
+    frames_at = _by_location(nmap.frames)
+    for loc, shard in sorted(nmap.shard_shapes.items()):
+        frames = frames_at.get(loc, [])
+        pairs = overlapping_pairs([f.local for f in frames], work)
+        if pairs:
+            a, b = (frames[i] for i in min(pairs))
+            shared = a.local.intersect(b.local)
+            raise InvalidMapError(
+                f"{_where(nmap.parameter, nmap.side, loc)}: pieces {a.piece_index} and {b.piece_index} write "
+                f"the same shard addresses (shard box {shared}); one would silently overwrite the other"
+            )
+        held = sum(f.local.volume for f in frames)
+        if held != volume(shard):
+            raise InvalidMapError(
+                f"{_where(nmap.parameter, nmap.side, loc)}: the pieces account for {held} elements but the "
+                f"shard {shard} has {volume(shard)}"
+            )
+        pairs = overlapping_pairs([f.box for f in frames], work)
+        if pairs:
+            a, b = (frames[i] for i in min(pairs))
+            raise InvalidMapError(
+                f"{_where(nmap.parameter, nmap.side, loc)}: overlapping logical pieces {a.piece_index} "
+                f"{a.box} and {b.piece_index} {b.box}"
+            )
+
+
+def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
+    """R19–R21: every piece's ``locations`` is exactly who holds its box, and each holds all of it.
+
+    Frames are grouped by identical box first (replicas are usually cut identically), then only
+    distinct boxes are compared, so a box held by k replicas costs k, not k² comparisons.
+    """
+    groups: dict[Box, list[Frame]] = {}
+    for f in nmap.frames:
+        groups.setdefault(f.box, []).append(f)
+    boxes = sorted(groups)
+    pairs = overlapping_pairs(boxes, work)
+    neighbours: dict[int, list[int]] = {i: [] for i in range(len(boxes))}
+    for i, j in sorted(pairs):
+        neighbours[i].append(j)
+        neighbours[j].append(i)
+    for i, box in enumerate(boxes):
+        here = groups[box]
+        covered: dict[int, int] = {}
+        for f in here:
+            covered[f.location] = covered.get(f.location, 0) + box.volume
+        for j in neighbours[i]:
+            part = box.intersect(boxes[j])
+            assert part is not None
+            for g in groups[boxes[j]]:
+                covered[g.location] = covered.get(g.location, 0) + part.volume
+        work.add(len(here) + len(neighbours[i]))
+        actual = frozenset(covered)
+        for f in here:
+            where = _where(nmap.parameter, nmap.side, f.location, f.piece_index)
+            if f.locations != actual:
+                raise InvalidMapError(
+                    f"{where}: box {box} declares locations {sorted(f.locations)} but is held by different "
+                    f"locations {sorted(actual)}"
+                )
+            for holder in sorted(f.locations):
+                if covered[holder] != box.volume:
+                    raise InvalidMapError(
+                        f"{where}: location {holder} is declared a holder but does not hold all of box {box} "
+                        f"({covered[holder]} of {box.volume} elements)"
+                    )

@@ -1,0 +1,247 @@
+"""``plan_transfers`` and ``plan_transfer``: the pipeline of the proof, and nothing else.
+
+For every parameter (sorted by name): validate both maps into frames (Premise A, holders),
+group source regions (Premise B), check target coverage, intersect (Premise C), and build the
+requests. Then the policy sees *all* requests of the batch at once, its answers are checked
+exactly (Theorem 3's hypotheses), and only then are segments emitted, coalesced and measured
+against the budget. Any failure raises before anything is returned: no partial plan, ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
+from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError
+from .frames import NormalizedMap, normalize, pair_budget
+from .maps import ParamAffineMap
+from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce, encode_plan
+from .policies import balanced, from_selector
+from .regions import check_target_cover, intersections, source_regions
+from .requests import (
+    ReplicaPolicy,
+    ReplicaRequest,
+    ReplicaSelectionRequest,
+    TransferEndpoints,
+    build_requests,
+)
+
+__all__ = ["SINGLE_PARAMETER", "plan_transfer", "plan_transfers"]
+
+SINGLE_PARAMETER = "param"
+"""The parameter name ``plan_transfer`` uses for its one parameter in requests and messages."""
+
+
+class _Prepared:
+    """One parameter after validation: its frames, requests and counters."""
+
+    def __init__(
+        self,
+        name: str,
+        target: NormalizedMap,
+        source: NormalizedMap,
+        requests: list[ReplicaRequest],
+        regions: int,
+        pair_checks: int,
+    ) -> None:
+        self.name = name
+        self.target = target
+        self.source = source
+        self.requests = requests
+        self.regions = regions
+        self.pair_checks = pair_checks
+
+
+def _prepare(
+    name: str,
+    target_map: ParamAffineMap,
+    source_map: ParamAffineMap,
+    budget: PlanBudget,
+    endpoints: TransferEndpoints | None,
+    element_size: int | None,
+    process_node: Mapping[int, int] | None,
+) -> _Prepared:
+    if not isinstance(target_map, ParamAffineMap) or not isinstance(source_map, ParamAffineMap):
+        raise InvalidMapError(f"parameter {name!r}: expected a (target ParamAffineMap, source ParamAffineMap) pair")
+    if target_map.logical_shape != source_map.logical_shape:  # R0
+        raise InvalidMapError(
+            f"parameter {name!r}: the target map describes F of shape {target_map.logical_shape} but the "
+            f"source map describes {source_map.logical_shape}; a reshape is not a transfer"
+        )
+    source_work = pair_budget(name, "source", budget)
+    source = normalize(source_map, "source", name, budget, source_work)
+    target_work = pair_budget(name, "target", budget)
+    target = normalize(target_map, "target", name, budget, target_work)
+    regions = source_regions(source, source_work)
+    check_target_cover(target, target_work)
+    joint = pair_budget(name, "target", budget)
+    inters = intersections(target, regions, joint)
+    requests = build_requests(
+        name, inters, endpoints=endpoints, element_size=element_size, process_node=process_node
+    )
+    checks = source_work.count + target_work.count + joint.count
+    return _Prepared(name, target, source, requests, len(regions), checks)
+
+
+def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSegment]:
+    """One segment per part; addresses come from the chosen holder, never from the policy."""
+    out: list[TransferSegment] = []
+    for request, parts in zip(prepared.requests, answers):
+        origin = request.logical_origin
+        for pbox, cand in parts:
+            delta = [p - o for p, o in zip(pbox.origin, origin)]
+            out.append(
+                TransferSegment(
+                    source_rank=cand.source_rank,
+                    source_offset=cand.source_offset + sum(d * s for d, s in zip(delta, cand.source_strides)),
+                    source_strides=cand.source_strides,
+                    target_rank=request.target_location,
+                    target_offset=request.target_offset
+                    + sum(d * s for d, s in zip(delta, request.target_strides)),
+                    target_strides=request.target_strides,
+                    shape=pbox.extent,
+                )
+            )
+    return out
+
+
+def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
+    name = prepared.name
+    raw = _emit(prepared, answers)
+    segments, merge_checks = coalesce(
+        raw, prepared.source.shard_shapes, prepared.target.shard_shapes, budget, name
+    )
+    if len(segments) > budget.max_segments:  # R31
+        raise AffineTransferError(
+            f"parameter {name!r}: {len(segments)} segments exceed max_segments={budget.max_segments}; "
+            "the plan is refused, not truncated"
+        )
+    logical = prepared.target.logical_shape
+    plan = TransferPlan(tuple(segments), logical, sum(s.numel for s in segments))
+    plan_bytes = len(encode_plan(plan.to_dict()))
+    if plan_bytes > budget.max_plan_bytes:  # R32
+        raise AffineTransferError(
+            f"parameter {name!r}: the plan encodes to {plan_bytes} bytes, above max_plan_bytes="
+            f"{budget.max_plan_bytes}; the plan is refused, not truncated"
+        )
+    stats = PlanStatistics(
+        source_pieces=prepared.regions,
+        target_pieces=len(prepared.target.frames),
+        pair_checks=prepared.pair_checks,
+        segments_before_merge=len(raw),
+        segments=len(segments),
+        plan_bytes=plan_bytes,
+        requests=len(prepared.requests),
+        split_requests=sum(1 for a in answers if len(a) > 1),
+        merge_checks=merge_checks,
+    )
+    return replace(plan, statistics=stats)
+
+
+def _element_sizes(
+    names: list[str], element_size: Mapping[str, int] | None
+) -> dict[str, int] | None:
+    if element_size is None:
+        return None
+    out: dict[str, int] = {}
+    for name in names:
+        size = element_size.get(name)
+        if type(size) is not int or size <= 0:
+            raise InvalidMapError(f"parameter {name!r}: element_size must give a positive int, got {size!r}")
+        out[name] = size
+    return out
+
+
+def plan_transfers(
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    limits: PlanBudget | None = None,
+    *,
+    endpoints: TransferEndpoints | None = None,
+    element_size: Mapping[str, int] | None = None,
+    replica_policy: ReplicaPolicy | None = None,
+    min_split_bytes: int | None = None,
+    process_node: Mapping[int, int] | None = None,
+) -> dict[str, TransferPlan]:
+    """Plan a whole sync: ``pairs`` maps parameter name → (target map, source map).
+
+    ``replica_policy`` sees every request of every parameter at once (default ``balanced``) and
+    may split requests; its answers are checked exactly before any segment exists.
+    ``endpoints`` binds map locations to processes (so "local" is knowable), ``process_node``
+    binds processes to nodes (it needs ``endpoints``), ``element_size`` gives bytes per element
+    per parameter, ``min_split_bytes`` bounds split parts (default 8 MiB, the executor's staging
+    budget). ``limits`` applies per parameter. Returns plans keyed and ordered by name; raises
+    (``InvalidMapError``, ``UnsupportedLayoutError``, ``InvalidReplicaPolicyError``,
+    ``AffineTransferError`` for budgets) without returning any plan when anything is wrong.
+    """
+    budget = limits or PlanBudget()
+    if not isinstance(pairs, Mapping):
+        raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
+    names = sorted(pairs)
+    if any(not isinstance(n, str) for n in names):
+        raise InvalidMapError("parameter names must be strings")
+    if process_node is not None and endpoints is None:
+        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+    sizes = _element_sizes(names, element_size)
+    split_floor = DEFAULT_MIN_SPLIT_BYTES if min_split_bytes is None else min_split_bytes
+    if type(split_floor) is not int or split_floor < 0:
+        raise InvalidReplicaPolicyError(f"min_split_bytes must be a non-negative int, got {min_split_bytes!r}")
+    prepared: list[_Prepared] = []
+    for name in names:
+        pair = pairs[name]
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise InvalidMapError(f"parameter {name!r}: expected a (target map, source map) pair")
+        prepared.append(
+            _prepare(name, pair[0], pair[1], budget, endpoints, None if sizes is None else sizes[name], process_node)
+        )
+    requests = [r for p in prepared for r in p.requests]
+    policy = replica_policy if replica_policy is not None else balanced
+    try:
+        answers: Any = policy(tuple(requests))
+    except AffineTransferError:
+        raise
+    except Exception as exc:  # a policy bug must surface as a policy error, never as a partial plan
+        raise InvalidReplicaPolicyError(f"replica policy raised {type(exc).__name__}: {exc}") from exc
+    resolved = check_answers(
+        requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget
+    )
+    plans: dict[str, TransferPlan] = {}
+    start = 0
+    for p in prepared:
+        stop = start + len(p.requests)
+        plans[p.name] = _finish(p, resolved[start:stop], budget)
+        start = stop
+    return plans
+
+
+def plan_transfer(
+    target_map: ParamAffineMap,
+    source_map: ParamAffineMap,
+    limits: PlanBudget | None = None,
+    *,
+    replica_selector: Callable[[ReplicaSelectionRequest], int] | None = None,
+    replica_policy: ReplicaPolicy | None = None,
+    endpoints: TransferEndpoints | None = None,
+    element_size: int | None = None,
+    min_split_bytes: int | None = None,
+    process_node: Mapping[int, int] | None = None,
+) -> TransferPlan:
+    """The one-parameter case of ``plan_transfers`` (parameter name ``"param"``).
+
+    ``replica_selector`` is DeepSpeed's per-request form and is wrapped with ``from_selector``;
+    give it or ``replica_policy``, not both.
+    """
+    if replica_selector is not None and replica_policy is not None:
+        raise InvalidReplicaPolicyError("give replica_selector or replica_policy, not both")
+    policy = from_selector(replica_selector) if replica_selector is not None else replica_policy
+    plans = plan_transfers(
+        {SINGLE_PARAMETER: (target_map, source_map)},
+        limits,
+        endpoints=endpoints,
+        element_size=None if element_size is None else {SINGLE_PARAMETER: element_size},
+        replica_policy=policy,
+        min_split_bytes=min_split_bytes,
+        process_node=process_node,
+    )
+    return plans[SINGLE_PARAMETER]

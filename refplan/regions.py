@@ -1,0 +1,112 @@
+"""Source regions and target intersections: Premises B and C.
+
+- ``source_regions`` — Premise B: source frames grouped by identical logical box form *regions*;
+  distinct regions must be pairwise disjoint, and together cover F. A region's holders are every
+  frame with that box: by ``frames.check_holders`` they are exactly its declared locations and
+  each holds all of it, so any of them can serve any sub-box (the candidates of a request).
+  Replicas cut at *different* boundaries are legitimate but not expressible here: refused with
+  ``UnsupportedLayoutError`` so a caller may rebuild and re-shard instead.
+- ``check_target_cover`` — every element of F has at least one target slot (R26); target replicas,
+  even cut at different boundaries, are fine because targets are never grouped.
+- ``intersections`` — Premise C: every target frame is exactly tiled by its intersections with
+  the regions. Because regions are disjoint, the intersections inside one frame are disjoint, so
+  a volume sum per frame is an exact check (a whole-plan count could not see a gap and an overlap
+  of equal size).
+
+Overlaps are found with ``box.overlapping_pairs`` (a k-d partition), never all pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .box import Box, WorkCounter, covers, overlapping_pairs, volume
+from .errors import InvalidMapError, UnsupportedLayoutError
+from .frames import Frame, NormalizedMap
+
+__all__ = ["Intersection", "Region", "check_target_cover", "intersections", "source_regions"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A box of F and every source frame holding exactly it, sorted by location."""
+
+    box: Box
+    holders: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class Intersection:
+    """The part ``box`` of target frame ``target`` that lies in source region ``region``."""
+
+    target: Frame
+    region: Region
+    box: Box
+
+
+def source_regions(source: NormalizedMap, work: WorkCounter) -> tuple[Region, ...]:
+    """Premise B (R22–R25): group source frames into disjoint regions that cover F."""
+    groups: dict[Box, list[Frame]] = {}
+    for f in source.frames:
+        groups.setdefault(f.box, []).append(f)
+    regions = tuple(
+        Region(box, tuple(sorted(groups[box], key=lambda f: f.location))) for box in sorted(groups)
+    )
+    pairs = overlapping_pairs([r.box for r in regions], work)
+    if pairs:
+        a, b = (regions[i] for i in min(pairs))
+        raise UnsupportedLayoutError(
+            f"parameter {source.parameter!r}, source map: replicas are cut at different piece boundaries: "
+            f"box {a.box} (locations {[f.location for f in a.holders]}) overlaps box {b.box} "
+            f"(locations {[f.location for f in b.holders]}); rebuild and re-shard instead"
+        )
+    held = sum(r.box.volume for r in regions)
+    numel = volume(source.logical_shape)
+    if held != numel:
+        hole = covers(Box((0,) * len(source.logical_shape), source.logical_shape), [r.box for r in regions], work)
+        raise InvalidMapError(
+            f"parameter {source.parameter!r}, source map: source pieces cover only {held} of its {numel} "
+            f"elements; box {hole} is held by no source location"
+        )
+    return regions
+
+
+def check_target_cover(target: NormalizedMap, work: WorkCounter) -> None:
+    """R26: the union of target boxes covers F, so no logical element is dropped by the sync."""
+    full = Box((0,) * len(target.logical_shape), target.logical_shape)
+    hole = covers(full, sorted({f.box for f in target.frames}), work)
+    if hole is not None:
+        raise InvalidMapError(
+            f"parameter {target.parameter!r}, target map: target pieces do not cover F "
+            f"{target.logical_shape}; box {hole} has no target location"
+        )
+
+
+def intersections(
+    target: NormalizedMap, regions: tuple[Region, ...], work: WorkCounter
+) -> list[Intersection]:
+    """Premise C (R27–R28): every target frame tiled by its region intersections, in request order.
+
+    Order: (target location, logical origin). Within one location frames are disjoint in F
+    (R20), so this order is total and the same on every process.
+    """
+    frames = target.frames
+    boxes = [f.box for f in frames] + [r.box for r in regions]
+    groups = [0] * len(frames) + [1] * len(regions)
+    found: list[Intersection] = []
+    received = [0] * len(frames)
+    for i, j in overlapping_pairs(boxes, work, groups=groups):
+        frame = frames[i]
+        region = regions[j - len(frames)]
+        part = frame.box.intersect(region.box)
+        assert part is not None
+        found.append(Intersection(frame, region, part))
+        received[i] += part.volume
+    for frame, got in zip(frames, received):
+        if got != frame.box.volume:
+            raise InvalidMapError(
+                f"parameter {target.parameter!r}, target map, location {frame.location}, piece "
+                f"{frame.piece_index}: box {frame.box} would receive {got} of its {frame.box.volume} elements"
+            )
+    found.sort(key=lambda x: (x.target.location, x.box.origin, x.box.extent))
+    return found

@@ -1,0 +1,267 @@
+"""Shared test configuration: hypothesis profiles, map helpers and a tiny numpy plan executor.
+
+Hypothesis profiles (select with ``HYPOTHESIS_PROFILE``, default ``ci``):
+
+- ``ci``: 30 derandomized examples, no deadline, no example database (reproducible in CI);
+- ``dev``: 100 examples;
+- ``nightly``: 2000 examples.
+
+The executor (``run_plan``) is deliberately independent of the planner: it fills source shards
+from unique marker values of the logical tensor F through the *source map*, executes every
+segment with plain integer index arithmetic into sentinel-filled target buffers that carry guard
+regions before and after the shard, and counts writes per target address. ``assert_exact``
+then checks what Theorem 1 and 2 promise: every target address written exactly once, with the
+value the *target map* says it must hold, and no guard element touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+from refplan.box import row_major_strides, volume
+from refplan.maps import AffinePiece, ParamAffineMap
+
+# ---------------------------------------------------------------------------------------------
+# Hypothesis profiles.
+
+settings.register_profile(
+    "ci",
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile("nightly", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Map helpers.
+
+
+def piece(
+    shape: Sequence[int],
+    source_offset: int,
+    source_strides: Sequence[int],
+    dest_offset: int,
+    dest_strides: Sequence[int],
+    locations: Iterable[int],
+    scale: float = 1.0,
+) -> AffinePiece:
+    """Short alias for ``AffinePiece`` used by hand-built maps."""
+    return AffinePiece(shape, source_offset, source_strides, dest_offset, dest_strides, locations, scale)
+
+
+def pmap(
+    logical_shape: Sequence[int],
+    shard_shapes: Mapping[int, Sequence[int]],
+    pieces_by_rank: Mapping[int, Sequence[AffinePiece]],
+) -> ParamAffineMap:
+    return ParamAffineMap(logical_shape, shard_shapes, pieces_by_rank)
+
+
+def split(n: int, d: int) -> list[int]:
+    """``n`` split over ``d`` locations; the first ``n % d`` get one extra (DeepSpeed's tests)."""
+    base, extra = divmod(n, d)
+    return [base + (1 if r < extra else 0) for r in range(d)]
+
+
+def relabel(param_map: ParamAffineMap, names: Mapping[int, int]) -> ParamAffineMap:
+    """The same layout with every location ``r`` renamed ``names[r]`` (keys and ``locations``)."""
+    return ParamAffineMap(
+        param_map.logical_shape,
+        {names[r]: s for r, s in param_map.shard_shapes.items()},
+        {
+            names[r]: [
+                AffinePiece(
+                    p.shape, p.source_offset, p.source_strides, p.dest_offset, p.dest_strides,
+                    [names[x] for x in p.locations], p.scale,
+                )
+                for p in ps
+            ]
+            for r, ps in param_map.pieces_by_rank.items()
+        },
+    )
+
+
+def shuffled_map(param_map: ParamAffineMap, rng: Any) -> ParamAffineMap:
+    """The same map with the key order of both dicts and every piece list permuted by ``rng``."""
+    shard_keys = list(param_map.shard_shapes)
+    rng.shuffle(shard_keys)
+    piece_keys = list(param_map.pieces_by_rank)
+    rng.shuffle(piece_keys)
+    pieces: dict[int, list[AffinePiece]] = {}
+    for r in piece_keys:
+        ps = list(param_map.pieces_by_rank[r])
+        rng.shuffle(ps)
+        pieces[r] = ps
+    return ParamAffineMap(
+        param_map.logical_shape, {r: param_map.shard_shapes[r] for r in shard_keys}, pieces
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The numpy executor.
+
+SENTINEL = -7.0
+"""Value of every unwritten target element and every guard element (markers are all >= 1)."""
+
+
+def markers(logical_shape: Sequence[int]) -> np.ndarray[Any, Any]:
+    """F filled with 1, 2, 3, ...: unique, so a correct value proves the correct element moved."""
+    n = volume(logical_shape)
+    return np.arange(1, n + 1, dtype=np.float64).reshape(tuple(logical_shape))
+
+
+def element_offsets(offset: int, strides: Sequence[int], shape: Sequence[int]) -> np.ndarray[Any, Any]:
+    """Flat element offsets of an ``as_strided(shape, strides, offset)`` view, row-major order."""
+    idx = np.full(tuple(shape), offset, dtype=np.int64)
+    ndim = len(shape)
+    for axis, (size, stride) in enumerate(zip(shape, strides)):
+        view = [1] * ndim
+        view[axis] = size
+        idx = idx + (np.arange(size, dtype=np.int64) * stride).reshape(view)
+    return idx.reshape(-1)
+
+
+def fill_shards(
+    param_map: ParamAffineMap, full: np.ndarray[Any, Any], before: int = 0, after: int = 0
+) -> dict[int, np.ndarray[Any, Any]]:
+    """``param_map.extract(full)`` for every location with a shard shape, inside guard padding.
+
+    Buffer ``r`` has ``before`` sentinels, then the shard, then ``after`` sentinels. Empty pieces
+    are skipped (as the planner skips them); replicas get identical data because all read ``full``.
+    """
+    flat = full.reshape(-1)
+    out: dict[int, np.ndarray[Any, Any]] = {}
+    for rank, shard in param_map.shard_shapes.items():
+        n = volume(shard)
+        buf = np.full(before + n + after, SENTINEL, dtype=np.float64)
+        for p in param_map.pieces_by_rank.get(rank, ()):
+            if volume(p.shape) == 0:
+                continue
+            src = element_offsets(p.source_offset, p.source_strides, p.shape)
+            dst = element_offsets(p.dest_offset, p.dest_strides, p.shape)
+            buf[before + dst] = flat[src]
+        out[rank] = buf
+    return out
+
+
+@dataclass
+class Execution:
+    """What ``run_plan`` observed; ``assert_exact`` turns it into the exactness verdict."""
+
+    target_buffers: dict[int, np.ndarray[Any, Any]]
+    expected: dict[int, np.ndarray[Any, Any]]
+    writes: dict[int, np.ndarray[Any, Any]]
+    reads: dict[int, int]
+    guard: tuple[int, int]
+    notes: list[str] = field(default_factory=list)
+
+    def assert_exact(self) -> None:
+        before, after = self.guard
+        for rank, buf in self.target_buffers.items():
+            n = buf.size - before - after
+            counts = self.writes[rank]
+            bad = np.flatnonzero(counts != 1)
+            assert bad.size == 0, (
+                f"target location {rank}: address {int(bad[0])} written {int(counts[bad[0]])} times "
+                f"({bad.size} addresses not written exactly once)"
+            )
+            body = buf[before:before + n]
+            want = self.expected[rank]
+            wrong = np.flatnonzero(body != want)
+            assert wrong.size == 0, (
+                f"target location {rank}: address {int(wrong[0])} holds {body[wrong[0]]}, "
+                f"expected {want[wrong[0]]} ({wrong.size} wrong)"
+            )
+            assert np.all(buf[:before] == SENTINEL), f"target location {rank}: leading guard overwritten"
+            assert np.all(buf[before + n:] == SENTINEL), f"target location {rank}: trailing guard overwritten"
+
+
+def run_plan(
+    plan: Any,
+    target_map: ParamAffineMap,
+    source_map: ParamAffineMap,
+    *,
+    data: np.ndarray[Any, Any] | None = None,
+    source_guard: tuple[int, int] = (7, 5),
+    target_guard: tuple[int, int] = (11, 13),
+) -> Execution:
+    """Execute ``plan`` on numpy buffers; returns write counts, read volumes and the buffers.
+
+    Every segment must address its shards inside bounds (checked before copying, so a bad
+    segment fails with a message rather than a numpy ``IndexError``), use the row-major strides
+    of both shards, and have a positive extent on every axis.
+    """
+    full = markers(target_map.logical_shape) if data is None else data
+    s_before, s_after = source_guard
+    t_before, t_after = target_guard
+    sources = fill_shards(source_map, full, s_before, s_after)
+    expected = {r: b for r, b in fill_shards(target_map, full).items()}
+    targets = {
+        r: np.full(t_before + volume(s) + t_after, SENTINEL, dtype=np.float64)
+        for r, s in target_map.shard_shapes.items()
+    }
+    writes = {r: np.zeros(volume(s), dtype=np.int64) for r, s in target_map.shard_shapes.items()}
+    reads: dict[int, int] = {}
+    for i, seg in enumerate(plan.segments):
+        assert seg.source_rank in sources, f"segment {i}: unknown source location {seg.source_rank}"
+        assert seg.target_rank in targets, f"segment {i}: unknown target location {seg.target_rank}"
+        assert all(e > 0 for e in seg.shape), f"segment {i}: empty extent {seg.shape}"
+        s_shard = source_map.shard_shapes[seg.source_rank]
+        t_shard = target_map.shard_shapes[seg.target_rank]
+        assert tuple(seg.source_strides) == row_major_strides(s_shard), (
+            f"segment {i}: source strides {seg.source_strides} are not those of shard {s_shard}"
+        )
+        assert tuple(seg.target_strides) == row_major_strides(t_shard), (
+            f"segment {i}: target strides {seg.target_strides} are not those of shard {t_shard}"
+        )
+        s_idx = element_offsets(seg.source_offset, seg.source_strides, seg.shape)
+        t_idx = element_offsets(seg.target_offset, seg.target_strides, seg.shape)
+        s_n, t_n = volume(s_shard), volume(t_shard)
+        assert s_idx.min() >= 0 and s_idx.max() < s_n, f"segment {i} reads outside source shard {s_shard}"
+        assert t_idx.min() >= 0 and t_idx.max() < t_n, f"segment {i} writes outside target shard {t_shard}"
+        targets[seg.target_rank][t_before + t_idx] = sources[seg.source_rank][s_before + s_idx]
+        np.add.at(writes[seg.target_rank], t_idx, 1)
+        reads[seg.source_rank] = reads.get(seg.source_rank, 0) + seg.numel
+    return Execution(targets, expected, writes, reads, (t_before, t_after))
+
+
+def _simulator() -> Callable[..., Any] | None:
+    try:
+        from refplan.simulate import simulate_transfer
+    except ImportError:
+        return None
+    return simulate_transfer  # type: ignore[no-any-return]
+
+
+def assert_executes_exactly(
+    plan: Any, target_map: ParamAffineMap, source_map: ParamAffineMap, **kwargs: Any
+) -> Execution:
+    """Run the plan, assert exactness and volume, and cross-check with ``refplan.simulate`` if any."""
+    run = run_plan(plan, target_map, source_map, **kwargs)
+    run.assert_exact()
+    target_volume = sum(volume(s) for s in target_map.shard_shapes.values())
+    assert plan.moved_elements == sum(s.numel for s in plan.segments) == target_volume
+    simulate = _simulator()
+    if simulate is not None:
+        report = simulate(target_map, source_map, plan)
+        assert report.exact, f"refplan.simulate disagrees: first mismatch {report.first_mismatch}"
+    return run
+
+
+@pytest.fixture
+def execute() -> Callable[..., Execution]:
+    """Fixture form of ``assert_executes_exactly``."""
+    return assert_executes_exactly
