@@ -1,0 +1,110 @@
+"""The ``refplan`` command: ``plan``, ``verify``, ``demo``.
+
+Exit codes are part of the interface so CI can branch on them: 0 success, 1 a plan judged
+invalid, 2 bad input (unreadable file, invalid map, refused layout or policy, budget), 3 a plan
+the oracle could not verify. Errors print one line naming the error class, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import AffineTransferError
+from .files import dump_plans, load_json, parse_maps
+from .planner import plan_transfers
+from .policies import POLICIES
+from .requests import TransferEndpoints
+
+__all__ = ["main"]
+
+
+def _write_json(doc: Any, output: str | None) -> None:
+    text = json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True) + "\n"
+    if output is None or output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    batch = parse_maps(load_json(args.maps))
+    endpoints = batch.endpoints
+    if args.endpoints is not None:
+        endpoints = TransferEndpoints.from_dict(load_json(args.endpoints))
+    element_size = batch.element_size
+    if args.element_size is not None:
+        element_size = dict.fromkeys(batch.pairs, args.element_size)
+    plans = plan_transfers(
+        batch.pairs,
+        endpoints=endpoints,
+        element_size=element_size,
+        replica_policy=POLICIES[args.policy],
+        min_split_bytes=args.min_split_bytes,
+        process_node=batch.process_node if endpoints is not None else None,
+    )
+    _write_json(dump_plans(plans), args.output)
+    segments = sum(len(p.segments) for p in plans.values())
+    moved = sum(p.moved_elements for p in plans.values())
+    print(
+        f"refplan plan: {len(plans)} parameter(s), {segments} segments, {moved} elements, policy {args.policy}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import run_verify_cli
+
+    return run_verify_cli(args.maps, args.plans, as_json=args.json)
+
+
+def _cmd_demo(_args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    print(run_demo())
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="refplan", description="Reference planner for affine resharding transfers")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="maps JSON (refplan.maps/1) in, plans JSON (refplan.plans/1) out")
+    plan.add_argument("maps", help="maps batch file")
+    plan.add_argument("-o", "--output", help="plans file to write (default: stdout)")
+    plan.add_argument("--policy", choices=sorted(POLICIES), default="balanced")
+    plan.add_argument("--endpoints", help="JSON {source: {loc: proc}, target: {loc: proc}}; overrides the maps file")
+    plan.add_argument("--element-size", type=int, help="bytes per element for every parameter")
+    plan.add_argument("--min-split-bytes", type=int, help="smallest part of a split (default 8 MiB)")
+    plan.set_defaults(func=_cmd_plan)
+
+    verify = sub.add_parser("verify", help="check plans against their maps with the independent oracle")
+    verify.add_argument("maps")
+    verify.add_argument("plans")
+    verify.add_argument("--json", action="store_true", help="machine-readable report")
+    verify.set_defaults(func=_cmd_verify)
+
+    demo = sub.add_parser("demo", help="plan a built-in TPxDP -> TP sync with two policies")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except AffineTransferError as exc:
+        print(f"refplan {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        return 0
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Box algebra and the k-d overlap/cover queries, held against brute force on small grids."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refplan.box import Box, WorkCounter, covers, overlapping_pairs, row_major_strides, volume
+
+
+def points(box: Box) -> set[tuple[int, ...]]:
+    return set(itertools.product(*[range(o, o + e) for o, e in zip(box.origin, box.extent)]))
+
+
+boxes_2d = st.builds(
+    Box,
+    st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    st.tuples(st.integers(0, 4), st.integers(0, 4)),
+)
+
+
+@given(boxes_2d, boxes_2d)
+def test_intersect_overlaps_contains_match_points(a: Box, b: Box) -> None:
+    common = points(a) & points(b)
+    got = a.intersect(b)
+    assert (got is None) == (not common)
+    if got is not None:
+        assert points(got) == common
+    assert a.overlaps(b) == bool(common)
+    assert a.contains(b) == (points(b) <= points(a))
+
+
+@given(boxes_2d, boxes_2d)
+def test_subtract_is_exact_and_disjoint(a: Box, b: Box) -> None:
+    parts = a.subtract(b)
+    covered: set[tuple[int, ...]] = set()
+    for p in parts:
+        pts = points(p)
+        assert not (pts & covered), "subtract produced overlapping pieces"
+        covered |= pts
+    assert covered == points(a) - points(b)
+    assert len(parts) <= 4
+
+
+def test_split_refuses_cut_outside() -> None:
+    box = Box((0, 0), (4, 4))
+    left, right = box.split(1, 1)
+    assert left == Box((0, 0), (4, 1)) and right == Box((0, 1), (4, 3))
+    with pytest.raises(ValueError):
+        box.split(0, 4)
+
+
+def test_row_major_strides_and_volume() -> None:
+    assert row_major_strides((3, 4, 5)) == (20, 5, 1)
+    assert row_major_strides(()) == ()
+    assert volume(()) == 1
+    assert volume((3, 0)) == 0
+
+
+@given(st.lists(st.builds(Box, st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 3)),
+                          st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 3))), max_size=60),
+       st.lists(st.integers(0, 1), min_size=60, max_size=60))
+def test_overlapping_pairs_matches_brute_force(boxes: list[Box], groups: list[int]) -> None:
+    expected = {
+        (i, j) for i, j in itertools.combinations(range(len(boxes)), 2) if boxes[i].overlaps(boxes[j])
+    }
+    assert overlapping_pairs(boxes) == expected
+    g = groups[: len(boxes)]
+    assert overlapping_pairs(boxes, groups=g) == {(i, j) for i, j in expected if g[i] != g[j]}
+
+
+@given(st.lists(st.builds(Box, st.tuples(st.integers(0, 6), st.integers(0, 6)),
+                          st.tuples(st.integers(0, 6), st.integers(0, 6))), max_size=40))
+def test_covers_matches_brute_force_and_gives_a_real_hole(boxes: list[Box]) -> None:
+    cell = Box((0, 0), (6, 6))
+    covered = set().union(*(points(b) for b in boxes)) if boxes else set()
+    hole = covers(cell, boxes)
+    assert (hole is None) == (points(cell) <= covered)
+    if hole is not None:
+        assert cell.contains(hole) and not (points(hole) & covered)
+
+
+def test_pinwheel_non_guillotine_tiling_is_disjoint_and_covers() -> None:
+    # Five boxes tiling a 3x3 square that no single cut separates.
+    pinwheel = [Box((0, 0), (2, 1)), Box((0, 1), (1, 2)), Box((1, 1), (1, 1)), Box((2, 0), (1, 2)),
+                Box((1, 2), (2, 1))]
+    assert overlapping_pairs(pinwheel) == set()
+    assert covers(Box((0, 0), (3, 3)), pinwheel) is None
+    assert covers(Box((0, 0), (3, 3)), pinwheel[:4]) == Box((1, 2), (1, 1))
+
+
+def test_work_is_counted_and_budget_refuses() -> None:
+    boxes = [Box((i, 0), (1, 4)) for i in range(1000)] + [Box((0, 0), (1000, 1))]
+
+    def refuse(count: int) -> None:
+        raise RuntimeError(f"budget {count}")
+
+    with pytest.raises(RuntimeError, match="budget"):
+        overlapping_pairs(boxes, WorkCounter(50, refuse))
+    counter = WorkCounter()
+    assert len(overlapping_pairs(boxes, counter)) == 1000
+    assert 0 < counter.count < 1001 * 1000 // 2, "k-d partition must not compare all pairs"
+
+
+def test_large_slab_sets_need_no_pair_loop() -> None:
+    counter = WorkCounter()
+    rows = [Box((i, 0), (1, 8)) for i in range(20000)]
+    assert overlapping_pairs(rows, counter) == set()
+    assert counter.count <= 2 * len(rows)
+    assert covers(Box((0, 0), (20000, 8)), rows) is None
+    assert covers(Box((0, 0), (20001, 8)), rows) == Box((20000, 0), (1, 8))

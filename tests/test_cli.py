@@ -1,0 +1,67 @@
+"""The ``refplan`` command: plan files in and out, exit codes, one-line errors, the demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refplan import TransferEndpoints, contiguous_split_map, replicate
+from refplan.cli import main
+from refplan.files import MapsBatch, dump_maps, parse_plans
+
+
+def _maps_file(tmp_path: Path, *, endpoints: bool = False) -> Path:
+    source = replicate(contiguous_split_map((8, 8), [4, 4], 0), 2)
+    target = contiguous_split_map((8, 8), [2, 2, 2, 2], 1)
+    ep = TransferEndpoints({i: i for i in range(4)}, {i: 4 + i for i in range(4)}) if endpoints else None
+    batch = MapsBatch({"w": (target, source), "v": (target, source)}, ep, None, {"w": 2, "v": 4})
+    path = tmp_path / "maps.json"
+    path.write_text(json.dumps(dump_maps(batch)))
+    return path
+
+
+def test_plan_writes_a_plans_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    maps = _maps_file(tmp_path, endpoints=True)
+    out = tmp_path / "plans.json"
+    assert main(["plan", str(maps), "-o", str(out), "--policy", "first_holder"]) == 0
+    plans = parse_plans(json.loads(out.read_text()))
+    assert sorted(plans) == ["v", "w"]
+    assert all(len(p.segments) == 8 for p in plans.values())
+    assert {s.source_rank for s in plans["w"].segments} == {0, 1}
+    assert "2 parameter(s), 16 segments" in capsys.readouterr().err
+    assert main(["plan", str(maps), "-o", str(out)]) == 0  # balanced uses the replicas too
+    plans = parse_plans(json.loads(out.read_text()))
+    assert {s.source_rank for p in plans.values() for s in p.segments} == {0, 1, 2, 3}
+
+
+def test_plan_to_stdout_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    maps = _maps_file(tmp_path)
+    main(["plan", str(maps)])
+    first = capsys.readouterr().out
+    main(["plan", str(maps)])
+    assert capsys.readouterr().out == first
+    assert json.loads(first)["format"] == "refplan.plans/1"
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["plan", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "InvalidMapError" in err and "Traceback" not in err
+    assert main(["plan", str(tmp_path / "missing.json")]) == 2
+    doc = json.loads(_maps_file(tmp_path).read_text())
+    doc["parameters"]["w"]["source"]["ranks"]["0"]["pieces"][0]["source"][1] = [1, 8]
+    bad.write_text(json.dumps(doc))
+    assert main(["plan", str(bad)]) == 2
+    assert "UnsupportedLayoutError" in capsys.readouterr().err
+
+
+def test_console_script_demo_runs() -> None:
+    proc = subprocess.run([sys.executable, "-m", "refplan.cli", "demo"], capture_output=True, text=True, check=True)
+    assert "policy first_holder" in proc.stdout and "policy balanced" in proc.stdout
+    assert "busiest sender / even share = 1.00x" in proc.stdout

@@ -1,0 +1,106 @@
+"""The data model: DeepSpeed's dict layout key for key, hostile dicts, builders and ``replicate``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from refplan import (
+    AffinePiece,
+    InvalidMapError,
+    ParamAffineMap,
+    block_gather_map,
+    contiguous_split_map,
+    replicate,
+    replicated_map,
+    segmented_map,
+    sub_param_map,
+)
+from refplan.frames import normalize
+
+# A map dict exactly as DeepSpeed's ParamAffineMap.to_dict() writes one (facts §3.2): int rank keys,
+# sorted locations, "scale" only when it is not 1.
+DEEPSPEED_DICT: dict[str, Any] = {
+    "logical_shape": [4, 6],
+    "ranks": {
+        0: {
+            "shard_shape": [4, 3],
+            "pieces": [{"shape": [4, 3], "source": [0, [6, 1]], "dest": [0, [3, 1]], "locations": [0]}],
+        },
+        1: {
+            "shard_shape": [4, 3],
+            "pieces": [{"shape": [4, 3], "source": [3, [6, 1]], "dest": [0, [3, 1]], "locations": [1]}],
+        },
+    },
+}
+
+
+def test_deepspeed_dict_loads_unchanged_and_round_trips() -> None:
+    m = ParamAffineMap.from_dict(DEEPSPEED_DICT)
+    assert m == contiguous_split_map((4, 6), [3, 3], 1)
+    assert m.to_dict() == DEEPSPEED_DICT
+    via_json = json.loads(json.dumps(DEEPSPEED_DICT))  # rank keys become strings
+    assert ParamAffineMap.from_dict(via_json) == m
+
+
+def test_scale_is_written_only_when_not_one() -> None:
+    d = replicated_map((2,), 2, scale=0.5).to_dict()
+    assert d["ranks"][0]["pieces"][0]["scale"] == 0.5
+    assert "scale" not in replicated_map((2,), 2).to_dict()["ranks"][0]["pieces"][0]
+    with pytest.raises(InvalidMapError, match="zero scale"):
+        AffinePiece((1,), 0, (1,), 0, (1,), [0], scale=0.0)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda d: d.pop("ranks"), "needs 'logical_shape' and 'ranks'"),
+        (lambda d: d.update(logical_shape=[4, "6"]), "logical_shape"),
+        (lambda d: d["ranks"].update({"x": d["ranks"][0]}), "not an integer"),
+        (lambda d: d["ranks"][0]["pieces"][0].update(shape=[4, 3.0]), r"pieces\[0\].shape"),
+        (lambda d: d["ranks"][0]["pieces"][0].update(source=[0]), r"pieces\[0\].source"),
+        (lambda d: d["ranks"][0]["pieces"][0].update(locations=[True]), "locations"),
+        (lambda d: d["ranks"][0]["pieces"][0].update(scale="1"), "scale"),
+        (lambda d: d["ranks"][0]["pieces"][0].pop("dest"), "lacks key"),
+        (lambda d: d["ranks"][0].update(pieces={}), "expected a list"),
+    ],
+)
+def test_hostile_dicts_get_invalid_map_error_naming_the_field(mutate: Any, match: str) -> None:
+    d = json.loads(json.dumps(DEEPSPEED_DICT))
+    d["ranks"] = {int(k): v for k, v in d["ranks"].items()}
+    mutate(d)
+    with pytest.raises(InvalidMapError, match=match):
+        ParamAffineMap.from_dict(d)
+
+
+def test_builders_produce_valid_maps() -> None:
+    maps = [
+        replicated_map((5, 6), 3),
+        contiguous_split_map((11, 8), [3, 3, 3, 2], 0),
+        sub_param_map((12, 8), (8, 4), [[3, 3, 2], [2, 1, 1]], 0),
+        sub_param_map((12, 8), (8, 4), [[8, 0], [0, 4]], 0),  # zero widths give empty pieces
+        segmented_map((48, 8), [(32, False), (16, True)], 0, 4, [[8, 8, 8, 8]]),
+        block_gather_map((8, 64), {r: [h for h in range(8) if h % 2 == r] for r in range(2)}, 8, 1),
+    ]
+    for m in maps:
+        normalized = normalize(m, "source", "p")
+        assert sum(f.box.volume for f in normalized.frames) >= m.numel
+    with pytest.raises(InvalidMapError, match="do not account for"):
+        segmented_map((48, 8), [(32, False), (16, True)], 0, 2, [[20, 10]])
+
+
+def test_replicate_builds_exact_holders() -> None:
+    tp = contiguous_split_map((8, 4), [4, 4], 0)
+    m = replicate(tp, 3)
+    assert m.ranks == (0, 1, 2, 3, 4, 5)
+    assert m.pieces_by_rank[4][0].locations == frozenset({0, 2, 4})
+    assert m.pieces_by_rank[5][0].locations == frozenset({1, 3, 5})
+    normalize(m, "source", "p")  # holder exactness holds
+    custom = replicate(tp, 2, location_of=lambda r, c: 10 * c + r + 100)
+    assert custom.ranks == (100, 101, 110, 111)
+    with pytest.raises(InvalidMapError, match="maps two"):
+        replicate(tp, 2, location_of=lambda r, c: r)
+    with pytest.raises(InvalidMapError, match="at least 1"):
+        replicate(tp, 0)
