@@ -1,22 +1,24 @@
 # Two entry points work on a fresh machine: `make demo` and `make test`.
 # Each creates .venv and installs what it needs. torch is pinned to 2.13.0 (a CPU build that
-# this machine installs from local disk); any other spec may pull a multi-GB CUDA build.
+# this machine installs from local disk) and installed first, so nothing later pulls another
+# torch: any other spec may download a multi-GB CUDA build.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint typecheck proofs nightly clean
+.PHONY: demo test lint proofs nightly crosshair clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_PIN)
 	$(PIP) install -q -e .
 	touch $@
 
 $(VENV)/.test: $(VENV)/.base pyproject.toml
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test]' $(TORCH_PIN)
 	touch $@
 
 demo: $(VENV)/.base
@@ -26,12 +28,11 @@ lint: $(VENV)/.test
 	$(VENV)/bin/ruff check refplan tests proofs fuzz
 	$(VENV)/bin/mypy refplan
 
-typecheck: lint
-
-test: $(VENV)/.test
-	$(VENV)/bin/ruff check refplan tests proofs fuzz
-	$(VENV)/bin/mypy refplan
+test: lint
 	$(PY) -m pytest -n 2 tests
+
+proofs: $(VENV)/.test
+	$(PY) proofs/run_all.py
 
 nightly: $(VENV)/.test
 	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n 2 tests
