@@ -154,6 +154,7 @@ def check_answers(
         )
     resolved: list[ResolvedAnswer] = []
     parts_per_parameter: dict[str, int] = {}
+    split_parameters: set[str] = set()
     for index, (request, answer) in enumerate(zip(requests, answers)):
         if type(answer) is int:
             resolved.append(((request.box, _candidate(index, request, answer)),))
@@ -169,6 +170,12 @@ def check_answers(
             )
         count = parts_per_parameter.get(request.parameter, 0) + len(resolved[-1])
         parts_per_parameter[request.parameter] = count
-        if count > budget.max_segments:
-            raise _fail(index, request, f"the answers need more than max_segments={budget.max_segments} segments")
+        if len(resolved[-1]) > 1:
+            split_parameters.add(request.parameter)
+        # Only splits are the policy's doing: without one, too many segments is the layout's
+        # budget problem, refused after coalescing as a plain AffineTransferError.
+        if count > budget.max_segments and request.parameter in split_parameters:
+            raise _fail(
+                index, request, f"splits make the answers need more than max_segments={budget.max_segments} segments"
+            )
     return resolved

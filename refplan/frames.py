@@ -168,12 +168,10 @@ def normalize(
     for loc in param_map.ranks:
         pieces = param_map.pieces_by_rank.get(loc, ())
         declared = param_map.shard_shapes.get(loc)
-        if declared is None:  # R5
-            if pieces:
-                raise InvalidMapError(
-                    f"{_where(parameter, side, loc)}: lists {len(pieces)} piece(s) but declares no shard shape"
-                )
-            continue
+        if declared is None:  # R5: listing pieces, even none, without a shard shape is a broken map
+            raise InvalidMapError(
+                f"{_where(parameter, side, loc)}: lists {len(pieces)} piece(s) but declares no shard shape"
+            )
         shard = declared
         shard_numel = volume(shard)
         nonempty = [p for p in pieces if p.numel > 0 and len(p.shape) == ndim]
@@ -183,8 +181,10 @@ def normalize(
                 "non-empty piece"
             )
         if shard_numel == 0 and nonempty:  # R6
+            index = next(i for i, p in enumerate(pieces) if p.numel > 0 and len(p.shape) == ndim)
             raise InvalidMapError(
-                f"{_where(parameter, side, loc)}: the empty shard {shard} cannot hold a non-empty piece"
+                f"{_where(parameter, side, loc, index)}: the empty shard {shard} cannot hold a non-empty piece "
+                f"of shape {pieces[index].shape}"
             )
         shard_strides = row_major_strides(shard)
         for index, piece in enumerate(pieces):
