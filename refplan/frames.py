@@ -22,12 +22,12 @@ elements, and none loops over all pairs of pieces: overlaps come from ``box.over
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .box import Box, WorkCounter, overlapping_pairs, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from .maps import ParamAffineMap
+from .maps import AffinePiece, ParamAffineMap
 from .plan import PlanBudget
 
 __all__ = [
@@ -105,29 +105,97 @@ def pair_budget(parameter: str, side: str, budget: PlanBudget) -> WorkCounter:
     return WorkCounter(budget.max_pair_checks, refuse)
 
 
-def _decode(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
-    """Row-major coordinate of ``offset`` in a tensor of ``shape``, or ``None`` if out of range."""
-    if offset < 0 or offset >= volume(shape):
+def _decode(offset: int, strides: Sequence[int], numel: int) -> tuple[int, ...] | None:
+    """Row-major coordinate of ``offset`` (given the tensor's strides and size), or ``None``."""
+    if offset < 0 or offset >= numel:
         return None
     coord = []
-    for stride, size in zip(row_major_strides(shape), shape):
+    for stride in strides:
         q, offset = divmod(offset, stride)
-        if q >= size:
-            return None
         coord.append(q)
     return tuple(coord)
+
+
+def _piece_frame(
+    piece: AffinePiece,
+    index: int,
+    loc: int,
+    shard: tuple[int, ...],
+    shard_strides: tuple[int, ...],
+    shard_numel: int,
+    logical: tuple[int, ...],
+    logical_strides: tuple[int, ...],
+    logical_numel: int,
+    parameter: str,
+    side: str,
+) -> Frame | None:
+    """Rules R7–R15 for one piece; its frame, or ``None`` for an empty piece (R12).
+
+    The message prefix is built only on failure: this runs once per piece of 10⁵-piece maps.
+    """
+    ndim = len(logical)
+    shape = piece.shape
+
+    def where() -> str:
+        return _where(parameter, side, loc, index)
+
+    if len(shape) != ndim:  # R7
+        raise InvalidMapError(f"{where()}: piece shape {shape} has a different number of axes than {logical}")
+    _check_shape(shape, "piece shape", where)  # R8
+    if not piece.locations:  # R9
+        raise InvalidMapError(f"{where()}: the piece names no holder (empty locations)")
+    if piece.scale != 1.0:  # R10
+        raise UnsupportedLayoutError(
+            f"{where()}: scale {piece.scale} is not 1; a scaled piece cannot be copied as-is "
+            "(a resumed optimizer would stay in the source coordinate)"
+        )
+    if len(piece.source_strides) != ndim or len(piece.dest_strides) != ndim:  # R11
+        raise InvalidMapError(
+            f"{where()}: stride vector length {len(piece.source_strides)}/{len(piece.dest_strides)} "
+            f"does not match the piece's {ndim} axes"
+        )
+    if 0 in shape:  # R12: empty pieces carry running offsets that may be out of range
+        return None
+    for value in (piece.source_offset, piece.dest_offset, *piece.source_strides, *piece.dest_strides):
+        if abs(value) > MAX_COORDINATE:
+            raise InvalidMapError(f"{where()}: offset or stride {value} is above 2**62")
+    if not _strides_match(shape, piece.source_strides, logical_strides):  # R13
+        raise UnsupportedLayoutError(
+            f"{where()}: source strides {piece.source_strides} are not the row-major strides "
+            f"{logical_strides} of F (a permutation or transpose is not a box copy)"
+        )
+    if not _strides_match(shape, piece.dest_strides, shard_strides):
+        raise UnsupportedLayoutError(
+            f"{where()}: dest strides {piece.dest_strides} are not the row-major strides "
+            f"{shard_strides} of the shard {shard}"
+        )
+    origin = _decode(piece.source_offset, logical_strides, logical_numel)  # R14
+    if origin is None:
+        raise InvalidMapError(f"{where()}: source offset {piece.source_offset} is not a coordinate of F {logical}")
+    local_origin = _decode(piece.dest_offset, shard_strides, shard_numel)
+    if local_origin is None:
+        raise InvalidMapError(
+            f"{where()}: dest offset {piece.dest_offset} is not a coordinate of the shard {shard}"
+        )
+    if any(o + e > size for o, e, size in zip(origin, shape, logical)):  # R15
+        raise InvalidMapError(f"{where()}: box {Box(origin, shape)} lies outside the logical parameter {logical}")
+    if any(o + e > size for o, e, size in zip(local_origin, shape, shard)):
+        raise InvalidMapError(
+            f"{where()}: shard box {Box(local_origin, shape)} lies outside the {shard} shard of location {loc}"
+        )
+    return Frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
 
 
 def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
     return all(size <= 1 or g == w for size, g, w in zip(shape, got, want))
 
 
-def _check_shape(values: Sequence[int], what: str, where: str) -> None:
+def _check_shape(values: Sequence[int], what: str, where: str | Callable[[], str]) -> None:
     for v in values:
-        if v < 0:
-            raise InvalidMapError(f"{where}: {what} {tuple(values)} has a negative extent")
-        if v > MAX_COORDINATE:
-            raise InvalidMapError(f"{where}: {what} {tuple(values)} has an extent above 2**62")
+        if v < 0 or v > MAX_COORDINATE:
+            place = where() if callable(where) else where
+            problem = "a negative extent" if v < 0 else "an extent above 2**62"
+            raise InvalidMapError(f"{place}: {what} {tuple(values)} has {problem}")
 
 
 def normalize(
@@ -164,6 +232,7 @@ def normalize(
             f"{_where(parameter, side)}: {total} pieces exceed max_pieces_per_map={budget.max_pieces_per_map}"
         )
     logical_strides = row_major_strides(logical)
+    logical_numel = volume(logical)
     frames: list[Frame] = []
     for loc in param_map.ranks:
         pieces = param_map.pieces_by_rank.get(loc, ())
@@ -188,58 +257,12 @@ def normalize(
             )
         shard_strides = row_major_strides(shard)
         for index, piece in enumerate(pieces):
-            where = _where(parameter, side, loc, index)
-            if len(piece.shape) != ndim:  # R7
-                raise InvalidMapError(
-                    f"{where}: piece shape {piece.shape} has a different number of axes than {logical}"
-                )
-            _check_shape(piece.shape, "piece shape", where)  # R8
-            if not piece.locations:  # R9
-                raise InvalidMapError(f"{where}: the piece names no holder (empty locations)")
-            if piece.scale != 1.0:  # R10
-                raise UnsupportedLayoutError(
-                    f"{where}: scale {piece.scale} is not 1; a scaled piece cannot be copied as-is "
-                    "(a resumed optimizer would stay in the source coordinate)"
-                )
-            if len(piece.source_strides) != ndim or len(piece.dest_strides) != ndim:  # R11
-                raise InvalidMapError(
-                    f"{where}: stride vector length {len(piece.source_strides)}/{len(piece.dest_strides)} "
-                    f"does not match the piece's {ndim} axes"
-                )
-            if piece.numel == 0:  # R12: empty pieces carry running offsets that may be out of range
-                continue
-            for value in (piece.source_offset, piece.dest_offset, *piece.source_strides, *piece.dest_strides):
-                if abs(value) > MAX_COORDINATE:
-                    raise InvalidMapError(f"{where}: offset or stride {value} is above 2**62")
-            if not _strides_match(piece.shape, piece.source_strides, logical_strides):  # R13
-                raise UnsupportedLayoutError(
-                    f"{where}: source strides {piece.source_strides} are not the row-major strides "
-                    f"{logical_strides} of F (a permutation or transpose is not a box copy)"
-                )
-            if not _strides_match(piece.shape, piece.dest_strides, shard_strides):
-                raise UnsupportedLayoutError(
-                    f"{where}: dest strides {piece.dest_strides} are not the row-major strides "
-                    f"{shard_strides} of the shard {shard}"
-                )
-            origin = _decode(piece.source_offset, logical)  # R14
-            if origin is None:
-                raise InvalidMapError(
-                    f"{where}: source offset {piece.source_offset} is not a coordinate of F {logical}"
-                )
-            local_origin = _decode(piece.dest_offset, shard)
-            if local_origin is None:
-                raise InvalidMapError(
-                    f"{where}: dest offset {piece.dest_offset} is not a coordinate of the shard {shard}"
-                )
-            box = Box(origin, piece.shape)
-            if not Box((0,) * ndim, logical).contains(box):  # R15
-                raise InvalidMapError(f"{where}: box {box} lies outside the logical parameter {logical}")
-            local = Box(local_origin, piece.shape)
-            if not Box((0,) * ndim, shard).contains(local):
-                raise InvalidMapError(
-                    f"{where}: shard box {local} lies outside the {shard} shard of location {loc}"
-                )
-            frames.append(Frame(loc, index, piece.locations, box, local, shard, shard_strides))
+            frame = _piece_frame(
+                piece, index, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel,
+                parameter, side,
+            )
+            if frame is not None:
+                frames.append(frame)
     frames.sort(key=lambda f: (f.location, f.box.origin, f.box.extent, f.piece_index))
     result = NormalizedMap(parameter, side, logical, dict(param_map.shard_shapes), tuple(frames), total)
     if work is None:
