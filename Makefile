@@ -17,8 +17,11 @@ $(VENV)/.base: pyproject.toml
 	$(PIP) install -q -e .
 	touch $@
 
+# The DeepSpeed peer (extra `peer`) is pure Python; without build isolation pip would build it
+# in an isolated environment that pulls its own (CUDA) torch.
 $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q -e '.[test]' $(TORCH_PIN)
+	$(PIP) install -q --no-build-isolation 'deepspeed==0.19.8' $(TORCH_PIN)
 	touch $@
 
 demo: $(VENV)/.base
