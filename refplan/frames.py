@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import mul
+from typing import NamedTuple
 
 from .box import Box, WorkCounter, overlapping_pairs, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
@@ -44,9 +46,12 @@ MAX_COORDINATE = 1 << 62
 """Largest extent, offset or stride accepted; keeps every address exact in int64 arithmetic."""
 
 
-@dataclass(frozen=True)
-class Frame:
-    """A validated non-empty piece: where it lies in F, where in its shard, and who holds it."""
+class Frame(NamedTuple):
+    """A validated non-empty piece: where it lies in F, where in its shard, and who holds it.
+
+    ``shift`` is the address the frame's translation gives logical coordinate 0 (possibly
+    negative), so ``address`` is one dot product. A named tuple because maps have 10⁵ of them.
+    """
 
     location: int
     piece_index: int
@@ -55,6 +60,7 @@ class Frame:
     local: Box
     shard_shape: tuple[int, ...]
     strides: tuple[int, ...]
+    shift: int
 
     def address(self, sub: Box) -> int:
         """Shard offset of ``sub``'s first element; ``sub`` must lie inside ``self.box``.
@@ -62,10 +68,16 @@ class Frame:
         Row-major strides make this a bijection between the frame's logical box and its local box
         (proof: address lemma), which is why a holder's copy of any sub-box is found here.
         """
-        return sum(
-            (lo + so - bo) * st
-            for lo, so, bo, st in zip(self.local.origin, sub.origin, self.box.origin, self.strides)
-        )
+        offset: int = sum(map(mul, sub.origin, self.strides))
+        return offset + self.shift
+
+
+def _frame(
+    location: int, index: int, locations: frozenset[int], box: Box, local: Box, shard: tuple[int, ...],
+    strides: tuple[int, ...],
+) -> Frame:
+    shift: int = sum(map(mul, local.origin, strides)) - sum(map(mul, box.origin, strides))
+    return Frame(location, index, locations, box, local, shard, strides, shift)
 
 
 @dataclass(frozen=True)
@@ -183,10 +195,13 @@ def _piece_frame(
         raise InvalidMapError(
             f"{where()}: shard box {Box(local_origin, shape)} lies outside the {shard} shard of location {loc}"
         )
-    return Frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
+    return _frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
 
 
 def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
+    """Strides agree on every axis of size > 1 (a size-1 axis is never stepped, so any stride)."""
+    if tuple(got) == tuple(want):
+        return True
     return all(size <= 1 or g == w for size, g, w in zip(shape, got, want))
 
 

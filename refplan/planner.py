@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from operator import mul, sub
 from typing import Any
 
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError
 from .frames import NormalizedMap, normalize, pair_budget
 from .maps import ParamAffineMap
-from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce, encode_plan
+from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce
 from .policies import balanced, from_selector
 from .regions import check_target_cover, intersections, source_regions
 from .requests import (
@@ -91,17 +92,16 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
     for request, parts in zip(prepared.requests, answers):
         origin = request.logical_origin
         for pbox, cand in parts:
-            delta = [p - o for p, o in zip(pbox.origin, origin)]
+            delta = list(map(sub, pbox.origin, origin)) if pbox.origin != origin else None
             out.append(
                 TransferSegment(
-                    source_rank=cand.source_rank,
-                    source_offset=cand.source_offset + sum(d * s for d, s in zip(delta, cand.source_strides)),
-                    source_strides=cand.source_strides,
-                    target_rank=request.target_location,
-                    target_offset=request.target_offset
-                    + sum(d * s for d, s in zip(delta, request.target_strides)),
-                    target_strides=request.target_strides,
-                    shape=pbox.extent,
+                    cand.source_rank,
+                    cand.source_offset + (int(sum(map(mul, delta, cand.source_strides))) if delta else 0),
+                    cand.source_strides,
+                    request.target_location,
+                    request.target_offset + (int(sum(map(mul, delta, request.target_strides))) if delta else 0),
+                    request.target_strides,
+                    pbox.extent,
                 )
             )
     return out
@@ -120,7 +120,7 @@ def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudg
         )
     logical = prepared.target.logical_shape
     plan = TransferPlan(tuple(segments), logical, sum(s.numel for s in segments))
-    plan_bytes = len(encode_plan(plan.to_dict()))
+    plan_bytes = len(plan.encode())
     if plan_bytes > budget.max_plan_bytes:  # R32
         raise AffineTransferError(
             f"parameter {name!r}: the plan encodes to {plan_bytes} bytes, above max_plan_bytes="
