@@ -14,6 +14,7 @@ can refuse a pathological input under its budget instead of running for hours.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import add, sub
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,7 +30,13 @@ __all__ = [
 
 
 def volume(extent: Sequence[int]) -> int:
-    """Product of the extents (1 for a 0-d shape), as an exact Python int."""
+    """Product of the extents (1 for a 0-d shape), as an exact Python int.
+
+    pre: len(extent) <= 4
+    pre: all(e >= 0 for e in extent)
+    post: __return__ >= 0
+    post: (__return__ == 0) == any(e == 0 for e in extent)
+    """
     count = 1
     for size in extent:
         count *= size
@@ -37,7 +44,15 @@ def volume(extent: Sequence[int]) -> int:
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a densely packed row-major tensor of ``shape``."""
+    """Element strides of a densely packed row-major tensor of ``shape``.
+
+    pre: len(shape) <= 4
+    pre: all(s >= 1 for s in shape)
+    post: len(__return__) == len(shape)
+    post: len(shape) == 0 or __return__[-1] == 1
+    post: all(__return__[i] == __return__[i + 1] * shape[i + 1] for i in range(len(shape) - 1))
+    post: len(shape) == 0 or __return__[0] * shape[0] == volume(shape)
+    """
     strides = [1] * len(shape)
     for axis in range(len(shape) - 2, -1, -1):
         strides[axis] = strides[axis + 1] * shape[axis + 1]
@@ -72,29 +87,44 @@ class Box(NamedTuple):
         return any(e <= 0 for e in self.extent)
 
     def intersect(self, other: Box) -> Box | None:
-        """The common box, or ``None`` when the two share no element."""
-        origin = []
-        extent = []
-        for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent):
-            lo = a0 if a0 > b0 else b0
-            hi_a = a0 + ae
-            hi_b = b0 + be
-            hi = hi_a if hi_a < hi_b else hi_b
-            if hi <= lo:
-                return None
-            origin.append(lo)
-            extent.append(hi - lo)
-        return Box(tuple(origin), tuple(extent))
+        """The common box, or ``None`` when the two share no element.
+
+        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
+        pre: all(e >= 0 for e in self.extent) and all(e >= 0 for e in other.extent)
+        post: __return__ is None or (self.contains(__return__) and other.contains(__return__))
+        post: __return__ is None or not __return__.is_empty()
+        post: (__return__ is None) == (not self.overlaps(other))
+        post: __return__ is None or __return__.volume <= min(self.volume, other.volume)
+        """
+        lo = tuple(map(max, self.origin, other.origin))
+        hi = map(min, map(add, self.origin, self.extent), map(add, other.origin, other.extent))
+        extent = tuple(map(sub, hi, lo))
+        if extent and min(extent) <= 0:
+            return None
+        return Box(lo, extent)
 
     def overlaps(self, other: Box) -> bool:
-        """Whether the two boxes share at least one element (never true for an empty box)."""
+        """Whether the two boxes share at least one element (never true for an empty box).
+
+        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
+        post: not (__return__ and (self.is_empty() or other.is_empty()))
+        post: __return__ == all(
+            max(a0, b0) < min(a0 + ae, b0 + be)
+            for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent)
+        ) or self.is_empty() or other.is_empty()
+        """
         for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent):
             if ae <= 0 or be <= 0 or a0 >= b0 + be or b0 >= a0 + ae:
                 return False
         return True
 
     def contains(self, other: Box) -> bool:
-        """Whether every element of ``other`` lies in ``self`` (an empty ``other`` is contained)."""
+        """Whether every element of ``other`` lies in ``self`` (an empty ``other`` is contained).
+
+        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
+        pre: all(e >= 0 for e in self.extent)
+        post: __return__ == (other.is_empty() or self.intersect(other) == other)
+        """
         if other.is_empty():
             return True
         return all(
@@ -103,7 +133,18 @@ class Box(NamedTuple):
         )
 
     def subtract(self, other: Box) -> list[Box]:
-        """``self`` minus ``other`` as at most ``2 * ndim`` disjoint boxes (slab decomposition)."""
+        """``self`` minus ``other`` as at most ``2 * ndim`` disjoint boxes (slab decomposition).
+
+        pre: 1 <= len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
+        pre: all(e >= 0 for e in self.extent) and all(e >= 0 for e in other.extent)
+        post: len(__return__) <= max(1, 2 * self.ndim)
+        post: all(self.contains(p) for p in __return__)
+        post: not any(p.overlaps(other) for p in __return__)
+        post: not any(__return__[i].overlaps(__return__[j])
+                      for i in range(len(__return__)) for j in range(i + 1, len(__return__)))
+        post: sum(p.volume for p in __return__) == self.volume - (
+            self.intersect(other).volume if self.overlaps(other) else 0)
+        """
         if not self.overlaps(other):
             return [self]
         pieces: list[Box] = []
@@ -129,7 +170,17 @@ class Box(NamedTuple):
         return pieces
 
     def split(self, axis: int, at: int) -> tuple[Box, Box]:
-        """Cut at absolute coordinate ``at`` on ``axis``; ``at`` must lie strictly inside."""
+        """Cut at absolute coordinate ``at`` on ``axis``; ``at`` must lie strictly inside.
+
+        pre: len(self.origin) == len(self.extent) <= 3
+        pre: 0 <= axis < len(self.origin)
+        pre: self.origin[axis] < at < self.origin[axis] + self.extent[axis]
+        pre: all(e >= 1 for e in self.extent)
+        post: __return__[0].volume + __return__[1].volume == self.volume
+        post: self.contains(__return__[0]) and self.contains(__return__[1])
+        post: not __return__[0].overlaps(__return__[1])
+        post: __return__[0].end[axis] == __return__[1].origin[axis] == at
+        """
         lo = self.origin[axis]
         hi = lo + self.extent[axis]
         if not lo < at < hi:
@@ -261,6 +312,44 @@ def _partition(
     return True
 
 
+def _interval_join(
+    lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], tags: np.ndarray[Any, Any],
+    work: WorkCounter,
+) -> set[tuple[int, int]] | None:
+    """Bipartite overlaps by a sorted merge, when both sides are slabs along one common axis.
+
+    If each side's boxes are pairwise disjoint along axis ``a`` (row slabs against row slabs,
+    the usual resharding case), then sorted by their start on ``a`` each side's intervals are
+    also sorted by end, and the partners of a box on the other side are one contiguous run found
+    by two binary searches. Candidates number at most the two sides plus the true overlaps, so the
+    join is O(n log n); other axes are then checked vectorised. ``None`` when no axis qualifies.
+    """
+    values = np.unique(tags)
+    if values.size != 2:
+        return None
+    side_a = np.flatnonzero(tags == values[0])
+    side_b = np.flatnonzero(tags == values[1])
+    for axis in range(lo.shape[1]):
+        order_a = side_a[np.argsort(lo[side_a, axis], kind="stable")]
+        order_b = side_b[np.argsort(lo[side_b, axis], kind="stable")]
+        if not (np.all(hi[order_a[:-1], axis] <= lo[order_a[1:], axis])
+                and np.all(hi[order_b[:-1], axis] <= lo[order_b[1:], axis])):
+            continue
+        first = np.searchsorted(hi[order_b, axis], lo[order_a, axis], side="right")
+        stop = np.searchsorted(lo[order_b, axis], hi[order_a, axis], side="left")
+        counts = np.maximum(stop - first, 0)
+        total = int(counts.sum())
+        work.add(int(order_a.size + order_b.size) + total)
+        left = np.repeat(order_a, counts)
+        starts = np.repeat(first - np.cumsum(counts) + counts, counts)
+        right = order_b[starts + np.arange(total)]
+        keep = np.all((lo[left] < hi[right]) & (lo[right] < hi[left]), axis=1)
+        i = ids[left[keep]]
+        j = ids[right[keep]]
+        return {(int(x), int(y)) if x < y else (int(y), int(x)) for x, y in zip(i.tolist(), j.tolist())}
+    return None
+
+
 def overlapping_pairs(
     boxes: Sequence[Box],
     work: WorkCounter | None = None,
@@ -280,6 +369,10 @@ def overlapping_pairs(
         return found
     group_of = np.asarray(groups if groups is not None else [0] * len(boxes), dtype=np.int64)
     lo, hi, ids = _as_arrays([boxes[i] for i in live], live)
+    if groups is not None:
+        joined = _interval_join(lo, hi, ids, group_of[ids], work)
+        if joined is not None:
+            return joined
 
     def shortcut(arrays: _Arrays, _c_lo: Any, _c_hi: Any) -> bool:
         a_lo, a_hi, a_ids = arrays

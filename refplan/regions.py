@@ -49,9 +49,8 @@ def source_regions(source: NormalizedMap, work: WorkCounter) -> tuple[Region, ..
     groups: dict[Box, list[Frame]] = {}
     for f in source.frames:
         groups.setdefault(f.box, []).append(f)
-    regions = tuple(
-        Region(box, tuple(sorted(groups[box], key=lambda f: f.location))) for box in sorted(groups)
-    )
+    # Frames arrive sorted by location (``normalize``), so each group's holders already are.
+    regions = tuple(Region(box, tuple(groups[box])) for box in sorted(groups))
     pairs = overlapping_pairs([r.box for r in regions], work)
     if pairs:
         a, b = (regions[i] for i in min(pairs))
