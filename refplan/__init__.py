@@ -14,6 +14,7 @@ from .maps import (
     sub_param_map,
 )
 from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment
+from .planner import plan_transfer, plan_transfers
 from .requests import (
     ReplicaAnswer,
     ReplicaCandidate,
@@ -23,10 +24,12 @@ from .requests import (
     ReplicaSelectionRequest,
     TransferEndpoints,
 )
+from .verify import BatchVerdict, Verdict, verify_plan, verify_plans
 
 __all__ = [
     "AffinePiece",
     "AffineTransferError",
+    "BatchVerdict",
     "InvalidMapError",
     "InvalidReplicaPolicyError",
     "ParamAffineMap",
@@ -42,10 +45,15 @@ __all__ = [
     "TransferPlan",
     "TransferSegment",
     "UnsupportedLayoutError",
+    "Verdict",
     "block_gather_map",
     "contiguous_split_map",
+    "plan_transfer",
+    "plan_transfers",
     "replicate",
     "replicated_map",
     "segmented_map",
     "sub_param_map",
+    "verify_plan",
+    "verify_plans",
 ]
