@@ -26,13 +26,14 @@ $(VENV)/.test: $(VENV)/.base pyproject.toml
 
 demo: $(VENV)/.base
 	$(VENV)/bin/refplan demo
+	$(VENV)/bin/refplan sync --nproc 4 --backend gloo --model demo
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check refplan tests proofs fuzz
 	$(VENV)/bin/mypy refplan
 
 test: lint
-	$(PY) -m pytest -n 2 tests
+	$(PY) -m pytest -n 2 --dist loadgroup tests
 
 proofs: $(VENV)/.test
 	$(PY) proofs/run_all.py

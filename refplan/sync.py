@@ -1,0 +1,537 @@
+"""``refplan sync``: a real multi-process sync on this machine, checked element by element.
+
+Why it exists: the planner and the oracle reason about boxes; only moving real bytes between real
+processes shows that the executor's protocol (verdict exchange, rounds, staging, rank
+translation) delivers every element. Each process loads the model and plans for itself — the
+planner is deterministic, so the executor's schedule digest must agree across processes, which
+exercises that check for real rather than handing every process one pickled plan.
+
+Data are *markers*: logical element ``k`` of a parameter holds a bit pattern derived from ``k``
+(``marker_bits``), so equal bits mean "the right element landed here" for every dtype, including
+bfloat16 where integer values would repeat. Sources are cut from the markers through the source
+map, expected targets through the target map (``refplan.simulate.extract_shards``), and every
+target element is compared bit for bit.
+
+Processes are started with ``fork`` around a ``TCPStore`` hosted by the parent on an ephemeral
+port (about 0.15 s for four processes, against seconds for ``spawn``); CUDA cannot survive a fork,
+so the NCCL backend uses ``spawn``. Children wait on a gate until every fork is done, so no child
+connects to the store while the parent is still forking. ``run_ranks`` is the reusable launcher
+(the tests use it too).
+
+Exit codes: 0 every target element exact, 1 a mismatch or a failure while moving, 2 bad input or
+a transfer rejected before anything moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .box import volume
+from .errors import AffineTransferError, InvalidMapError
+from .maps import ParamAffineMap
+from .policies import POLICIES
+from .requests import TransferEndpoints
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    import torch
+
+__all__ = [
+    "DTYPES",
+    "RankOutcome",
+    "SyncConfig",
+    "add_sync_arguments",
+    "bits_of",
+    "colocated_endpoints",
+    "marker_bits",
+    "restrict",
+    "run_ranks",
+    "run_sync_cli",
+    "tensor_from_bits",
+]
+
+DTYPES = ("float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8", "uint8")
+"""Dtype names ``--dtype`` accepts (attributes of ``torch``)."""
+
+# Exponent and mantissa widths of the float formats: markers are positive normal numbers.
+_FLOAT_FIELDS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
+_SIGNED = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+Array = np.ndarray[Any, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers and bit views.
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _mix(k: Array) -> Array:
+    """splitmix64 finalizer: scatters indices so a wrapped marker range has no short period."""
+    z = k + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    out: Array = z ^ (z >> np.uint64(31))
+    return out
+
+
+def marker_bits(shape: Sequence[int], dtype: torch.dtype) -> Array:
+    """Bit patterns (signed ints of the dtype's width) that mark each logical element of F.
+
+    Floats get positive *normal* numbers (exponent field ≥ 1, below all-ones), so no NaN, infinity
+    or denormal can be altered by a copy; integers get their index modulo the type's range. While
+    F has no more elements than the format has such values, element ``k`` gets the ``k``-th one,
+    so every marker is unique; beyond that, a scrambled index picks one (rarely repeated, never
+    periodic). The all-ones pattern (``-1``) is never a float marker, which makes it a sentinel
+    that cannot be mistaken for data.
+    """
+    name = _dtype_name(dtype)
+    width = dtype.itemsize
+    n = volume(tuple(shape))
+    k = np.arange(n, dtype=np.uint64)
+    if name in _FLOAT_FIELDS:
+        exp_bits, man_bits = _FLOAT_FIELDS[name]
+        span = ((1 << exp_bits) - 2) << man_bits
+        index = k if n <= span else _mix(k) % np.uint64(span)
+        bits = index + np.uint64(1 << man_bits)
+    elif name in DTYPES:
+        span = 1 << (8 * width)
+        bits = k if n <= span or width == 8 else _mix(k) % np.uint64(span)
+    else:
+        raise ValueError(f"no markers for dtype {dtype}")
+    with np.errstate(over="ignore"):
+        out: Array = bits.astype(_UNSIGNED[width]).view(_SIGNED[width]).reshape(tuple(shape))
+    return out
+
+
+def tensor_from_bits(bits: Array, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A tensor of ``dtype`` holding exactly these bit patterns (no value conversion)."""
+    import torch
+
+    raw = np.ascontiguousarray(bits).view(_SIGNED[dtype.itemsize])
+    return torch.from_numpy(raw.copy()).view(dtype).to(device)
+
+
+def bits_of(tensor: torch.Tensor) -> Array:
+    """The bit patterns of a tensor as signed ints of its width (for exact comparison)."""
+    import torch
+
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    return tensor.detach().contiguous().view(ints).cpu().numpy()
+
+
+def restrict(param_map: ParamAffineMap, locations: Sequence[int]) -> ParamAffineMap | None:
+    """The part of a map held by ``locations`` (None when it holds nothing there).
+
+    A process only needs its own shards; extracting the others would multiply the work by the
+    number of processes.
+    """
+    keep = [loc for loc in param_map.ranks if loc in set(locations)]
+    if not keep:
+        return None
+    return ParamAffineMap(
+        param_map.logical_shape,
+        {loc: param_map.shard_shapes[loc] for loc in keep if loc in param_map.shard_shapes},
+        {loc: param_map.pieces_by_rank.get(loc, ()) for loc in keep},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The launcher.
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """What one process returned, or the error it ended with (``error_type`` is the class name)."""
+
+    rank: int
+    value: Any = None
+    error: str | None = None
+    error_type: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _rank_main(
+    fn: Callable[[int, int], Any],
+    rank: int,
+    world: int,
+    port: int,
+    backend: str,
+    timeout_s: float,
+    threads: int,
+    gate: Connection,
+    report: Connection,
+) -> None:
+    """Body of one launched process: wait for the gate, join the group, run ``fn``, report, exit.
+
+    Always ends with ``os._exit``: a forked child must never return into the parent's code (a
+    test runner, a CLI), and a process group broken by a timeout must not block interpreter exit.
+    ``threads`` is 1 for a forked child: GNU OpenMP is not fork-safe, and a child forked from a
+    parent that has run a parallel torch op hangs in its first parallel region (seen here).
+    """
+    outcome: RankOutcome
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported, not in __all__
+
+        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)})
+        gate.recv()
+        timeout = timedelta(seconds=timeout_s)
+        torch.set_num_threads(threads)
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        store = TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        outcome = RankOutcome(rank, fn(rank, world))
+    except BaseException as exc:
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+        outcome = RankOutcome(rank, None, f"{type(exc).__name__}: {exc}\n{detail}", type(exc).__name__)
+    try:
+        report.send(outcome)
+    except Exception as exc:  # an unpicklable value must still report something
+        report.send(RankOutcome(rank, None, f"cannot report result: {type(exc).__name__}: {exc}", "ReportError"))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def run_ranks(
+    fn: Callable[[int, int], Any],
+    nproc: int,
+    *,
+    backend: str = "gloo",
+    timeout: timedelta = timedelta(seconds=60),
+    deadline_s: float | None = None,
+    start_method: str | None = None,
+) -> list[RankOutcome]:
+    """Run ``fn(rank, world)`` in ``nproc`` fresh processes joined in one process group.
+
+    The parent hosts the ``TCPStore`` on 127.0.0.1 (ephemeral port); ``timeout`` is the process
+    group's and the store's timeout. The parent waits at most ``deadline_s`` (default: twice the
+    timeout plus a minute) for all reports, then kills the processes it started that are still
+    running and reports them as timed out, so a hang can never outlive the launcher. With
+    ``fork`` (the default for gloo) ``fn`` may be a closure; ``spawn`` (the default for NCCL,
+    since CUDA does not survive a fork) needs a picklable ``fn``.
+    """
+    import multiprocessing as mp
+
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported, not in __all__
+
+    method = start_method or ("spawn" if backend == "nccl" else "fork")
+    ctx: Any = mp.get_context(method)  # Fork- or SpawnContext; the base class lacks Process
+    threads = 1 if method == "fork" else max(1, (os.cpu_count() or 1) // nproc)
+    store = TCPStore(
+        "127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False, timeout=timeout
+    )
+    gates = [ctx.Pipe(duplex=False) for _ in range(nproc)]
+    reports = [ctx.Pipe(duplex=False) for _ in range(nproc)]
+    procs = [
+        ctx.Process(
+            target=_rank_main,
+            args=(
+                fn, rank, nproc, store.port, backend, timeout.total_seconds(), threads, gates[rank][0], reports[rank][1]
+            ),
+            daemon=True,
+        )
+        for rank in range(nproc)
+    ]
+    for proc in procs:
+        proc.start()
+    for _reader, writer in gates:
+        writer.send(True)
+    limit = deadline_s if deadline_s is not None else 2 * timeout.total_seconds() + 60
+    end = time.monotonic() + limit
+    outcomes: list[RankOutcome] = []
+    for rank, (reader, _writer) in enumerate(reports):
+        left = max(end - time.monotonic(), 0.0)
+        try:
+            got = reader.poll(left)
+            outcome = reader.recv() if got else RankOutcome(rank, None, f"no report within {limit:.0f} s", "Timeout")
+        except EOFError:
+            procs[rank].join(1)
+            outcome = RankOutcome(rank, None, f"exited ({procs[rank].exitcode}) without reporting", "Died")
+        outcomes.append(outcome)
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+    del store
+    return outcomes
+
+
+# ---------------------------------------------------------------------------------------------
+# The sync itself.
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Everything a process needs to load, plan and check its part of the sync."""
+
+    model: str = "demo"
+    nproc: int = 4
+    backend: str = "gloo"
+    policy: str = "balanced"
+    dtype: str = "bfloat16"
+    budget_bytes: int = 8 << 20
+    endpoints: str = "auto"
+    timeout_s: float = 120.0
+
+
+def _load_model(model: str) -> tuple[dict[str, tuple[ParamAffineMap, ParamAffineMap]], TransferEndpoints | None]:
+    if model == "demo":
+        from .demo import demo_batch
+
+        pairs, endpoints, _sizes = demo_batch()
+        return pairs, endpoints
+    from .files import load_json, parse_maps
+
+    batch = parse_maps(load_json(model))
+    return batch.pairs, batch.endpoints
+
+
+def colocated_endpoints(
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]], nproc: int
+) -> TransferEndpoints:
+    """Source location i → process i mod nproc, target location j → process j mod nproc.
+
+    The in-place layout (trainer and engine on the same processes, e.g. ZeRO-2 TP×DP → TP), used
+    when a model's own endpoints need more processes than were asked for.
+    """
+    sources = sorted({loc for target, source in pairs.values() for loc in source.ranks})
+    targets = sorted({loc for target, source in pairs.values() for loc in target.ranks})
+    return TransferEndpoints({loc: loc % nproc for loc in sources}, {loc: loc % nproc for loc in targets})
+
+
+def _bind(
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    model_endpoints: TransferEndpoints | None,
+    mode: str,
+    nproc: int,
+) -> tuple[TransferEndpoints, str]:
+    fits = model_endpoints is not None and all(
+        0 <= p < nproc for p in (*model_endpoints.source.values(), *model_endpoints.target.values())
+    )
+    if mode == "model" or (mode == "auto" and fits):
+        if model_endpoints is None or not fits:
+            shown = None if model_endpoints is None else model_endpoints.to_dict()
+            raise InvalidMapError(
+                f"--endpoints model: the model's endpoints {shown} need processes outside 0..{nproc - 1}"
+            )
+        return model_endpoints, "model"
+    return colocated_endpoints(pairs, nproc), "colocated"
+
+
+def _sync_rank(rank: int, world: int, cfg: SyncConfig) -> dict[str, Any]:
+    """One process of ``refplan sync``: plan, fill markers, execute, compare every target bit."""
+    import torch
+
+    from .execute import StagingBudget, execute_transfers
+    from .planner import plan_transfers
+    from .simulate import extract_shards
+
+    dtype = getattr(torch, cfg.dtype)
+    device = torch.device("cuda", torch.cuda.current_device()) if cfg.backend == "nccl" else torch.device("cpu")
+    pairs, model_endpoints = _load_model(cfg.model)
+    endpoints, _how = _bind(pairs, model_endpoints, cfg.endpoints, world)
+    started = time.perf_counter()
+    plans = plan_transfers(
+        pairs,
+        endpoints=endpoints,
+        element_size=dict.fromkeys(pairs, dtype.itemsize),
+        replica_policy=POLICIES[cfg.policy],
+    )
+    plan_seconds = time.perf_counter() - started
+    mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
+    mine_tgt = [loc for loc, p in endpoints.target.items() if p == rank]
+    sources: dict[str, dict[int, torch.Tensor]] = {}
+    targets: dict[str, dict[int, torch.Tensor]] = {}
+    expected: dict[str, dict[int, Array]] = {}
+    for name, (target_map, source_map) in sorted(pairs.items()):
+        src_part = restrict(source_map, mine_src)
+        tgt_part = restrict(target_map, mine_tgt)
+        if src_part is None and tgt_part is None:
+            continue
+        full = marker_bits(target_map.logical_shape, dtype)
+        limit = 4 * full.size + (1 << 24)
+        if src_part is not None:
+            shards = extract_shards(src_part, full, max_elements=limit)
+            sources[name] = {loc: tensor_from_bits(b, dtype, device) for loc, b in shards.items()}
+        if tgt_part is not None:
+            wanted = extract_shards(tgt_part, full, max_elements=limit)
+            expected[name] = wanted
+            targets[name] = {
+                loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype, device) for loc, b in wanted.items()
+            }
+    stats = execute_transfers(
+        plans,
+        sources,
+        targets,
+        endpoints,
+        dtypes=dict.fromkeys(plans, dtype),
+        budget=StagingBudget(cfg.budget_bytes),
+        timeout=timedelta(seconds=cfg.timeout_s),
+    )
+    checked = mismatched = 0
+    first: str | None = None
+    for name, per_loc in sorted(expected.items()):
+        for loc, want in sorted(per_loc.items()):
+            got = bits_of(targets[name][loc])
+            bad = np.flatnonzero(got != want)
+            checked += want.size
+            mismatched += int(bad.size)
+            if bad.size and first is None:
+                first = f"parameter {name!r} target location {loc} element {int(bad[0])}"
+    return {
+        "rank": rank,
+        "plan_seconds": plan_seconds,
+        "segments": stats.segments,
+        "chunks": stats.chunks,
+        "rounds": stats.rounds,
+        "local_copy_bytes": stats.local_copy_bytes,
+        "sent_bytes": dict(stats.sent_bytes),
+        "received_bytes": dict(stats.received_bytes),
+        "seconds": stats.seconds,
+        "move_seconds": stats.move_seconds,
+        "checked": checked,
+        "mismatched": mismatched,
+        "first_mismatch": first,
+    }
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"  # pragma: no cover
+
+
+def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``refplan sync`` (the CLI wires this into its ``sync`` sub-command)."""
+    parser.add_argument("--nproc", type=int, default=4, help="processes to launch on this machine (default 4)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo: CPU tensors; nccl: CUDA")
+    parser.add_argument("--model", default="demo", help="'demo' (built-in TPxDP -> TP batch) or a maps JSON file")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="balanced")
+    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16")
+    parser.add_argument("--budget-bytes", type=int, default=8 << 20, help="staging bytes per peer (default 8 MiB)")
+    parser.add_argument(
+        "--endpoints",
+        choices=("auto", "model", "colocated"),
+        default="auto",
+        help="model: the model's own bindings; colocated: location i on process i mod nproc; "
+        "auto: model's if they fit in --nproc, else colocated",
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a stuck exchange fails")
+
+
+def _config(args: argparse.Namespace) -> SyncConfig:
+    cfg = SyncConfig(
+        model=str(args.model),
+        nproc=int(args.nproc),
+        backend=str(args.backend),
+        policy=str(args.policy),
+        dtype=str(args.dtype),
+        budget_bytes=int(args.budget_bytes),
+        endpoints=str(getattr(args, "endpoints", "auto")),
+        timeout_s=float(getattr(args, "timeout", 120.0)),
+    )
+    if cfg.nproc < 1:
+        raise InvalidMapError(f"--nproc must be at least 1, got {cfg.nproc}")
+    if cfg.budget_bytes < 1:
+        raise InvalidMapError(f"--budget-bytes must be positive, got {cfg.budget_bytes}")
+    if cfg.timeout_s <= 0:
+        raise InvalidMapError(f"--timeout must be positive, got {cfg.timeout_s}")
+    if cfg.dtype not in DTYPES or cfg.policy not in POLICIES:
+        raise InvalidMapError(f"unknown dtype {cfg.dtype!r} or policy {cfg.policy!r}")
+    return cfg
+
+
+def run_sync_cli(args: argparse.Namespace) -> int:
+    """``refplan sync``: launch, move, check, report. Returns the exit code (0, 1 or 2)."""
+    try:
+        cfg = _config(args)
+        pairs, model_endpoints = _load_model(cfg.model)
+        endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
+    except AffineTransferError as exc:
+        print(f"refplan sync: bad input: {exc}", file=sys.stderr)
+        return 2
+    import torch
+
+    if cfg.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < cfg.nproc):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        print(f"refplan sync: bad input: --backend nccl needs {cfg.nproc} CUDA devices, found {count}", file=sys.stderr)
+        return 2
+    try:  # refuse bad input here, before launching anything; every process plans again itself
+        from .planner import plan_transfers
+
+        dtype = getattr(torch, cfg.dtype)
+        plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, dtype.itemsize),
+                       replica_policy=POLICIES[cfg.policy])
+    except AffineTransferError as exc:
+        print(f"refplan sync: bad input: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"refplan sync: model {cfg.model} ({len(pairs)} parameters), {cfg.dtype}, policy {cfg.policy}, "
+        f"{cfg.nproc} processes ({cfg.backend}), endpoints {how}, budget {_size(cfg.budget_bytes)} per peer"
+    )
+    launched = time.perf_counter()
+    outcomes = run_ranks(
+        partial(_sync_rank, cfg=cfg), cfg.nproc, backend=cfg.backend, timeout=timedelta(seconds=cfg.timeout_s)
+    )
+    wall = time.perf_counter() - launched
+    rejected = [o for o in outcomes if o.error_type == "TransferRejectedError"]
+    if rejected:
+        first_line = (rejected[0].error or "rejected").splitlines()[0]
+        print(f"refplan sync: {first_line}", file=sys.stderr)
+        return 2
+    failed = [o for o in outcomes if not o.ok]
+    for o in failed:
+        print(f"refplan sync: process {o.rank} failed: {o.error}", file=sys.stderr)
+    results = [o.value for o in outcomes if o.ok]
+    total_landed = 0
+    for r in results:
+        sent = ", ".join(f"{p}: {_size(b)}" for p, b in sorted(r["sent_bytes"].items())) or "-"
+        recv = ", ".join(f"{p}: {_size(b)}" for p, b in sorted(r["received_bytes"].items())) or "-"
+        landed = sum(r["received_bytes"].values()) + r["local_copy_bytes"]
+        total_landed += landed
+        rate = landed / r["move_seconds"] / 1e9 if r["move_seconds"] > 0 else 0.0
+        verdict = "exact" if r["mismatched"] == 0 else f"{r['mismatched']} MISMATCHED (first: {r['first_mismatch']})"
+        print(
+            f"  process {r['rank']}: sent {_size(sum(r['sent_bytes'].values()))} [{sent}], received "
+            f"{_size(sum(r['received_bytes'].values()))} [{recv}], local {_size(r['local_copy_bytes'])}, "
+            f"{r['rounds']} rounds, {r['chunks']} chunks, {r['move_seconds']:.4f} s, {rate:.2f} GB/s landed; "
+            f"{r['checked']} elements {verdict}"
+        )
+    if results:
+        slowest = max(r["move_seconds"] for r in results)
+        rate = total_landed / slowest / 1e9 if slowest > 0 else 0.0
+        print(
+            f"  total: {_size(total_landed)} landed in {slowest:.4f} s (slowest process) = {rate:.2f} GB/s; "
+            f"plan {max(r['plan_seconds'] for r in results):.3f} s per process; launch to finish {wall:.2f} s"
+        )
+    if failed:
+        return 1
+    bad = sum(r["mismatched"] for r in results)
+    print("refplan sync: every target element exact" if bad == 0 else f"refplan sync: {bad} elements wrong")
+    return 0 if bad == 0 else 1

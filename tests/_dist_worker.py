@@ -1,0 +1,419 @@
+"""Scenarios that run inside every launched process of ``tests/test_execute.py``.
+
+Why one module of scenarios: starting processes is the expensive part on a 2-core machine, so
+the tests start four processes once and each process runs every scenario in the same order
+(every scenario is collective: all processes call the executor the same number of times).
+Each scenario returns plain data (picklable) that the tests assert on; an unexpected exception
+is caught per scenario and reported, so one broken scenario cannot hide the others.
+
+Every process plans for itself with the deterministic planner, exactly as a real job would,
+so the schedule digest is exercised on every call. Shard buffers are views in the middle of
+larger allocations whose guard elements must survive untouched, sources must stay intact, and
+targets start as the all-ones sentinel, which is never a float marker.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from refplan import ParamAffineMap, TransferEndpoints, TransferPlan, contiguous_split_map, replicate
+from refplan.execute import (
+    StagingBudget,
+    TransferExecutionError,
+    TransferRejectedError,
+    TransferStats,
+    execute_transfers,
+)
+from refplan.planner import plan_transfers
+from refplan.policies import POLICIES
+from refplan.simulate import extract_shards
+from refplan.sync import bits_of, marker_bits, restrict, tensor_from_bits
+
+TIMEOUT = timedelta(seconds=20)
+GUARD = 5
+STUCK_TIMEOUT_S = 2.0
+GUARD_BITS = 0x2A
+
+Pairs = dict[str, tuple[ParamAffineMap, ParamAffineMap]]
+
+
+@dataclass
+class Buffers:
+    """This process's shards (views into guarded allocations) and what they must end up holding."""
+
+    sources: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+    targets: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+    expected: dict[str, dict[int, np.ndarray[Any, Any]]] = field(default_factory=dict)
+    source_bits: dict[str, dict[int, np.ndarray[Any, Any]]] = field(default_factory=dict)
+    allocations: list[tuple[torch.Tensor, int]] = field(default_factory=list)  # (whole, shard numel)
+
+    def snapshot(self) -> list[np.ndarray[Any, Any]]:
+        return [bits_of(whole).copy() for whole, _n in self.allocations]
+
+
+def _guarded(bits: np.ndarray[Any, Any], dtype: torch.dtype, buffers: Buffers) -> torch.Tensor:
+    guard = np.full(GUARD, GUARD_BITS, dtype=bits.dtype)
+    whole = tensor_from_bits(np.concatenate([guard, bits.reshape(-1), guard]), dtype)
+    buffers.allocations.append((whole, bits.size))
+    return whole[GUARD : GUARD + bits.size]
+
+
+def make_buffers(
+    pairs: Pairs, endpoints: TransferEndpoints, me: int, dtypes: Mapping[str, torch.dtype]
+) -> Buffers:
+    out = Buffers()
+    mine_src = [loc for loc, p in endpoints.source.items() if p == me]
+    mine_tgt = [loc for loc, p in endpoints.target.items() if p == me]
+    for name, (target_map, source_map) in sorted(pairs.items()):
+        full = marker_bits(target_map.logical_shape, dtypes[name])
+        src_part = restrict(source_map, mine_src)
+        tgt_part = restrict(target_map, mine_tgt)
+        if src_part is not None:
+            shards = extract_shards(src_part, full)
+            out.source_bits[name] = shards
+            out.sources[name] = {loc: _guarded(b, dtypes[name], out) for loc, b in shards.items()}
+        if tgt_part is not None:
+            want = extract_shards(tgt_part, full)
+            out.expected[name] = want
+            out.targets[name] = {
+                loc: _guarded(np.full(b.shape, -1, dtype=b.dtype), dtypes[name], out) for loc, b in want.items()
+            }
+    return out
+
+
+def verdict(buffers: Buffers) -> dict[str, bool]:
+    exact = all(
+        np.array_equal(bits_of(buffers.targets[n][loc]), want)
+        for n, per in buffers.expected.items()
+        for loc, want in per.items()
+    )
+    intact = all(
+        np.array_equal(bits_of(buffers.sources[n][loc]), want)
+        for n, per in buffers.source_bits.items()
+        for loc, want in per.items()
+    )
+    guards = all(
+        bool((bits_of(whole[:GUARD]) == GUARD_BITS).all() and (bits_of(whole[GUARD + n :]) == GUARD_BITS).all())
+        for whole, n in buffers.allocations
+    )
+    return {"exact": exact, "sources_intact": intact, "guards": guards}
+
+
+def stats_dict(stats: TransferStats) -> dict[str, Any]:
+    return {
+        "segments": stats.segments,
+        "chunks": stats.chunks,
+        "messages": stats.messages,
+        "rounds": stats.rounds,
+        "local_copy_bytes": stats.local_copy_bytes,
+        "sent": dict(stats.sent_bytes),
+        "received": dict(stats.received_bytes),
+    }
+
+
+def plan(
+    pairs: Pairs, endpoints: TransferEndpoints, dtypes: Mapping[str, torch.dtype], policy: str
+) -> dict[str, TransferPlan]:
+    return plan_transfers(
+        pairs,
+        endpoints=endpoints,
+        element_size={n: dtypes[n].itemsize for n in pairs},
+        replica_policy=POLICIES[policy],
+    )
+
+
+def run_exact(
+    pairs: Pairs,
+    endpoints: TransferEndpoints,
+    dtypes: Mapping[str, torch.dtype],
+    me: int,
+    *,
+    policy: str = "balanced",
+    budget: StagingBudget | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Plan, fill, execute, judge: the common path of every scenario that must succeed."""
+    plans = plan(pairs, endpoints, dtypes, policy)
+    buffers = make_buffers(pairs, endpoints, me, dtypes)
+    stats = execute_transfers(
+        plans, buffers.sources, buffers.targets, endpoints, dtypes=dtypes,
+        budget=budget or StagingBudget(), timeout=TIMEOUT, **kwargs,
+    )
+    return {**verdict(buffers), **stats_dict(stats)}
+
+
+def expect_rejection(call: Callable[[], Any], buffers: Buffers) -> dict[str, Any]:
+    """Run a call that must be refused; report the error and whether any allocated byte changed."""
+    before = buffers.snapshot()
+    try:
+        call()
+    except TransferRejectedError as exc:
+        after = buffers.snapshot()
+        unchanged = all(np.array_equal(a, b) for a, b in zip(before, after))
+        return {"raised": "TransferRejectedError", "message": str(exc), "processes": exc.processes,
+                "unchanged": unchanged}
+    except Exception as exc:
+        return {"raised": type(exc).__name__, "message": str(exc), "processes": (), "unchanged": False}
+    return {"raised": None, "message": "", "processes": (), "unchanged": False}
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts.
+
+
+def _sizes(rng: random.Random, extent: int, parts: int) -> list[int]:
+    cuts = sorted(rng.sample(range(1, extent), parts - 1)) if parts > 1 else []
+    bounds = [0, *cuts, extent]
+    return [b - a for a, b in pairwise(bounds)]
+
+
+def random_pair(rng: random.Random) -> tuple[ParamAffineMap, ParamAffineMap]:
+    """Contiguous splits on random axes; the source replicated 1-2 times (TP×DP)."""
+    ndim = rng.randint(1, 3)
+    shape = tuple(rng.randint(2, 9) for _ in range(ndim))
+    s_axis, t_axis = rng.randrange(ndim), rng.randrange(ndim)
+    s_parts = rng.randint(1, min(4, shape[s_axis]))
+    t_parts = rng.randint(1, min(4, shape[t_axis]))
+    source = contiguous_split_map(shape, _sizes(rng, shape[s_axis], s_parts), s_axis)
+    copies = rng.randint(1, 2)
+    if copies > 1:
+        source = replicate(source, copies)
+    target = contiguous_split_map(shape, _sizes(rng, shape[t_axis], t_parts), t_axis)
+    return target, source
+
+
+def zero2_pairs() -> Pairs:
+    """TP=2 × DP=2 trainer (locations 0-3, TP innermost) → TP=4 engine; rows and columns."""
+    return {
+        "rows": (contiguous_split_map((16, 12), [4] * 4, 0), replicate(contiguous_split_map((16, 12), [8, 8], 0), 2)),
+        "cols": (contiguous_split_map((10, 16), [4] * 4, 1), replicate(contiguous_split_map((10, 16), [8, 8], 1), 2)),
+    }
+
+
+COLOCATED = TransferEndpoints({i: i for i in range(4)}, {i: i for i in range(4)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios (all collective; same order on every process).
+
+DTYPE_CHOICES = (torch.float32, torch.bfloat16, torch.int64)
+
+
+def s_random(me: int, world: int) -> list[dict[str, Any]]:
+    """Seeded random batches: several parameters, random endpoints, policies, dtypes, budgets."""
+    out = []
+    for trial, budget in enumerate((8 << 20, 64, 24, 8 << 20, 200)):
+        rng = random.Random(7919 * trial + 1)
+        pairs = {f"p{i}": random_pair(rng) for i in range(rng.randint(3, 5))}
+        dtypes = {name: rng.choice(DTYPE_CHOICES) for name in pairs}
+        endpoints = TransferEndpoints(
+            {loc: rng.randrange(world) for loc in range(8)}, {loc: rng.randrange(world) for loc in range(4)}
+        )
+        policy = rng.choice(("balanced", "first_holder"))
+        res = run_exact(pairs, endpoints, dtypes, me, policy=policy, budget=StagingBudget(budget))
+        out.append({**res, "trial": trial, "budget": budget, "policy": policy})
+    return out
+
+
+def s_disjoint(me: int, world: int) -> dict[str, Any]:
+    """Sources on processes 0-1, targets on 2-3; then a trainer→engine binding with location 0 of
+    the source and of the target on different processes."""
+    pairs = {"w": (contiguous_split_map((16, 8), [2] * 4, 1), contiguous_split_map((16, 8), [8, 8], 0))}
+    dtypes = {"w": torch.float32}
+    disjoint = TransferEndpoints({0: 0, 1: 1}, {0: 2, 1: 3, 2: 2, 3: 3})
+    a = run_exact(pairs, disjoint, dtypes, me)
+    engine = TransferEndpoints({0: 2, 1: 3}, {0: 0, 1: 1, 2: 0, 3: 1})
+    b = run_exact(pairs, engine, dtypes, me, budget=StagingBudget(32))
+    return {"disjoint": a, "engine": b}
+
+
+def s_subgroup(me: int, world: int) -> dict[str, Any]:
+    """A subgroup {1, 2, 3}: endpoints as group ranks and as global ranks; a non-member call."""
+    group = dist.new_group([1, 2, 3])
+    pairs = {"w": (contiguous_split_map((9, 6), [2, 2, 2], 1), contiguous_split_map((9, 6), [3, 3, 3], 0))}
+    dtypes = {"w": torch.int64}
+    as_group = TransferEndpoints({0: 0, 1: 1, 2: 2}, {0: 2, 1: 0, 2: 1})
+    as_global = TransferEndpoints({0: 1, 1: 2, 2: 3}, {0: 3, 1: 1, 2: 2})
+    if me == 0:
+        buffers = Buffers()
+        res = expect_rejection(
+            lambda: execute_transfers({}, {}, {}, as_global, dtypes={}, group=group, timeout=TIMEOUT), buffers
+        )
+        return {"member": False, "non_member": res}
+    grank = dist.get_rank(group)
+    a = run_exact(pairs, as_group, dtypes, grank, group=group, endpoint_ranks="group")
+    b = run_exact(pairs, as_global, dtypes, me, group=group, endpoint_ranks="global")
+    outside = TransferEndpoints({0: 0, 1: 2, 2: 3}, {0: 3, 1: 1, 2: 2})  # global rank 0 is not a member
+    plans = plan(pairs, outside, dtypes, "balanced")
+    buffers = make_buffers(pairs, outside, me, dtypes)
+    c = expect_rejection(
+        lambda: execute_transfers(plans, buffers.sources, buffers.targets, outside, dtypes=dtypes, group=group,
+                                  timeout=TIMEOUT),
+        buffers,
+    )
+    return {"member": True, "group_rank": grank, "as_group": a, "as_global": b, "outside": c}
+
+
+def s_budget(me: int, world: int) -> dict[str, Any]:
+    """The same transfer with a roomy and a tight staging budget; a budget below one element."""
+    pairs = {"w": (contiguous_split_map((24, 20), [5] * 4, 1), contiguous_split_map((24, 20), [6] * 4, 0))}
+    dtypes = {"w": torch.float32}
+    endpoints = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    roomy = run_exact(pairs, endpoints, dtypes, me)
+    tight = run_exact(pairs, endpoints, dtypes, me, budget=StagingBudget(20))  # one 5-element row
+    plans = plan(pairs, endpoints, dtypes, "balanced")
+    buffers = make_buffers(pairs, endpoints, me, dtypes)
+    tiny = expect_rejection(
+        lambda: execute_transfers(plans, buffers.sources, buffers.targets, endpoints, dtypes=dtypes,
+                                  budget=StagingBudget(3), timeout=TIMEOUT),
+        buffers,
+    )
+    return {"roomy": roomy, "tight": tight, "tiny": tiny}
+
+
+def s_rejections(me: int, world: int) -> dict[str, Any]:
+    """One process at fault (or all, for a global fault): every process must raise the same error."""
+    pairs = zero2_pairs()
+    dtypes = {"rows": torch.float32, "cols": torch.bfloat16}
+    plans = plan(pairs, COLOCATED, dtypes, "balanced")
+    out: dict[str, Any] = {}
+
+    def case(name: str, fault: Callable[[Buffers, dict[str, Any]], None], faulty: int | None) -> None:
+        buffers = make_buffers(pairs, COLOCATED, me, dtypes)
+        call: dict[str, Any] = {
+            "plans": plans, "source_buffers": buffers.sources, "target_buffers": buffers.targets,
+            "endpoints": COLOCATED, "dtypes": dtypes, "timeout": TIMEOUT,
+        }
+        if faulty is None or faulty == me:
+            fault(buffers, call)
+        out[name] = expect_rejection(lambda: execute_transfers(**call), buffers)
+
+    def short_target(b: Buffers, call: dict[str, Any]) -> None:
+        t = b.targets["rows"][1]
+        call["target_buffers"] = {**b.targets, "rows": {1: t[: t.numel() - 1]}}
+
+    def wrong_dtype(b: Buffers, call: dict[str, Any]) -> None:
+        call["target_buffers"] = {**b.targets, "rows": {2: b.targets["rows"][2].double()}}
+
+    def unbound(b: Buffers, call: dict[str, Any]) -> None:
+        call["target_buffers"] = {**b.targets, "cols": {**b.targets["cols"], 9: torch.zeros(8, dtype=torch.bfloat16)}}
+
+    def other_plan(b: Buffers, call: dict[str, Any]) -> None:
+        call["plans"] = plan(pairs, COLOCATED, dtypes, "first_holder")
+
+    def aliasing(b: Buffers, call: dict[str, Any]) -> None:
+        src = b.sources["rows"][1]
+        call["target_buffers"] = {**b.targets, "rows": {1: src[: b.targets["rows"][1].numel()]}}
+
+    def missing_endpoint(b: Buffers, call: dict[str, Any]) -> None:
+        call["endpoints"] = TransferEndpoints(COLOCATED.source, {0: 0, 1: 1, 2: 2})
+
+    def wrong_plan_for_maps(b: Buffers, call: dict[str, Any]) -> None:
+        p = plans["rows"]
+        bad = [replace(s, source_rank=1) if s.source_rank == 0 else s for s in p.segments]
+        call["plans"] = {**plans, "rows": replace(p, segments=tuple(bad))}
+        call["maps"] = pairs
+
+    case("short_target", short_target, 1)
+    case("wrong_dtype", wrong_dtype, 2)
+    case("unbound_location", unbound, 3)
+    case("differing_plan", other_plan, 0)
+    case("aliasing", aliasing, 1)
+    case("missing_endpoint", missing_endpoint, None)
+    case("maps_disagree", wrong_plan_for_maps, None)
+    # The process group still works after all that: a clean transfer, with maps checked.
+    out["after"] = run_exact(pairs, COLOCATED, dtypes, me, maps=pairs)
+    return out
+
+
+def s_zero2(me: int, world: int) -> dict[str, Any]:
+    """ZeRO-2 sync TP=2×DP=2 → TP=4 in place: balanced serves from all 4, first_holder from 2."""
+    pairs = zero2_pairs()
+    dtypes = {"rows": torch.bfloat16, "cols": torch.float32}
+    return {
+        policy: run_exact(pairs, COLOCATED, dtypes, me, policy=policy, maps=pairs)
+        for policy in ("balanced", "first_holder")
+    }
+
+
+def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
+    """Process 3 never posts its messages: the others must fail within the timeout, not hang.
+
+    Process 3 stays alive past the others' timeout, so what ends their wait is the timeout itself,
+    not a closed connection. Runs last: a timed-out gloo pair is closed, so the group is not used
+    afterwards.
+    """
+    pairs = {"w": (contiguous_split_map((8, 8), [2] * 4, 1), contiguous_split_map((8, 8), [2] * 4, 0))}
+    dtypes = {"w": torch.float32}
+    plans = plan(pairs, COLOCATED, dtypes, "balanced")
+    buffers = make_buffers(pairs, COLOCATED, me, dtypes)
+    if me == 3:
+        dist.batch_isend_irecv = lambda ops: []  # type: ignore[assignment]
+    started = time.monotonic()
+    try:
+        execute_transfers(plans, buffers.sources, buffers.targets, COLOCATED, dtypes=dtypes,
+                          timeout=timedelta(seconds=STUCK_TIMEOUT_S))
+        raised = None
+        message = ""
+    except TransferExecutionError as exc:
+        raised, message = "TransferExecutionError", str(exc)
+    except Exception as exc:
+        raised, message = type(exc).__name__, str(exc)
+    elapsed = time.monotonic() - started
+    if me == 3:
+        time.sleep(STUCK_TIMEOUT_S + 2)
+    return {"raised": raised, "message": message, "seconds": elapsed}
+
+
+SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
+    ("random", s_random),
+    ("disjoint", s_disjoint),
+    ("subgroup", s_subgroup),
+    ("budget", s_budget),
+    ("rejections", s_rejections),
+    ("zero2", s_zero2),
+    ("stuck_peer", s_stuck_peer),
+]
+
+
+def all_scenarios(me: int, world: int) -> dict[str, tuple[str, Any]]:
+    """Run every scenario in order; an unexpected exception is reported, not propagated."""
+    results: dict[str, tuple[str, Any]] = {}
+    for name, fn in SCENARIOS:
+        started = time.monotonic()
+        try:
+            results[name] = ("ok", fn(me, world))
+        except Exception as exc:
+            results[name] = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}")
+        results[f"{name}.seconds"] = ("ok", time.monotonic() - started)
+    return results
+
+
+def nccl_pair(me: int, world: int) -> dict[str, Any]:
+    """Two processes on two CUDA devices: the NCCL path of the same protocol."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    pairs = zero2_pairs()
+    endpoints = TransferEndpoints({0: 0, 1: 1, 2: 0, 3: 1}, {0: 1, 1: 0, 2: 1, 3: 0})
+    dtypes = {"rows": torch.bfloat16, "cols": torch.float32}
+    plans = plan(pairs, endpoints, dtypes, "balanced")
+    buffers = make_buffers(pairs, endpoints, me, dtypes)
+    on_gpu = Buffers(
+        {n: {loc: t.to(device) for loc, t in per.items()} for n, per in buffers.sources.items()},
+        {n: {loc: t.to(device) for loc, t in per.items()} for n, per in buffers.targets.items()},
+        buffers.expected,
+        buffers.source_bits,
+    )
+    stats = execute_transfers(plans, on_gpu.sources, on_gpu.targets, endpoints, dtypes=dtypes,
+                              budget=StagingBudget(256), timeout=TIMEOUT)
+    return {**verdict(on_gpu), **stats_dict(stats)}

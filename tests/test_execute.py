@@ -1,0 +1,416 @@
+"""The executor: real processes, real gloo messages, every target element checked bit for bit.
+
+Four processes are forked once (``dist_results``) and run every scenario of ``_dist_worker``
+in order; the tests below only judge what came back. That keeps the file to one 4-process
+launch (plus one 2-process launch for the ``refplan sync`` path), which matters on 2 cores.
+Everything is bounded: process-group and executor timeouts inside, a parent deadline that
+kills what it started, and pytest-timeout marks outside.
+
+Single-process tests (no process group) cover local copies, chunking, the digest and markers.
+The NCCL test needs two CUDA devices and is skipped, visibly, without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from datetime import timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import _dist_worker as worker
+import numpy as np
+import pytest
+import torch
+
+from refplan import TransferEndpoints, TransferSegment, contiguous_split_map, replicate, replicated_map
+from refplan.execute import (
+    StagingBudget,
+    TransferRejectedError,
+    chunk_segment,
+    execute_transfer,
+    execute_transfers,
+    pack_messages,
+    schedule_digest,
+)
+from refplan.files import MapsBatch, dump_maps
+from refplan.planner import plan_transfer
+from refplan.sync import add_sync_arguments, bits_of, marker_bits, run_ranks, run_sync_cli
+
+# One launch per worker: with `pytest -n 2 --dist loadgroup` this file stays on one worker.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("execute")]
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def dist_results() -> dict[str, list[Any]]:
+    """One launch of 4 gloo processes running every scenario; per scenario, one value per process."""
+    outcomes = run_ranks(worker.all_scenarios, WORLD, timeout=timedelta(seconds=30), deadline_s=150)
+    errors = [f"process {o.rank}: {o.error}" for o in outcomes if not o.ok]
+    assert not errors, "\n".join(errors)
+    return {name: [o.value[name] for o in outcomes] for name in outcomes[0].value}
+
+
+def scenario(results: dict[str, list[Any]], name: str) -> list[Any]:
+    """The per-process values of a scenario, failing with the traceback of any process that raised."""
+    per_process = results[name]
+    errors = [f"process {rank}: {value}" for rank, (status, value) in enumerate(per_process) if status != "ok"]
+    assert not errors, "\n".join(errors)
+    return [value for _status, value in per_process]
+
+
+def assert_exact(res: dict[str, Any], where: str) -> None:
+    assert res["exact"], f"{where}: a target element differs from the expected extract"
+    assert res["guards"], f"{where}: a guard element next to a shard was written"
+    assert res["sources_intact"], f"{where}: a source shard changed"
+
+
+def assert_same_rejection(per_process: list[dict[str, Any]], *needles: str) -> None:
+    messages = {r["message"] for r in per_process}
+    assert all(r["raised"] == "TransferRejectedError" for r in per_process), per_process
+    assert len(messages) == 1, f"processes raised different messages: {messages}"
+    message = messages.pop()
+    assert message.startswith("transfer rejected before any data moved"), message
+    for needle in needles:
+        assert needle in message, f"{needle!r} not in {message!r}"
+    assert all(r["unchanged"] for r in per_process), "a buffer changed although the transfer was rejected"
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-process (gloo) scenarios.
+
+
+def test_random_layouts_policies_dtypes_and_budgets(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "random")
+    trials = len(per_process[0])
+    for trial in range(trials):
+        for rank in range(WORLD):
+            assert_exact(per_process[rank][trial], f"trial {trial}, process {rank}")
+        # Bytes leaving each process equal the bytes arriving from it, pair by pair.
+        for a in range(WORLD):
+            for b in range(WORLD):
+                sent = per_process[a][trial]["sent"].get(b, 0)
+                assert sent == per_process[b][trial]["received"].get(a, 0)
+    rounds = {per_process[0][t]["budget"]: max(p[t]["rounds"] for p in per_process) for t in range(trials)}
+    assert rounds[24] > rounds[8 << 20], "a tight budget must take more rounds"
+
+
+def test_disjoint_sources_and_targets(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "disjoint")
+    for rank, res in enumerate(per_process):
+        for case in ("disjoint", "engine"):
+            assert_exact(res[case], f"{case}, process {rank}")
+            assert res[case]["local_copy_bytes"] == 0
+    disjoint = [r["disjoint"] for r in per_process]
+    assert all(not disjoint[p]["received"] and disjoint[p]["sent"] for p in (0, 1))
+    assert all(not disjoint[p]["sent"] and disjoint[p]["received"] for p in (2, 3))
+    engine = [r["engine"] for r in per_process]  # source location 0 is process 2, target location 0 process 0
+    assert set(engine[2]["sent"]) == {0, 1} and set(engine[0]["received"]) == {2, 3}
+
+
+def test_subgroup_with_group_ranks_and_global_ranks(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "subgroup")
+    outsider = per_process[0]
+    assert not outsider["member"]
+    assert outsider["non_member"]["raised"] == "TransferRejectedError"
+    assert "not a member" in outsider["non_member"]["message"]
+    members = per_process[1:]
+    assert [m["group_rank"] for m in members] == [0, 1, 2]
+    for m in members:
+        assert_exact(m["as_group"], f"group ranks, group rank {m['group_rank']}")
+        assert_exact(m["as_global"], f"global ranks, group rank {m['group_rank']}")
+        # Per-peer statistics speak the endpoints' rank space.
+        assert set(m["as_group"]["sent"]) | set(m["as_group"]["received"]) <= {0, 1, 2}
+        assert set(m["as_global"]["sent"]) | set(m["as_global"]["received"]) <= {1, 2, 3}
+    assert sum(sum(m["as_group"]["sent"].values()) for m in members) > 0
+    assert_same_rejection([m["outside"] for m in members], "process 0, which is not in the process group")
+
+
+def test_tight_budget_same_result_and_one_element_floor(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "budget")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["roomy"], f"roomy, process {rank}")
+        assert_exact(res["tight"], f"tight, process {rank}")
+        assert res["tight"]["rounds"] > res["roomy"]["rounds"] >= 1
+        assert res["tight"]["rounds"] == 6 * res["roomy"]["rounds"]  # (6, 5) segments, one row a chunk
+    assert_same_rejection([r["tiny"] for r in per_process], "cannot stage one element")
+
+
+@pytest.mark.parametrize(
+    ("case", "needles"),
+    [
+        ("short_target", ("process 1:", "holds 47 elements")),
+        ("wrong_dtype", ("process 2:", "dtype torch.float64")),
+        ("unbound_location", ("process 3:", "location 9, which endpoints do not bind")),
+        ("differing_plan", ("disagree about the transfer schedule",)),
+        ("aliasing", ("process 1:", "overlaps")),
+        ("missing_endpoint", ("process 0:", "process 3:", "no process to target location 3")),
+        ("maps_disagree", ("does not verify against its maps",)),
+    ],
+)
+def test_rejections_are_collective(dist_results: dict[str, list[Any]], case: str, needles: tuple[str, ...]) -> None:
+    per_process = scenario(dist_results, "rejections")
+    assert_same_rejection([r[case] for r in per_process], *needles)
+    if case in ("short_target", "wrong_dtype", "unbound_location", "aliasing"):
+        faulty = int(needles[0].split()[1].rstrip(":"))
+        assert all(r[case]["processes"] == (faulty,) for r in per_process)
+
+
+def test_group_still_usable_after_rejections(dist_results: dict[str, list[Any]]) -> None:
+    for rank, res in enumerate(scenario(dist_results, "rejections")):
+        assert_exact(res["after"], f"after rejections, process {rank}")
+
+
+def test_zero2_sync_balanced_uses_every_replica(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "zero2")
+    for policy in ("balanced", "first_holder"):
+        for rank, res in enumerate(per_process):
+            assert_exact(res[policy], f"{policy}, process {rank}")
+
+    def serving(policy: str) -> set[int]:
+        return {
+            rank for rank, res in enumerate(per_process)
+            if res[policy]["local_copy_bytes"] or sum(res[policy]["sent"].values())
+        }
+
+    assert serving("balanced") == {0, 1, 2, 3}
+    assert serving("first_holder") == {0, 1}
+
+
+def test_stuck_peer_times_out_instead_of_hanging(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "stuck_peer")
+    for rank in (0, 1, 2):
+        res = per_process[rank]
+        assert res["raised"] == "TransferExecutionError", res
+        assert "round 0 of" in res["message"] and "process 3" in res["message"], res["message"]
+        # Ended by the timeout (2 s), not by a closed connection and not much later.
+        assert worker.STUCK_TIMEOUT_S * 0.9 <= res["seconds"] < worker.STUCK_TIMEOUT_S + 8
+
+
+def test_whole_launch_is_fast(dist_results: dict[str, list[Any]]) -> None:
+    per_rank = [sum(v for k, (_s, v) in _items(dist_results, rank) if k.endswith(".seconds")) for rank in range(WORLD)]
+    assert max(per_rank) < 90
+
+
+def _items(results: dict[str, list[Any]], rank: int) -> list[tuple[str, Any]]:
+    return [(name, values[rank]) for name, values in results.items()]
+
+
+def _parallel_op(rank: int, world: int) -> float:
+    return float(torch.ones(4_000_000).mul(2).sum())
+
+
+def test_launch_after_the_parent_ran_parallel_torch_ops() -> None:
+    """GNU OpenMP is not fork-safe: a child forked after the parent ran a parallel op hung in its
+    own first parallel op until the launcher pinned forked children to one thread."""
+    assert float(torch.ones(4_000_000).mul(3).sum()) == 12_000_000  # parallel in this process
+    outcomes = run_ranks(_parallel_op, 2, timeout=timedelta(seconds=20), deadline_s=40)
+    assert [o.value for o in outcomes] == [8_000_000.0, 8_000_000.0], [o.error for o in outcomes]
+
+
+# ---------------------------------------------------------------------------------------------
+# One process, no process group.
+
+
+def _guarded(values: torch.Tensor, guard: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    whole = torch.full((values.numel() + 2 * guard,), 7, dtype=values.dtype)
+    whole[guard : guard + values.numel()] = values.reshape(-1)
+    return whole, whole[guard : guard + values.numel()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_single_process_local_copies(dtype: torch.dtype) -> None:
+    source_map = replicate(contiguous_split_map((6, 10), [3, 3], 0), 2)
+    target_map = contiguous_split_map((6, 10), [4, 6], 1)
+    endpoints = TransferEndpoints(dict.fromkeys(range(4), 0), dict.fromkeys(range(2), 0))
+    plan = plan_transfer(target_map, source_map, endpoints=endpoints, element_size=dtype.itemsize)
+    full = torch.from_numpy(marker_bits((6, 10), dtype)).view(dtype)
+    sources = {loc: _guarded(full[3 * (loc % 2) : 3 * (loc % 2) + 3].contiguous())[1] for loc in range(4)}
+    wholes = {loc: _guarded(torch.zeros(6 * w, dtype=dtype)) for loc, w in ((0, 4), (1, 6))}
+    stats = execute_transfer(plan, sources, {loc: w[1] for loc, w in wholes.items()}, endpoints, dtype=dtype,
+                             maps=(target_map, source_map), budget=StagingBudget(8))
+    assert torch.equal(bits_tensor(wholes[0][1].view(6, 4)), bits_tensor(full[:, :4]))
+    assert torch.equal(bits_tensor(wholes[1][1].view(6, 6)), bits_tensor(full[:, 4:]))
+    for whole, _view in wholes.values():
+        assert (bits_tensor(whole[:3]) == bits_tensor(torch.full((3,), 7, dtype=dtype))).all()
+        assert (bits_tensor(whole[-3:]) == bits_tensor(torch.full((3,), 7, dtype=dtype))).all()
+    assert stats.rounds == 0 and stats.chunks == 0 and not stats.sent_bytes
+    assert stats.local_copies == stats.segments == len(plan.segments)
+    assert stats.local_copy_bytes == 60 * dtype.itemsize
+
+
+def bits_tensor(t: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(bits_of(t))
+
+
+def test_single_process_rejections_leave_targets_untouched() -> None:
+    source_map = contiguous_split_map((4, 4), [2, 2], 0)
+    target_map = contiguous_split_map((4, 4), [2, 2], 1)
+    endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
+    plan = plan_transfer(target_map, source_map, endpoints=endpoints)
+    sources = {0: torch.arange(8.0), 1: torch.arange(8.0, 16.0)}
+    targets = {0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+    before = {k: v.clone() for k, v in targets.items()}
+
+    def rejected(**kwargs: Any) -> str:
+        call: dict[str, Any] = {"source_buffers": sources, "target_buffers": targets, "endpoints": endpoints,
+                                "dtype": torch.float32, **kwargs}
+        with pytest.raises(TransferRejectedError) as info:
+            execute_transfer(plan, **call)
+        assert all(torch.equal(before[k], targets[k]) for k in targets)
+        return str(info.value)
+
+    assert "holds 7 elements" in rejected(target_buffers={0: targets[0][:7], 1: targets[1]})
+    assert "dtype torch.float64" in rejected(source_buffers={0: sources[0].double(), 1: sources[1]})
+    assert "not in the process group [0]" in rejected(endpoints=TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 0}))
+    assert "not a contiguous" in rejected(target_buffers={0: torch.zeros(16)[::2], 1: targets[1]})
+    assert "overlaps" in rejected(target_buffers={0: sources[0], 1: targets[1]})
+    assert "cannot stage one element" in rejected(budget=StagingBudget(3))
+    assert "endpoint_ranks" in rejected(endpoint_ranks="local")
+    with pytest.raises(TransferRejectedError, match="not initialized"):
+        execute_transfers({}, {}, {}, endpoints, dtypes={}, group=object())  # type: ignore[arg-type]
+
+
+def test_chunks_tile_the_segment_within_budget() -> None:
+    rng = random.Random(5)
+    for _ in range(300):
+        ndim = rng.randint(0, 4)
+        shape = tuple(rng.randint(1, 6) for _ in range(ndim))
+        s_shard = tuple(e + rng.randint(0, 3) for e in shape)
+        t_shard = tuple(e + rng.randint(0, 3) for e in shape)
+        s_str = _row_major(s_shard)
+        t_str = _row_major(t_shard)
+        seg = TransferSegment(0, rng.randint(0, 5), s_str, 1, rng.randint(0, 5), t_str, shape)
+        size = rng.choice((1, 2, 4, 8))
+        budget = StagingBudget(rng.choice((size, 3 * size, 17, 64, 1000, 1 << 20)))
+        chunks = chunk_segment(seg, size, budget)
+        pairs: list[tuple[int, int]] = []
+        for c in chunks:
+            assert c.numel * size <= budget.bytes_per_peer
+            pairs += list(zip(_addresses(c.source_offset, s_str, c.shape), _addresses(c.target_offset, t_str, c.shape)))
+        want = list(zip(_addresses(seg.source_offset, s_str, shape), _addresses(seg.target_offset, t_str, shape)))
+        assert sorted(pairs) == sorted(want) and len(pairs) == len(set(pairs))
+        if seg.numel * size <= budget.bytes_per_peer:
+            assert len(chunks) == 1
+    seg = TransferSegment(0, 0, (4, 1), 1, 0, (4, 1), (3, 4))
+    assert [c.shape for c in chunk_segment(seg, 4, StagingBudget(40))] == [(2, 4), (1, 4)]
+    assert [c.shape for c in chunk_segment(seg, 4, StagingBudget(12))] == [(1, 3), (1, 1)] * 3
+    with pytest.raises(TransferRejectedError, match="one element"):
+        chunk_segment(seg, 4, StagingBudget(3))
+
+
+def test_messages_pack_consecutive_chunks_within_budget() -> None:
+    assert pack_messages([8, 8, 8], 24) == [[(0, 0), (1, 8), (2, 16)]]
+    assert pack_messages([8, 8, 8], 23) == [[(0, 0), (1, 8)], [(2, 0)]]
+    assert pack_messages([3, 2, 8], 16) == [[(0, 0), (1, 8)], [(2, 0)]]  # offsets are 8-aligned
+    rng = random.Random(3)
+    for _ in range(200):
+        budget = rng.randint(1, 64)
+        sizes = [rng.randint(1, budget) for _ in range(rng.randint(0, 12))]
+        messages = pack_messages(sizes, budget)
+        assert [i for m in messages for i, _ in m] == list(range(len(sizes)))  # FIFO, each once
+        for m in messages:
+            assert all(at % 8 == 0 for _, at in m) and m[-1][1] + sizes[m[-1][0]] <= budget
+            assert all(a + sizes[i] <= b for (i, a), (_j, b) in pairwise(m))
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        out[axis] = out[axis + 1] * shape[axis + 1]
+    return tuple(out)
+
+
+def _addresses(offset: int, strides: tuple[int, ...], shape: tuple[int, ...]) -> list[int]:
+    out = [offset]
+    for stride, extent in zip(strides, shape):
+        out = [a + i * stride for a in out for i in range(extent)]
+    return out
+
+
+def test_schedule_digest_is_deterministic_and_sensitive() -> None:
+    target_map = contiguous_split_map((8, 8), [4, 4], 1)
+    source_map = replicated_map((8, 8), 2)
+    endpoints = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    plans = {"w": plan_transfer(target_map, source_map, endpoints=endpoints)}
+    dtypes = {"w": torch.float32}
+    base = schedule_digest(plans, endpoints, StagingBudget(), dtypes)
+    assert base == schedule_digest(dict(plans), TransferEndpoints({1: 1, 0: 0}, {1: 0, 0: 1}), StagingBudget(), dtypes)
+    assert -(2**63) <= base < 2**63
+    variants = [
+        schedule_digest(plans, endpoints, StagingBudget(1 << 20), dtypes),
+        schedule_digest(plans, endpoints, StagingBudget(), {"w": torch.bfloat16}),
+        schedule_digest(plans, TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 1}), StagingBudget(), dtypes),
+        schedule_digest(plans, endpoints, StagingBudget(), dtypes, "group"),
+        schedule_digest({"v": plans["w"]}, endpoints, StagingBudget(), {"v": torch.float32}),
+    ]
+    assert base not in variants and len(set(variants)) == len(variants)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_float_markers_are_normal_numbers_and_never_the_sentinel(dtype: torch.dtype) -> None:
+    bits = marker_bits((50_000,), dtype)
+    values = torch.from_numpy(bits).view(dtype).to(torch.float64)
+    assert torch.isfinite(values).all() and (values > 0).all()
+    assert (values.abs() >= torch.finfo(dtype).tiny).all()
+    assert not (bits == -1).any()
+    if dtype in (torch.float32, torch.float64):
+        assert len(np.unique(bits)) == bits.size
+
+
+# ---------------------------------------------------------------------------------------------
+# `refplan sync` (the CLI logic; the lead wires it into refplan/cli.py).
+
+
+def _sync_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="refplan sync")
+    add_sync_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_sync_cli_small_model_two_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = replicate(contiguous_split_map((12, 8), [6, 6], 0), 2)
+    target = contiguous_split_map((12, 8), [2, 2, 2, 2], 1)
+    batch = MapsBatch({"w": (target, source), "b": (replicated_map((5,), 2), replicated_map((5,), 4))})
+    path = tmp_path / "maps.json"
+    path.write_text(json.dumps(dump_maps(batch)))
+    code = run_sync_cli(_sync_args("--nproc", "2", "--model", str(path), "--dtype", "bfloat16",
+                                   "--budget-bytes", "32", "--timeout", "30"))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "every target element exact" in out and "process 1: sent" in out and "GB/s" in out
+
+
+def test_sync_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_sync_cli(_sync_args("--model", "/nonexistent/maps.json")) == 2
+    assert run_sync_cli(_sync_args("--nproc", "0")) == 2
+    assert run_sync_cli(_sync_args("--endpoints", "model", "--nproc", "4")) == 2  # demo needs 8 processes
+    assert "bad input" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA / NCCL.
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL path needs 2 CUDA devices (none here)")
+def test_nccl_two_processes() -> None:
+    outcomes = run_ranks(worker.nccl_pair, 2, backend="nccl", timeout=timedelta(seconds=60), deadline_s=170)
+    for o in outcomes:
+        assert o.ok, o.error
+        assert_exact(o.value, f"nccl process {o.rank}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_single_process_local_copies() -> None:
+    source_map = contiguous_split_map((6, 8), [3, 3], 0)
+    target_map = contiguous_split_map((6, 8), [4, 4], 1)
+    endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
+    plan = plan_transfer(target_map, source_map, endpoints=endpoints)
+    full = torch.arange(48, dtype=torch.float32, device="cuda").reshape(6, 8)
+    sources = {0: full[:3].reshape(-1).clone(), 1: full[3:].reshape(-1).clone()}
+    targets = {0: torch.zeros(24, device="cuda"), 1: torch.zeros(24, device="cuda")}
+    execute_transfer(plan, sources, targets, endpoints, dtype=torch.float32)
+    assert torch.equal(targets[0].view(6, 4), full[:, :4]) and torch.equal(targets[1].view(6, 4), full[:, 4:])
