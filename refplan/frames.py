@@ -264,12 +264,14 @@ def normalize(
                 f"{_where(parameter, side, loc)}: a nonempty shard {shard} must hold at least one "
                 "non-empty piece"
             )
-        if shard_numel == 0 and nonempty:  # R6
-            index = next(i for i, p in enumerate(pieces) if p.numel > 0 and len(p.shape) == ndim)
-            raise InvalidMapError(
-                f"{_where(parameter, side, loc, index)}: the empty shard {shard} cannot hold a non-empty piece "
-                f"of shape {pieces[index].shape}"
-            )
+        if shard_numel == 0:  # R6: an empty shard holds nothing to copy, so the location is skipped
+            if nonempty:
+                index = next(i for i, p in enumerate(pieces) if p.numel > 0 and len(p.shape) == ndim)
+                raise InvalidMapError(
+                    f"{_where(parameter, side, loc, index)}: the empty shard {shard} cannot hold a non-empty "
+                    f"piece of shape {pieces[index].shape}"
+                )
+            continue
         shard_strides = row_major_strides(shard)
         for index, piece in enumerate(pieces):
             frame = _piece_frame(

@@ -29,7 +29,7 @@ from .requests import (
     build_requests,
 )
 
-__all__ = ["SINGLE_PARAMETER", "plan_transfer", "plan_transfers"]
+__all__ = ["SINGLE_PARAMETER", "collect_requests", "plan_transfer", "plan_transfers"]
 
 SINGLE_PARAMETER = "param"
 """The parameter name ``plan_transfer`` uses for its one parameter in requests and messages."""
@@ -113,17 +113,23 @@ def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudg
     segments, merge_checks = coalesce(
         raw, prepared.source.shard_shapes, prepared.target.shard_shapes, budget, name
     )
+    # A budget exhausted only because the policy split requests is the policy's failure (RFC: the
+    # extra segments from splits must stay within max_segments and max_plan_bytes); otherwise it
+    # is the layout's, refused as a plain budget error.
+    splits = sum(1 for a in answers if len(a) > 1)
+    over: type[AffineTransferError] = InvalidReplicaPolicyError if splits else AffineTransferError
+    blame = f" after the policy split {splits} request(s)" if splits else ""
     if len(segments) > budget.max_segments:  # R31
-        raise AffineTransferError(
-            f"parameter {name!r}: {len(segments)} segments exceed max_segments={budget.max_segments}; "
+        raise over(
+            f"parameter {name!r}: {len(segments)} segments{blame} exceed max_segments={budget.max_segments}; "
             "the plan is refused, not truncated"
         )
     logical = prepared.target.logical_shape
     plan = TransferPlan(tuple(segments), logical, sum(s.numel for s in segments))
     plan_bytes = len(plan.encode())
     if plan_bytes > budget.max_plan_bytes:  # R32
-        raise AffineTransferError(
-            f"parameter {name!r}: the plan encodes to {plan_bytes} bytes, above max_plan_bytes="
+        raise over(
+            f"parameter {name!r}: the plan{blame} encodes to {plan_bytes} bytes, above max_plan_bytes="
             f"{budget.max_plan_bytes}; the plan is refused, not truncated"
         )
     stats = PlanStatistics(
@@ -134,7 +140,7 @@ def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudg
         segments=len(segments),
         plan_bytes=plan_bytes,
         requests=len(prepared.requests),
-        split_requests=sum(1 for a in answers if len(a) > 1),
+        split_requests=splits,
         merge_checks=merge_checks,
     )
     return replace(plan, statistics=stats)
@@ -152,6 +158,58 @@ def _element_sizes(
             raise InvalidMapError(f"parameter {name!r}: element_size must give a positive int, got {size!r}")
         out[name] = size
     return out
+
+
+def _prepare_batch(
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    budget: PlanBudget,
+    endpoints: TransferEndpoints | None,
+    element_size: Mapping[str, int] | None,
+    process_node: Mapping[int, int] | None,
+    min_split_bytes: int | None,
+) -> tuple[list[_Prepared], dict[str, int] | None, int]:
+    """Validate the whole batch and build its requests, in the order ``plan_transfers`` checks."""
+    if not isinstance(pairs, Mapping):
+        raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
+    names = sorted(pairs)
+    if any(not isinstance(n, str) for n in names):
+        raise InvalidMapError("parameter names must be strings")
+    if process_node is not None and endpoints is None:
+        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+    sizes = _element_sizes(names, element_size)
+    split_floor = DEFAULT_MIN_SPLIT_BYTES if min_split_bytes is None else min_split_bytes
+    if type(split_floor) is not int or split_floor < 0:
+        raise InvalidReplicaPolicyError(f"min_split_bytes must be a non-negative int, got {min_split_bytes!r}")
+    prepared: list[_Prepared] = []
+    for name in names:
+        pair = pairs[name]
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise InvalidMapError(f"parameter {name!r}: expected a (target map, source map) pair")
+        prepared.append(
+            _prepare(name, pair[0], pair[1], budget, endpoints, None if sizes is None else sizes[name], process_node)
+        )
+    return prepared, sizes, split_floor
+
+
+def collect_requests(
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    limits: PlanBudget | None = None,
+    *,
+    endpoints: TransferEndpoints | None = None,
+    element_size: Mapping[str, int] | None = None,
+    process_node: Mapping[int, int] | None = None,
+) -> list[ReplicaRequest]:
+    """The requests ``plan_transfers`` would hand its policy, without planning.
+
+    Same arguments, same validation and the same errors as ``plan_transfers`` (both maps of every
+    parameter, endpoints, element sizes, node bindings, ``limits``), and the same fixed order
+    (parameter, target location, origin). For analysis (``analysis.load_lower_bound``) and for
+    testing policies on their own.
+    """
+    prepared, _sizes, _floor = _prepare_batch(
+        pairs, limits or PlanBudget(), endpoints, element_size, process_node, None
+    )
+    return [r for p in prepared for r in p.requests]
 
 
 def plan_transfers(
@@ -176,25 +234,9 @@ def plan_transfers(
     ``AffineTransferError`` for budgets) without returning any plan when anything is wrong.
     """
     budget = limits or PlanBudget()
-    if not isinstance(pairs, Mapping):
-        raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
-    names = sorted(pairs)
-    if any(not isinstance(n, str) for n in names):
-        raise InvalidMapError("parameter names must be strings")
-    if process_node is not None and endpoints is None:
-        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
-    sizes = _element_sizes(names, element_size)
-    split_floor = DEFAULT_MIN_SPLIT_BYTES if min_split_bytes is None else min_split_bytes
-    if type(split_floor) is not int or split_floor < 0:
-        raise InvalidReplicaPolicyError(f"min_split_bytes must be a non-negative int, got {min_split_bytes!r}")
-    prepared: list[_Prepared] = []
-    for name in names:
-        pair = pairs[name]
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise InvalidMapError(f"parameter {name!r}: expected a (target map, source map) pair")
-        prepared.append(
-            _prepare(name, pair[0], pair[1], budget, endpoints, None if sizes is None else sizes[name], process_node)
-        )
+    prepared, sizes, split_floor = _prepare_batch(
+        pairs, budget, endpoints, element_size, process_node, min_split_bytes
+    )
     requests = [r for p in prepared for r in p.requests]
     policy = replica_policy if replica_policy is not None else balanced
     try:

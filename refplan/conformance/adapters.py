@@ -1,0 +1,418 @@
+"""Planner adapters: run one conformance case through a planner and report what it did.
+
+A planner spec names the planner under test:
+
+``refplan``
+    This package's ``plan_transfers`` (every feature).
+``deepspeed``
+    DeepSpeed's ``deepspeed.checkpoint.affine_transfer.plan_transfer`` (0.19.8 is the peer), one
+    parameter at a time. Only ``deepspeed.checkpoint.affine`` and ``affine_transfer`` are imported,
+    with the accelerator banner and log output suppressed. Exceptions map to our classes by name.
+    Scripted int answers for multi-holder requests become a per-request ``replica_selector``;
+    splits, endpoints, element sizes, nodes, split floors, the batch policy and answers only a
+    batch policy can be judged on are not expressible there and make a case ``unsupported``.
+``module:callable``
+    ``callable(case_input: dict) -> dict`` speaking the command protocol below in-process; an
+    exception that is a ``ValueError`` counts as a refusal named by its class.
+``cmd:<command>``
+    A shell command run once per case: the case input (``Case.input_doc()``, format
+    ``refplan.conformance-input/1``) on stdin, one JSON object on stdout:
+    ``{"format": "refplan.plans/1", "parameters": {name: plan}}``, or ``{name: plan}``, or a bare
+    plan ``{logical_shape, segments}`` for a one-parameter case (plans in DeepSpeed's
+    ``TransferPlan.to_dict()`` form); ``{"error": "<class name>", "message": "..."}`` for a
+    refusal; ``{"unsupported": "<reason>"}`` for a case the planner does not implement. Anything
+    else, a non-zero exit without such an object, or a timeout is an adapter ``error``. (If stdout
+    is not one JSON document, its last line is tried, for planners that log to stdout.) A command
+    planner is assumed to have every feature, so one that does not implement, say, endpoints must
+    answer ``{"unsupported": ...}`` rather than ignore them.
+
+Each adapter declares ``features`` (see ``corpus.FEATURES``); a case needing one it lacks is
+``unsupported`` and never runs, so it can never pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AffineTransferError
+from ..plan import PLANS_FORMAT, PlanBudget
+from .corpus import ERROR_CLASSES, FEATURES, Case
+
+__all__ = [
+    "Adapter",
+    "CommandAdapter",
+    "DeepSpeedAdapter",
+    "ModuleAdapter",
+    "Outcome",
+    "RefplanAdapter",
+    "make_adapter",
+    "outcome_from_doc",
+]
+
+ALL_FEATURES = frozenset(FEATURES) | {f"budget.{f.name}" for f in dataclasses.fields(PlanBudget)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a planner did with a case.
+
+    ``kind`` is ``accept`` (``plans``: name -> plan dict), ``refuse`` (``error``: class name,
+    ``message``), ``unsupported`` (``message``: why) or ``error`` (the adapter or planner crashed;
+    ``message`` says how).
+    """
+
+    kind: str
+    plans: Mapping[str, Any] | None = None
+    error: str | None = None
+    message: str = ""
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "accept":
+            segments = sum(len(p.get("segments", ())) for p in (self.plans or {}).values() if isinstance(p, Mapping))
+            return f"accept ({segments} seg)"
+        if self.kind == "refuse":
+            return f"refuse {self.error}"
+        return self.kind
+
+
+class Adapter:
+    """Base class: a named planner with a feature set."""
+
+    name = "planner"
+    features: frozenset[str] = frozenset()
+    strict_messages = False
+    """Whether a refusal message must match the case's fragment (refplan's own wording)."""
+
+    def missing(self, case: Case) -> list[str]:
+        return sorted(case.features() - self.features)
+
+    def run(self, case: Case) -> Outcome:
+        """Plan ``case`` unless it needs a missing feature; never raises."""
+        missing = self.missing(case)
+        if missing:
+            return Outcome("unsupported", message="needs " + ", ".join(missing))
+        start = time.perf_counter()
+        try:
+            outcome = self.plan(case)
+        except Exception as exc:  # the adapter itself broke: report it, keep going
+            outcome = Outcome("error", message=f"adapter raised {type(exc).__name__}: {exc}")
+        return dataclasses.replace(outcome, seconds=time.perf_counter() - start)
+
+    def plan(self, case: Case) -> Outcome:
+        raise NotImplementedError
+
+
+def _exception_outcome(exc: BaseException) -> Outcome:
+    """A planner exception: a ``ValueError`` (the error family's base) is a refusal, anything else a crash."""
+    name = type(exc).__name__
+    if name in ERROR_CLASSES or isinstance(exc, ValueError):
+        return Outcome("refuse", error=name, message=str(exc))
+    return Outcome("error", message=f"planner raised {name}: {exc}")
+
+
+# ---------------------------------------------------------------------------------------------
+# refplan
+
+
+def _answer(value: Any) -> Any:
+    """A stored answer as refplan's policy types: parts become ``ReplicaPart``; junk stays junk."""
+    from ..requests import ReplicaPart
+
+    if not isinstance(value, list):
+        return value
+    out: list[Any] = []
+    for item in value:
+        if isinstance(item, Mapping) and {"logical_origin", "shape", "source_location"} <= set(item):
+            origin, shape = item["logical_origin"], item["shape"]
+            out.append(
+                ReplicaPart(
+                    tuple(origin) if isinstance(origin, list) else origin,
+                    tuple(shape) if isinstance(shape, list) else shape,
+                    item["source_location"],
+                )
+            )
+        else:
+            out.append(item)
+    return out
+
+
+def _request_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (r["parameter"], r["target_location"], tuple(r["logical_origin"]), tuple(r["shape"]),
+            tuple(r["candidates"]))
+
+
+class RefplanAdapter(Adapter):
+    """``refplan.plan_transfers`` with the case's options; scripted answers as a batch policy."""
+
+    name = "refplan"
+    features = ALL_FEATURES
+    strict_messages = True
+
+    def plan(self, case: Case) -> Outcome:
+        from ..files import parse_maps
+        from ..plan import MAPS_FORMAT
+        from ..planner import plan_transfers
+
+        raw = case.raw
+        notes: list[str] = []
+        try:
+            doc: dict[str, Any] = {"format": MAPS_FORMAT, "parameters": raw["parameters"]}
+            for key in ("endpoints", "process_node", "element_size"):
+                if raw.get(key) is not None:
+                    doc[key] = raw[key]
+            batch = parse_maps(doc)
+            budget = PlanBudget(**raw.get("budget", {}))
+            policy = None
+            answers = case.answers
+            if answers is not None:
+                expected = [_request_key(r) for r in case.requests or []]
+                converted = [_answer(a) for a in answers]
+
+                def policy(requests: Sequence[Any]) -> Any:
+                    got = [
+                        (r.parameter, r.target_location, tuple(r.logical_origin), tuple(r.shape),
+                         tuple(c.source_rank for c in r.candidates))
+                        for r in requests
+                    ]
+                    if got != expected:
+                        notes.append("the planner's requests differ from the case's 'requests'")
+                    return converted
+
+            plans = plan_transfers(
+                batch.pairs,
+                budget,
+                endpoints=batch.endpoints,
+                element_size=batch.element_size,
+                replica_policy=policy,
+                min_split_bytes=raw.get("min_split_bytes"),
+                process_node=batch.process_node,
+            )
+        except AffineTransferError as exc:
+            return Outcome("refuse", error=type(exc).__name__, message=str(exc), notes=tuple(notes))
+        except Exception as exc:
+            return _exception_outcome(exc)
+        return Outcome("accept", plans={n: p.to_dict() for n, p in plans.items()}, notes=tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed
+
+
+def _import_deepspeed() -> tuple[Any, Any]:
+    """``deepspeed.checkpoint.affine`` and ``affine_transfer``, without the import-time banner."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        affine = importlib.import_module("deepspeed.checkpoint.affine")
+        transfer = importlib.import_module("deepspeed.checkpoint.affine_transfer")
+    return affine, transfer
+
+
+def deepspeed_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("deepspeed")
+    except Exception:
+        return None
+
+
+class _UnknownRequest(Exception):
+    pass
+
+
+class DeepSpeedAdapter(Adapter):
+    """DeepSpeed's one-parameter planner, looped over the batch in name order."""
+
+    name = "deepspeed"
+    strict_messages = False
+
+    def __init__(self) -> None:
+        self._affine, self._transfer = _import_deepspeed()
+        version = deepspeed_version()
+        self.name = f"deepspeed {version}" if version else "deepspeed"
+        budget_fields = {f.name for f in dataclasses.fields(self._transfer.PlanBudget)}
+        self.features = frozenset({"multi_parameter", "answers", "budget"}) | {f"budget.{n}" for n in budget_fields}
+
+    def budget_defaults(self) -> dict[str, int]:
+        """DeepSpeed's ``PlanBudget()`` defaults, field by field."""
+        defaults = self._transfer.PlanBudget()
+        return {f.name: int(getattr(defaults, f.name)) for f in dataclasses.fields(defaults)}
+
+    def _map(self, doc: Mapping[str, Any]) -> Any:
+        affine = self._affine
+        shards: dict[int, Any] = {}
+        pieces: dict[int, list[Any]] = {}
+        for key, entry in doc["ranks"].items():
+            rank = int(key)
+            if entry.get("shard_shape") is not None:
+                shards[rank] = entry["shard_shape"]
+            pieces[rank] = [
+                affine.AffinePiece(
+                    p["shape"], p["source"][0], p["source"][1], p["dest"][0], p["dest"][1], p["locations"],
+                    p.get("scale", 1.0),
+                )
+                for p in entry["pieces"]
+            ]
+        return affine.ParamAffineMap(doc["logical_shape"], shards, pieces)
+
+    def plan(self, case: Case) -> Outcome:
+        transfer = self._transfer
+        budget = transfer.PlanBudget(**case.raw["budget"]) if case.raw.get("budget") else None
+        lookup: dict[tuple[Any, ...], Any] = {}
+        if case.answers is not None:
+            for request, answer in zip(case.requests or [], case.answers):
+                key = (request["parameter"], request["target_location"], tuple(request["logical_origin"]),
+                       tuple(request["shape"]))
+                lookup[key] = answer
+        plans: dict[str, Any] = {}
+        try:
+            for name in sorted(case.parameters):
+                pair = case.parameters[name]
+                target, source = self._map(pair["target"]), self._map(pair["source"])
+                selector: Callable[[Any], Any] | None = None
+                if case.answers is not None:
+
+                    def selector(request: Any, _name: str = name) -> Any:
+                        key = (_name, request.target_rank, tuple(request.logical_origin), tuple(request.shape))
+                        if key not in lookup:
+                            raise _UnknownRequest(f"the selector was asked for {key}, which the case does not list")
+                        return lookup[key]
+
+                plan = transfer.plan_transfer(target, source, budget, replica_selector=selector)
+                plans[name] = plan.to_dict()
+        except _UnknownRequest as exc:
+            return Outcome("error", message=str(exc))
+        except Exception as exc:
+            return _exception_outcome(exc)
+        return Outcome("accept", plans=plans)
+
+
+# ---------------------------------------------------------------------------------------------
+# External planners: in-process callables and commands.
+
+
+def outcome_from_doc(doc: Any, case: Case) -> Outcome:
+    """Read a planner's answer document (the command protocol)."""
+    if not isinstance(doc, Mapping):
+        return Outcome("error", message=f"the planner's output is a {type(doc).__name__}, not a JSON object")
+    if "unsupported" in doc:
+        return Outcome("unsupported", message=f"planner: {doc['unsupported']}")
+    if "error" in doc:
+        error = doc["error"]
+        if not isinstance(error, str):
+            return Outcome("error", message=f"'error' must be a class name, got {error!r}")
+        return Outcome("refuse", error=error, message=str(doc.get("message", "")))
+    plans: Any
+    if doc.get("format") == PLANS_FORMAT:
+        plans = doc.get("parameters")
+    elif "segments" in doc and "logical_shape" in doc:
+        if len(case.parameters) != 1:
+            return Outcome("error", message="a bare plan answers only a one-parameter case")
+        plans = {next(iter(case.parameters)): doc}
+    elif "format" in doc:
+        return Outcome("error", message=f"unknown output format {doc['format']!r}")
+    else:
+        plans = doc
+    if not isinstance(plans, Mapping) or not all(isinstance(v, Mapping) for v in plans.values()):
+        return Outcome("error", message="plans must be an object of parameter name -> plan object")
+    return Outcome("accept", plans=dict(plans))
+
+
+class ModuleAdapter(Adapter):
+    """``module:callable``: ``callable(case_input) -> answer dict``, in-process."""
+
+    features = ALL_FEATURES
+
+    def __init__(self, spec: str) -> None:
+        module_name, _, attr = spec.partition(":")
+        self.name = spec
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(f"planner {spec!r}: cannot import {module_name!r}: {exc}") from None
+        target: Any = module
+        for part in attr.split("."):
+            if not hasattr(target, part):
+                raise ValueError(f"planner {spec!r}: {module_name!r} has no attribute {attr!r}")
+            target = getattr(target, part)
+        if not callable(target):
+            raise ValueError(f"planner {spec!r}: {attr!r} is not callable")
+        self._fn: Callable[[dict[str, Any]], Any] = target
+
+    def plan(self, case: Case) -> Outcome:
+        try:
+            doc = self._fn(json.loads(json.dumps(case.input_doc())))
+        except Exception as exc:
+            return _exception_outcome(exc)
+        return outcome_from_doc(doc, case)
+
+
+class CommandAdapter(Adapter):
+    """``cmd:<command>``: one process per case, JSON in on stdin, JSON out on stdout."""
+
+    features = ALL_FEATURES
+
+    def __init__(self, command: str, timeout: float = 60.0) -> None:
+        command = command.strip()
+        if len(command) >= 2 and command[0] == command[-1] and command[0] in "\"'":
+            command = command[1:-1]
+        if not command:
+            raise ValueError("planner 'cmd:': the command is empty")
+        self.command = command
+        self.timeout = timeout
+        self.name = f"cmd:{command}"
+
+    def plan(self, case: Case) -> Outcome:
+        text = json.dumps(case.input_doc(), separators=(",", ":"))
+        try:
+            done = subprocess.run(
+                self.command, shell=True, input=text, capture_output=True, text=True, timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return Outcome("error", message=f"the command ran past {self.timeout:g} s")
+        except OSError as exc:
+            return Outcome("error", message=f"cannot run the command: {exc}")
+        out = done.stdout.strip()
+        doc: Any = None
+        if out:
+            try:
+                doc = json.loads(out)
+            except json.JSONDecodeError as exc:
+                try:  # a planner that logs to stdout: its last line may still be the answer
+                    doc = json.loads(out.splitlines()[-1])
+                except json.JSONDecodeError:
+                    tail = (done.stderr.strip().splitlines() or [""])[-1]
+                    return Outcome("error", message=f"stdout is not JSON ({exc}); exit {done.returncode}; {tail}")
+        if doc is None:
+            tail = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            return Outcome("error", message=f"no JSON on stdout; exit {done.returncode}: {tail}")
+        return outcome_from_doc(doc, case)
+
+
+def make_adapter(spec: str, *, timeout: float = 60.0) -> Adapter:
+    """The adapter for a planner spec; ``ValueError`` (one line) if the spec is unusable."""
+    spec = spec.strip()
+    if spec == "refplan":
+        return RefplanAdapter()
+    if spec == "deepspeed":
+        try:
+            return DeepSpeedAdapter()
+        except Exception as exc:  # ImportError, or whatever its torch import raises here
+            raise ValueError(f"planner 'deepspeed': DeepSpeed is not importable ({exc})") from None
+    if spec.startswith("cmd:"):
+        return CommandAdapter(spec[4:], timeout=timeout)
+    if ":" in spec:
+        return ModuleAdapter(spec)
+    raise ValueError(f"planner {spec!r}: expected refplan, deepspeed, module:callable or cmd:\"<command>\"")

@@ -1,0 +1,406 @@
+"""The conformance case format: loading, checking, writing.
+
+A case file is ``{"format": "refplan.conformance/1", "family": str, "description": str,
+"cases": [case, ...]}``. A case is one batch planning problem and the outcome the facts demand:
+
+``id``
+    ``"<family>/<slug>"``, unique across the corpus (``[A-Za-z0-9._/-]+``).
+``why``
+    One line: what the case checks and why the expected outcome is right.
+``tags``
+    Rule and case names it covers (``"R17"``, ``"A5"``, ``"layout"``, ``"answer:gap"``, ...).
+``parameters``
+    ``{name: {"target": map, "source": map}}``; maps in DeepSpeed's ``ParamAffineMap.to_dict()``
+    form (``{logical_shape, ranks: {loc: {shard_shape, pieces: [{shape, source: [off, strides],
+    dest: [off, strides], locations, scale?}]}}}``). ``shard_shape`` may be ``null`` (a location
+    that lists pieces but declares no shard shape).
+``endpoints``, ``process_node``, ``element_size``, ``min_split_bytes`` (optional)
+    As in a ``refplan.maps/1`` file and ``plan_transfers``: ``{"source": {loc: proc}, "target":
+    {loc: proc}}``, ``{proc: node}``, ``{name: bytes}``, an int.
+``budget`` (optional)
+    ``{field: int}`` over ``PlanBudget`` fields; unnamed fields keep the planner's defaults.
+``requests`` (optional, informational)
+    The replica requests in the RFC's order (parameter, target location, logical origin), each
+    ``{parameter, target_location, logical_origin, shape, candidates: [loc]}``. Present whenever
+    ``answers`` is, so that a planner can map its own requests to answer indices.
+``answers`` (optional)
+    Scripted policy answers, one per request index: an int location, or a list of parts
+    ``{logical_origin, shape, source_location}``. Deliberately wrong answers (wrong count, wrong
+    types, malformed parts) are stored as the JSON they are. Absent: the planner's default policy.
+``expect``
+    ``{"outcome": "accept", "sources"?: [{parameter, target_location, logical_origin, shape,
+    source_location}], "max_sender_load"?: int}`` or ``{"outcome": "refuse", "error": class name,
+    "message"?: regex}``. ``accept`` means the plans must pass ``verify_plan`` for every parameter;
+    ``sources`` pins the source location of every element of each listed target region;
+    ``max_sender_load`` bounds the busiest sender (bytes with ``element_size``, else elements; per
+    process with ``endpoints``, else per source location; local copies excluded). ``refuse`` names
+    the exact error class (``InvalidMapError``, ``UnsupportedLayoutError``,
+    ``InvalidReplicaPolicyError``, or ``AffineTransferError`` for budgets) and a case-insensitive
+    regex the message should match.
+
+What a planner under test receives is ``Case.input_doc()``: the case without ``why``, ``tags`` and
+``expect`` and with ``"format": "refplan.conformance-input/1"``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CASES_DIR",
+    "CASE_FORMAT",
+    "ERROR_CLASSES",
+    "FEATURES",
+    "INPUT_FORMAT",
+    "Case",
+    "CaseFormatError",
+    "Expect",
+    "dump_case_file",
+    "load_cases",
+    "parse_case",
+    "select_cases",
+]
+
+CASE_FORMAT = "refplan.conformance/1"
+INPUT_FORMAT = "refplan.conformance-input/1"
+CASES_DIR = Path(__file__).resolve().parent / "cases"
+
+ERROR_CLASSES = ("AffineTransferError", "InvalidMapError", "InvalidReplicaPolicyError", "UnsupportedLayoutError")
+
+FEATURES = {
+    "multi_parameter": "batches of more than one parameter",
+    "endpoints": "location -> process bindings (TransferEndpoints)",
+    "process_node": "process -> node bindings",
+    "element_size": "bytes per element per parameter",
+    "min_split_bytes": "a floor on split parts",
+    "budget": "PlanBudget limits (each field is also a feature 'budget.<field>')",
+    "answers": "scripted answers a per-request selector can give (an int per multi-holder request)",
+    "batch_answers": "scripted answers only a batch policy can be checked on (count, single-holder requests)",
+    "splits": "answers that split a request into parts",
+    "batch_policy": "the RFC's default batch policy (balance across the whole batch, local first)",
+}
+"""What a case may need from a planner; ``Case.features()`` derives them from its content."""
+
+_ID = re.compile(r"[A-Za-z0-9._/-]+")
+_CASE_KEYS = {
+    "id", "why", "tags", "parameters", "endpoints", "process_node", "element_size", "min_split_bytes",
+    "budget", "requests", "answers", "expect",
+}
+_OPTIONAL_INPUTS = ("endpoints", "process_node", "element_size", "min_split_bytes", "budget", "requests", "answers")
+_KEY_ORDER = (
+    "id", "why", "tags", "parameters", "endpoints", "process_node", "element_size", "min_split_bytes", "budget",
+    "requests", "answers", "expect",
+)
+
+
+class CaseFormatError(ValueError):
+    """A case file or case does not follow the format; the message names the file and JSON path."""
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The outcome a case demands."""
+
+    outcome: str
+    error: str | None = None
+    message: str | None = None
+    sources: tuple[Mapping[str, Any], ...] | None = None
+    max_sender_load: int | None = None
+
+    def describe(self) -> str:
+        if self.outcome == "refuse":
+            return f"refuse {self.error}"
+        extra = []
+        if self.sources is not None:
+            extra.append("sources")
+        if self.max_sender_load is not None:
+            extra.append(f"load<={self.max_sender_load}")
+        return "accept" + (f" ({', '.join(extra)})" if extra else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"outcome": self.outcome}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.message is not None:
+            out["message"] = self.message
+        if self.sources is not None:
+            out["sources"] = [dict(s) for s in self.sources]
+        if self.max_sender_load is not None:
+            out["max_sender_load"] = self.max_sender_load
+        return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case; ``raw`` is its JSON object exactly as stored."""
+
+    id: str
+    why: str
+    family: str
+    tags: tuple[str, ...]
+    raw: Mapping[str, Any]
+    expect: Expect
+    source_file: str = ""
+
+    @property
+    def parameters(self) -> Mapping[str, Mapping[str, Any]]:
+        params: Mapping[str, Mapping[str, Any]] = self.raw["parameters"]
+        return params
+
+    @property
+    def answers(self) -> list[Any] | None:
+        value = self.raw.get("answers")
+        return None if value is None else list(value)
+
+    @property
+    def requests(self) -> list[Mapping[str, Any]] | None:
+        value = self.raw.get("requests")
+        return None if value is None else list(value)
+
+    def input_doc(self) -> dict[str, Any]:
+        """What the planner under test sees: the problem, never the expectation."""
+        doc: dict[str, Any] = {"format": INPUT_FORMAT, "id": self.id, "parameters": self.raw["parameters"]}
+        for key in _OPTIONAL_INPUTS:
+            if self.raw.get(key) is not None:
+                doc[key] = self.raw[key]
+        return doc
+
+    def features(self) -> frozenset[str]:
+        """The planner features this case needs (``FEATURES``)."""
+        raw = self.raw
+        out: set[str] = set()
+        if len(raw["parameters"]) > 1:
+            out.add("multi_parameter")
+        for key in ("endpoints", "process_node", "element_size", "min_split_bytes"):
+            if raw.get(key) is not None:
+                out.add(key)
+        budget = raw.get("budget")
+        if budget:
+            out.add("budget")
+            out.update(f"budget.{name}" for name in budget)
+        answers = self.answers
+        if answers is not None:
+            if any(isinstance(a, list) for a in answers):
+                out.add("splits")
+            if self._selector_expressible(answers):
+                out.add("answers")
+            else:
+                out.add("batch_answers")
+        elif self.expect.sources is not None or self.expect.max_sender_load is not None:
+            out.add("batch_policy")
+        return frozenset(out)
+
+    def _selector_expressible(self, answers: list[Any]) -> bool:
+        """Whether a per-request selector (called only for multi-holder requests) gives these answers."""
+        requests = self.requests or []
+        if len(answers) != len(requests):
+            return False
+        for request, answer in zip(requests, answers):
+            if isinstance(answer, list):
+                return False
+            if len(request["candidates"]) == 1 and not (
+                type(answer) is int and answer == request["candidates"][0]
+            ):
+                return False
+        return True
+
+
+def _fail(where: str, problem: str) -> CaseFormatError:
+    return CaseFormatError(f"{where}: {problem}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_expect(value: Any, where: str) -> Expect:
+    if not isinstance(value, Mapping):
+        raise _fail(where, "expected an object")
+    outcome = value.get("outcome")
+    if outcome == "refuse":
+        error = value.get("error")
+        if error not in ERROR_CLASSES:
+            raise _fail(f"{where}.error", f"expected one of {list(ERROR_CLASSES)}, got {error!r}")
+        message = value.get("message")
+        if message is not None:
+            if not isinstance(message, str):
+                raise _fail(f"{where}.message", "expected a regex string")
+            try:
+                re.compile(message)
+            except re.error as exc:
+                raise _fail(f"{where}.message", f"not a valid regex: {exc}") from None
+        extra = set(value) - {"outcome", "error", "message"}
+        if extra:
+            raise _fail(where, f"unexpected keys {sorted(extra)} for a refusal")
+        return Expect("refuse", error, message)
+    if outcome == "accept":
+        extra = set(value) - {"outcome", "sources", "max_sender_load"}
+        if extra:
+            raise _fail(where, f"unexpected keys {sorted(extra)} for an acceptance")
+        sources = value.get("sources")
+        if sources is not None:
+            if not isinstance(sources, list):
+                raise _fail(f"{where}.sources", "expected a list")
+            for i, entry in enumerate(sources):
+                keys = {"parameter", "target_location", "logical_origin", "shape", "source_location"}
+                if not isinstance(entry, Mapping) or set(entry) != keys:
+                    raise _fail(f"{where}.sources[{i}]", f"expected an object with keys {sorted(keys)}")
+        load = value.get("max_sender_load")
+        if load is not None and (not _is_int(load) or load < 0):
+            raise _fail(f"{where}.max_sender_load", "expected a non-negative int")
+        return Expect("accept", sources=None if sources is None else tuple(sources), max_sender_load=load)
+    raise _fail(f"{where}.outcome", f"expected 'accept' or 'refuse', got {outcome!r}")
+
+
+def parse_case(value: Any, family: str, where: str) -> Case:
+    """Check one case object's shape (not its maps: judging those is the planner's job)."""
+    if not isinstance(value, Mapping):
+        raise _fail(where, "a case must be an object")
+    unknown = set(value) - _CASE_KEYS
+    if unknown:
+        raise _fail(where, f"unknown keys {sorted(unknown)}")
+    case_id = value.get("id")
+    if not isinstance(case_id, str) or not _ID.fullmatch(case_id) or not case_id.startswith(family + "/"):
+        raise _fail(f"{where}.id", f"expected '{family}/<slug>' of [A-Za-z0-9._/-], got {case_id!r}")
+    why = value.get("why")
+    if not isinstance(why, str) or not why.strip() or "\n" in why:
+        raise _fail(f"{where}.why", "expected a non-empty one-line string")
+    tags = value.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise _fail(f"{where}.tags", "expected a list of strings")
+    params = value.get("parameters")
+    if not isinstance(params, Mapping) or not params:
+        raise _fail(f"{where}.parameters", "expected a non-empty object of name -> {target, source}")
+    for name, pair in params.items():
+        if not isinstance(pair, Mapping) or set(pair) != {"target", "source"}:
+            raise _fail(f"{where}.parameters[{name!r}]", "expected {\"target\": map, \"source\": map}")
+    min_split = value.get("min_split_bytes")
+    if min_split is not None and not _is_int(min_split):
+        raise _fail(f"{where}.min_split_bytes", "expected an int")
+    budget = value.get("budget")
+    if budget is not None and (not isinstance(budget, Mapping) or not all(_is_int(v) for v in budget.values())):
+        raise _fail(f"{where}.budget", "expected an object of PlanBudget field -> int")
+    answers = value.get("answers")
+    requests = value.get("requests")
+    if answers is not None:
+        if not isinstance(answers, list):
+            raise _fail(f"{where}.answers", "expected a list (one answer per request)")
+        if not isinstance(requests, list):
+            raise _fail(f"{where}.requests", "required with answers: the requests the answers index into")
+    if requests is not None:
+        keys = {"parameter", "target_location", "logical_origin", "shape", "candidates"}
+        for i, r in enumerate(requests):
+            if not isinstance(r, Mapping) or set(r) != keys:
+                raise _fail(f"{where}.requests[{i}]", f"expected an object with keys {sorted(keys)}")
+    expect = _parse_expect(value.get("expect"), f"{where}.expect")
+    return Case(case_id, why, family, tuple(tags), value, expect)
+
+
+def _load_file(path: Path) -> list[Case]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CaseFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CaseFormatError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(doc, Mapping) or doc.get("format") != CASE_FORMAT:
+        raise CaseFormatError(f"{path}: $.format: expected \"{CASE_FORMAT}\"")
+    family = doc.get("family")
+    if not isinstance(family, str) or not _ID.fullmatch(family):
+        raise CaseFormatError(f"{path}: $.family: expected a name")
+    cases = doc.get("cases")
+    if not isinstance(cases, list):
+        raise CaseFormatError(f"{path}: $.cases: expected a list")
+    out = []
+    for i, value in enumerate(cases):
+        case = parse_case(value, family, f"{path}: $.cases[{i}]")
+        out.append(Case(case.id, case.why, case.family, case.tags, case.raw, case.expect, str(path)))
+    return out
+
+
+def load_cases(source: str | Path | Iterable[str | Path] | None = None) -> list[Case]:
+    """Cases from the packaged corpus (default), a case file, a directory of them, or a glob.
+
+    Raises ``CaseFormatError`` naming the file and JSON path of the first problem, including two
+    cases with the same id.
+    """
+    paths: list[Path] = []
+    sources: Iterable[str | Path]
+    if source is None:
+        sources = [CASES_DIR]
+    elif isinstance(source, (str, Path)):
+        sources = [source]
+    else:
+        sources = source
+    for item in sources:
+        path = Path(item)
+        if path.is_dir():
+            paths.extend(sorted(path.glob("*.json")))
+        elif path.exists():
+            paths.append(path)
+        else:
+            matches = sorted(Path(p) for p in glob.glob(str(item)))
+            if not matches:
+                raise CaseFormatError(f"{item}: no such case file or directory")
+            paths.extend(matches)
+    cases: list[Case] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        for case in _load_file(path):
+            if case.id in seen:
+                raise CaseFormatError(f"{path}: case {case.id!r} is also defined in {seen[case.id]}")
+            seen[case.id] = str(path)
+            cases.append(case)
+    return cases
+
+
+def select_cases(cases: Sequence[Case], select: str | Sequence[str] | None) -> list[Case]:
+    """Cases whose id (or family, or a tag) matches any of the globs in ``select``."""
+    if select is None:
+        return list(cases)
+    patterns = [select] if isinstance(select, str) else list(select)
+
+    def hit(case: Case) -> bool:
+        names = [case.id, *case.tags]
+        return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
+
+    return [c for c in cases if hit(c)]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+
+
+def dump_case_file(family: str, description: str, cases: Sequence[Mapping[str, Any]]) -> str:
+    """The canonical text of a case file: one top-level key of each case per line, values compact.
+
+    Deterministic (fixed key order, no floats written differently across runs), so regenerating
+    the corpus gives byte-identical files and a diff shows which case changed.
+    """
+    lines = [
+        "{",
+        f'"format": {_compact(CASE_FORMAT)},',
+        f'"family": {_compact(family)},',
+        f'"description": {_compact(description)},',
+        '"cases": [',
+    ]
+    for index, case in enumerate(cases):
+        keys = [k for k in _KEY_ORDER if k in case]
+        extra = sorted(set(case) - set(_KEY_ORDER))
+        if extra:
+            raise CaseFormatError(f"case {case.get('id')!r}: unknown keys {extra}")
+        body = ",\n".join(f"  {_compact(k)}: {_compact(case[k])}" for k in keys)
+        tail = "," if index + 1 < len(cases) else ""
+        lines.append("{\n" + body + "\n}" + tail)
+    lines.append("]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

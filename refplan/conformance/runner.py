@@ -1,0 +1,592 @@
+"""Run the conformance corpus against a planner: ``refplan conformance`` and ``python -m refplan.conformance.runner``.
+
+``run_conformance(planner, cases=None, *, select=None) -> Report`` plans every selected case with
+the planner (see ``adapters`` for the specs ``refplan``, ``deepspeed``, ``module:callable`` and
+``cmd:"<command>"``) and judges the outcome against the case's expectation:
+
+- ``pass``: the expected outcome. For ``accept``: every parameter's plan passes the independent
+  oracle (``verify_plan``), scripted cases read every listed target region from exactly the
+  scripted source, and the busiest sender stays within ``max_sender_load`` where one is given.
+  For ``refuse``: the exact error class (and, for planners that promise refplan's wording, the
+  message fragment; for others a differing message is only a note).
+- ``fail``: accepted something that must be refused, refused something valid, wrong error
+  class, a plan that fails the oracle, wrong sources for scripted answers, or too much load.
+- ``unsupported``: the case needs a feature the planner does not have (never a pass).
+- ``error``: the adapter or planner crashed (no refusal, no plan).
+
+The report prints as a table (case, expected, got, verdict, time) ending in the summary line
+``N passed, N failed, N unsupported`` (``, N errors`` when there are any), or as JSON, or as JUnit
+XML; the exit code is 1 when anything failed or errored. ``--markdown FILE`` writes the committed
+comparison of refplan and DeepSpeed (``docs/conformance.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..box import Box, row_major_strides, volume
+from ..verify import verify_plans
+from .adapters import Adapter, Outcome, make_adapter
+from .corpus import CASES_DIR, Case, CaseFormatError, load_cases, select_cases
+
+__all__ = [
+    "CaseResult",
+    "Report",
+    "add_conformance_arguments",
+    "judge",
+    "main",
+    "run_conformance",
+    "run_conformance_cli",
+    "write_markdown",
+]
+
+VERDICTS = ("pass", "fail", "unsupported", "error")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case's verdict."""
+
+    case_id: str
+    family: str
+    why: str
+    expected: str
+    got: str
+    verdict: str
+    reason: str = ""
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case_id,
+            "family": self.family,
+            "why": self.why,
+            "expected": self.expected,
+            "got": self.got,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 6),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class Report:
+    """Verdicts of one planner over the selected cases, in corpus order."""
+
+    planner: str
+    results: list[CaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(VERDICTS, 0)
+        for r in self.results:
+            out[r.verdict] += 1
+        return out
+
+    def summary_line(self) -> str:
+        c = self.counts()
+        line = f"{c['pass']} passed, {c['fail']} failed, {c['unsupported']} unsupported"
+        if c["error"]:
+            line += f", {c['error']} errors"
+        return line
+
+    @property
+    def ok(self) -> bool:
+        c = self.counts()
+        return c["fail"] == 0 and c["error"] == 0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def by_id(self) -> dict[str, CaseResult]:
+        return {r.case_id: r for r in self.results}
+
+    def table(self, *, reasons: bool = True) -> str:
+        """Fixed-width text: one row per case, then every non-pass reason, then the summary."""
+        rows = [("case", "expected", "got", "verdict", "time")]
+        for r in self.results:
+            rows.append((r.case_id, r.expected, r.got, r.verdict, f"{r.seconds * 1000:.1f} ms"))
+        widths = [min(max(len(row[i]) for row in rows), 60) for i in range(4)]
+        lines = []
+        for row in rows:
+            cells = [row[i][: widths[i]].ljust(widths[i]) for i in range(4)]
+            lines.append("  ".join([*cells, row[4].rjust(9)]).rstrip())
+        if reasons:
+            for r in self.results:
+                if r.verdict != "pass":
+                    lines.append(f"{r.verdict.upper()} {r.case_id}: {r.reason}")
+        lines.append(f"{self.planner}: {self.summary_line()} ({self.seconds:.2f} s)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "planner": self.planner,
+            "summary": self.summary_line(),
+            "counts": self.counts(),
+            "seconds": round(self.seconds, 3),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def junit_xml(self) -> str:
+        """JUnit XML: one testcase per case (classname = family); fail/error/unsupported mapped."""
+        c = self.counts()
+        suite = ET.Element(
+            "testsuite",
+            name=f"refplan-conformance[{self.planner}]",
+            tests=str(len(self.results)),
+            failures=str(c["fail"]),
+            errors=str(c["error"]),
+            skipped=str(c["unsupported"]),
+            time=f"{self.seconds:.3f}",
+        )
+        for r in self.results:
+            case = ET.SubElement(suite, "testcase", classname=f"conformance.{r.family}", name=r.case_id,
+                                 time=f"{r.seconds:.6f}")
+            if r.verdict == "fail":
+                ET.SubElement(case, "failure", message=r.reason[:500]).text = f"expected {r.expected}, got {r.got}"
+            elif r.verdict == "error":
+                ET.SubElement(case, "error", message=r.reason[:500]).text = r.reason
+            elif r.verdict == "unsupported":
+                ET.SubElement(case, "skipped", message=r.reason[:500])
+        suites = ET.Element("testsuites")
+        suites.append(suite)
+        return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging an accepted plan beyond the oracle: exact sources and sender load.
+
+
+class _Unverifiable(Exception):
+    pass
+
+
+_EXPAND_LIMIT = 1 << 16
+
+
+def _decode(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
+    if offset < 0 or offset >= volume(shape):
+        return None
+    coord = []
+    for stride in row_major_strides(shape):
+        q, offset = divmod(offset, stride)
+        coord.append(q)
+    return tuple(coord)
+
+
+def _local_boxes(offset: int, strides: Sequence[int], shape: Sequence[int], shard: Sequence[int]) -> list[Box]:
+    """The shard boxes a segment writes: itself when it is a box, else its elements (bounded)."""
+    rm = row_major_strides(shard)
+    origin = _decode(offset, shard)
+    if (
+        origin is not None
+        and len(strides) == len(shard) == len(shape)
+        and all(e <= 1 or s == r for e, s, r in zip(shape, strides, rm))
+        and all(o + e <= n for o, e, n in zip(origin, shape, shard))
+    ):
+        return [Box(origin, tuple(shape))]
+    count = volume(shape)
+    if count > _EXPAND_LIMIT:
+        raise _Unverifiable(f"a {tuple(shape)} segment is not a box in its shard and too large to expand")
+    out: list[Box] = []
+    for flat in range(count):
+        idx = []
+        for size in reversed(shape):
+            flat, i = divmod(flat, size)
+            idx.append(i)
+        address = offset + sum(i * s for i, s in zip(reversed(idx), strides))
+        coord = _decode(address, shard)
+        if coord is None:
+            raise _Unverifiable(f"address {address} lies outside the shard {tuple(shard)}")
+        out.append(Box(coord, (1,) * len(shard)))
+    return out
+
+
+def _target_pieces(doc: Mapping[str, Any]) -> dict[int, tuple[tuple[int, ...], list[tuple[Box, tuple[int, ...]]]]]:
+    """Per target location: shard shape and (local box, logical origin) of each non-empty piece."""
+    logical = tuple(doc["logical_shape"])
+    out: dict[int, tuple[tuple[int, ...], list[tuple[Box, tuple[int, ...]]]]] = {}
+    for key, entry in doc["ranks"].items():
+        shard = tuple(entry["shard_shape"] or ())
+        pieces: list[tuple[Box, tuple[int, ...]]] = []
+        for p in entry["pieces"]:
+            if volume(p["shape"]) == 0:
+                continue
+            local = _decode(p["dest"][0], shard)
+            origin = _decode(p["source"][0], logical)
+            if local is None or origin is None:
+                continue
+            pieces.append((Box(local, tuple(p["shape"])), origin))
+        out[int(key)] = (shard, pieces)
+    return out
+
+
+def _check_sources(case: Case, plans: Mapping[str, Any]) -> str | None:
+    """``None`` if every listed target region is read from its scripted source, else why not."""
+    sources = case.expect.sources or ()
+    written: dict[tuple[str, int], list[tuple[Box, int]]] = {}
+    for name in sorted({s["parameter"] for s in sources}):
+        pieces = _target_pieces(case.parameters[name]["target"])
+        for seg in plans[name]["segments"]:
+            s_loc = seg["source"][0]
+            t_loc, t_off, t_strides = seg["target"]
+            shard, frames = pieces[t_loc]
+            for lb in _local_boxes(t_off, t_strides, seg["shape"], shard):
+                for local, origin in frames:
+                    cut = lb.intersect(local)
+                    if cut is None:
+                        continue
+                    logical = tuple(o + c - lo for o, c, lo in zip(origin, cut.origin, local.origin))
+                    written.setdefault((name, t_loc), []).append((Box(logical, cut.extent), s_loc))
+    for s in sources:
+        box = Box(tuple(s["logical_origin"]), tuple(s["shape"]))
+        covered = 0
+        for wbox, loc in written.get((s["parameter"], s["target_location"]), []):
+            cut = box.intersect(wbox)
+            if cut is None:
+                continue
+            covered += cut.volume
+            if loc != s["source_location"]:
+                return (
+                    f"parameter {s['parameter']!r}, target location {s['target_location']}: {cut} is read from "
+                    f"source location {loc}, the answer names {s['source_location']}"
+                )
+        if covered != box.volume:
+            return (
+                f"parameter {s['parameter']!r}, target location {s['target_location']}: only {covered} of the "
+                f"{box.volume} elements of {box} are written"
+            )
+    return None
+
+
+def sender_loads(case: Case, plans: Mapping[str, Any]) -> dict[int, int]:
+    """Bytes (elements without ``element_size``) per sending process (location without endpoints)."""
+    raw = case.raw
+    sizes = raw.get("element_size") or {}
+    ends = raw.get("endpoints")
+    src_proc = {int(k): v for k, v in ends["source"].items()} if ends else None
+    tgt_proc = {int(k): v for k, v in ends["target"].items()} if ends else None
+    load: dict[int, int] = {}
+    for name, plan in plans.items():
+        unit = int(sizes.get(name, 1))
+        for seg in plan["segments"]:
+            src, tgt = seg["source"][0], seg["target"][0]
+            if src_proc is not None and tgt_proc is not None:
+                if src_proc.get(src) == tgt_proc.get(tgt):
+                    continue
+                src = src_proc.get(src, src)
+            load[src] = load.get(src, 0) + volume(seg["shape"]) * unit
+    return load
+
+
+def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tuple[str, ...]]:
+    """(verdict, reason, notes) for one outcome."""
+    expect = case.expect
+    notes = list(outcome.notes)
+    if outcome.kind == "unsupported":
+        return "unsupported", outcome.message, tuple(notes)
+    if outcome.kind == "error":
+        return "error", outcome.message, tuple(notes)
+    if expect.outcome == "refuse":
+        if outcome.kind == "accept":
+            return "fail", f"accepted something that must be refused ({expect.error})", tuple(notes)
+        if outcome.error != expect.error:
+            return "fail", f"wrong error class: expected {expect.error}, got {outcome.error}: {outcome.message}", tuple(
+                notes
+            )
+        if expect.message and not re.search(expect.message, outcome.message, re.IGNORECASE):
+            what = f"message does not match /{expect.message}/: {outcome.message}"
+            if adapter.strict_messages:
+                return "fail", what, tuple(notes)
+            notes.append(what)
+        return "pass", "", tuple(notes)
+    if outcome.kind == "refuse":
+        return "fail", f"refused something valid: {outcome.error}: {outcome.message}", tuple(notes)
+    plans = dict(outcome.plans or {})
+    pairs = {name: (pair["target"], pair["source"]) for name, pair in case.parameters.items()}
+    verdict = verify_plans(pairs, plans)
+    if not verdict.ok:
+        bad = [str(v) for v in verdict.verdicts.values() if not v.ok]
+        return "fail", "plan fails the oracle: " + "; ".join(bad), tuple(notes)
+    if expect.sources is not None:
+        try:
+            problem = _check_sources(case, plans)
+        except _Unverifiable as exc:
+            problem = f"sources could not be checked: {exc}"
+        if problem is not None:
+            return "fail", f"wrong sources: {problem}", tuple(notes)
+    if expect.max_sender_load is not None:
+        load = sender_loads(case, plans)
+        busiest = max(load.values(), default=0)
+        if busiest > expect.max_sender_load:
+            who = max(load, key=lambda k: (load[k], -k))
+            return "fail", (
+                f"the busiest sender ({who}) moves {busiest} > {expect.max_sender_load}; "
+                f"loads {dict(sorted(load.items()))}"
+            ), tuple(notes)
+    differ = [n for n in notes if "requests differ" in n]
+    if differ:
+        return "fail", differ[0], tuple(notes)
+    return "pass", "", tuple(notes)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_conformance(
+    planner: str | Adapter,
+    cases: str | Path | Sequence[Case] | None = None,
+    *,
+    select: str | Sequence[str] | None = None,
+    timeout: float = 60.0,
+    progress: Callable[[CaseResult], None] | None = None,
+) -> Report:
+    """Run ``cases`` (default: the packaged corpus; or a case file, directory, glob or list of
+    ``Case``) through ``planner`` (a spec string or an ``Adapter``) and judge each one.
+
+    ``select`` keeps the cases whose id, family prefix or tag matches one of its globs (e.g.
+    ``"rules/*"``, ``"R17"``, ``"*billion*"``). Raises ``ValueError`` for an unusable planner spec
+    and ``CaseFormatError`` for a malformed case file.
+    """
+    adapter = planner if isinstance(planner, Adapter) else make_adapter(planner, timeout=timeout)
+    loaded = list(cases) if isinstance(cases, Sequence) and not isinstance(cases, str) else load_cases(cases)
+    chosen = select_cases(loaded, select)
+    report = Report(adapter.name)
+    start = time.perf_counter()
+    for case in chosen:
+        outcome = adapter.run(case)
+        verdict, reason, notes = judge(case, outcome, adapter)
+        result = CaseResult(
+            case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
+            outcome.seconds, notes, case.tags,
+        )
+        report.results.append(result)
+        if progress is not None:
+            progress(result)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/conformance.md
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _cell(result: CaseResult | None) -> str:
+    if result is None:
+        return "–"
+    if result.verdict in ("pass", "unsupported"):
+        return result.verdict
+    return f"**{result.verdict}**: {result.got}"
+
+
+def write_markdown(
+    path: str | Path,
+    reference: Report,
+    peer: Report | None,
+    *,
+    corpus_size: int,
+    peer_budget: Mapping[str, int] | None = None,
+) -> str:
+    """Write the refplan-vs-DeepSpeed conformance document; returns its text.
+
+    ``peer_budget`` (the peer's ``PlanBudget`` defaults) adds the budget comparison.
+    """
+    from .differences import budget_notes, explain
+
+    lines = [
+        "# Conformance: refplan and DeepSpeed",
+        "",
+        "<!-- Generated by `python -m refplan.conformance.runner --markdown docs/conformance.md`. "
+        "Do not edit by hand. -->",
+        "",
+        f"The conformance corpus (`refplan/conformance/cases/*.json`, {corpus_size} cases) states, for each",
+        "batch of (target map, source map) pairs, what the facts (`deepspeed-affine-facts.md` §4.4 rules",
+        "R0-R32, §4.6 accepted layouts, §6 refusal cases A1-A22) and the batch replica-selection RFC",
+        "demand: **accept** (every plan must pass the independent oracle `verify_plan`; for scripted",
+        "answers every target region must be read from the scripted source) or **refuse** with an exact",
+        "error class. `unsupported` means the planner lacks a feature the case needs; it never counts as",
+        "a pass. Check any planner with `refplan conformance --planner SPEC` (see the README).",
+        "",
+        "## Summary",
+        "",
+        "| planner | result |",
+        "|---|---|",
+        f"| {reference.planner} | `{reference.summary_line()}` |",
+    ]
+    if peer is not None:
+        lines.append(f"| {peer.planner} | `{peer.summary_line()}` |")
+    lines.append("")
+    own = [r for r in reference.results if r.verdict != "pass"]
+    if own:
+        lines += [
+            "## Where refplan fails its own corpus",
+            "",
+            "Cases whose expectation follows from the facts or the RFC but which refplan does not meet yet.",
+            "They are kept, not weakened: each is a refplan bug (or a reading of the facts to settle).",
+            "",
+        ]
+        for r in own:
+            lines.append(f"- `{r.case_id}` ({_md(r.why)}): expected {r.expected}, got {r.got}. {_md(r.reason)}")
+        lines.append("")
+    if peer is not None:
+        lines += [f"## Where {peer.planner} differs from the reference", ""]
+        c = peer.counts()
+        expressible = len(peer.results) - c["unsupported"]
+        lines += [
+            f"Of the {expressible} cases {peer.planner} can express, it passes {c['pass']}"
+            + (f" and fails {c['fail']}" if c["fail"] else "") + (f" with {c['error']} errors" if c["error"] else "")
+            + ". Its plans are judged by the same oracle, and scripted int answers reach it as a per-request",
+            "`replica_selector`, so its reads must come from exactly the scripted holders. The other",
+            f"{c['unsupported']} cases need features of the batch RFC that its one-parameter `plan_transfer` does",
+            "not have; they are listed by the feature they need.",
+            "",
+        ]
+        groups: dict[str, tuple[str, str, list[CaseResult]]] = {}
+        order: list[str] = []
+        for r in peer.results:
+            if r.verdict == "pass":
+                continue
+            key, title, text = explain(r)
+            if key not in groups:
+                groups[key] = (title, text, [])
+                order.append(key)
+            groups[key][2].append(r)
+        for section, verdict in (("Failures", "fail"), ("Errors", "error"), ("Unsupported", "unsupported")):
+            keys = [k for k in order if any(r.verdict == verdict for r in groups[k][2])]
+            if not keys:
+                continue
+            lines += [f"### {section}", ""]
+            for key in keys:
+                title, text, results = groups[key]
+                chosen = [r for r in results if r.verdict == verdict]
+                lines += [f"#### {title} ({len(chosen)})", "", text, ""]
+                if verdict == "unsupported":
+                    lines.append("Cases: " + ", ".join(f"`{r.case_id}`" for r in chosen) + ".")
+                else:
+                    for r in chosen:
+                        lines.append(f"- `{r.case_id}`: expected {r.expected}, got {r.got}. {_md(r.reason)}")
+                lines.append("")
+        if peer_budget is not None:
+            lines += ["### Other differences (not failures)", "", *budget_notes(peer.planner, peer_budget), ""]
+        noted = [r for r in peer.results if r.verdict == "pass" and r.notes]
+        if noted:
+            lines += [
+                "### Passing with different messages",
+                "",
+                "These refusals have the right class but DeepSpeed words them differently from the fragment the",
+                "case names (the fragment is refplan's wording; only the class is the contract).",
+                "",
+            ]
+            for r in noted:
+                lines.append(f"- `{r.case_id}`: {_md('; '.join(r.notes))}")
+            lines.append("")
+    lines += ["## All cases", ""]
+    peer_by_id = peer.by_id() if peer is not None else {}
+    header = "| case | why | expected | " + reference.planner + (f" | {peer.planner} |" if peer else " |")
+    lines += [header, "|---|---|---|---|" + ("---|" if peer else "")]
+    for r in reference.results:
+        row = f"| `{r.case_id}` | {_md(r.why)} | {r.expected} | {_cell(r)} |"
+        if peer is not None:
+            row += f" {_md(_cell(peer_by_id.get(r.case_id)))} |"
+        lines.append(row)
+    text = "\n".join(lines) + "\n"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``refplan conformance`` (also ``python -m refplan.conformance.runner``)."""
+    parser.add_argument(
+        "--planner", default="refplan", metavar="SPEC",
+        help="refplan | deepspeed | module:callable | cmd:\"<command>\" (default: refplan)",
+    )
+    parser.add_argument("--case", action="append", metavar="GLOB",
+                        help="only cases whose id or tag matches (repeatable), e.g. 'rules/*', 'R17', '*1e9*'")
+    parser.add_argument("--cases", metavar="PATH", help=f"case file, directory or glob (default: {CASES_DIR.name}/)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case for cmd: planners")
+    parser.add_argument("--markdown", metavar="FILE",
+                        help="write the refplan-vs-DeepSpeed document (docs/conformance.md); ignores --planner")
+
+
+def _one_line(text: str) -> str:
+    return "\\n".join(str(text).splitlines())
+
+
+def run_conformance_cli(args: argparse.Namespace) -> int:
+    """0 everything passed (or was unsupported), 1 a failure or error, 2 bad input."""
+    prog = "refplan conformance"
+    try:
+        cases = load_cases(args.cases)
+        if args.markdown:
+            from .adapters import DeepSpeedAdapter
+
+            reference = run_conformance("refplan", cases, select=args.case)
+            ds: DeepSpeedAdapter | None
+            try:
+                ds = DeepSpeedAdapter()
+            except Exception as exc:  # ImportError, or whatever its torch import raises here
+                print(f"{prog}: DeepSpeed is not importable ({exc}); writing refplan only", file=sys.stderr)
+                ds = None
+            peer = run_conformance(ds, cases, select=args.case) if ds is not None else None
+            budget = ds.budget_defaults() if ds is not None else None
+            write_markdown(args.markdown, reference, peer, corpus_size=len(select_cases(cases, args.case)),
+                           peer_budget=budget)
+            for report in (reference, peer):
+                if report is not None:
+                    print(f"{report.planner}: {report.summary_line()}")
+            return reference.exit_code
+        selected = select_cases(cases, args.case)
+        if not selected:
+            print(f"{prog}: no case matches {args.case}", file=sys.stderr)
+            return 2
+        report = run_conformance(args.planner, selected, timeout=args.timeout)
+    except (CaseFormatError, ValueError) as exc:
+        print(_one_line(f"{prog}: {exc}"), file=sys.stderr)
+        return 2
+    if args.junit:
+        try:
+            Path(args.junit).write_text(report.junit_xml(), encoding="utf-8")
+        except OSError as exc:
+            print(_one_line(f"{prog}: cannot write {args.junit}: {exc.strerror or exc}"), file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
+    else:
+        print(report.table())
+    return report.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m refplan.conformance.runner", description="Hold a planner to the reference's conformance corpus"
+    )
+    add_conformance_arguments(parser)
+    return run_conformance_cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
