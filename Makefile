@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint proofs nightly crosshair clean
+.PHONY: demo test lint proofs nightly fuzz clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,19 @@ proofs: $(VENV)/.test
 	$(PY) proofs/run_all.py
 
 nightly: $(VENV)/.test
-	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n 2 tests
+	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n 2 --dist loadgroup tests
+
+FUZZ_SECONDS ?= 180
+
+# atheris 3.0.0 is the only version that installs here (cp311/cp312 wheels only); without it
+# fuzz/run.py falls back to its hypothesis engine.
+$(VENV)/.fuzz: $(VENV)/.test
+	$(PIP) install -q 'atheris==3.0.0' || echo "atheris did not install: make fuzz uses the hypothesis engine"
+	touch $@
+
+# Runs every harness for FUZZ_SECONDS in total and prints executions, coverage and findings.
+fuzz: $(VENV)/.fuzz
+	$(PY) fuzz/run.py all --seconds $(FUZZ_SECONDS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis fuzz/work fuzz/artifacts

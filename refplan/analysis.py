@@ -1,18 +1,51 @@
-"""Per-process load of a plan batch: what ``refplan demo`` and ``refplan show`` print.
+"""Per-process load of a plan batch, its lower bound, and an α-β estimate of the sync time.
 
 Load is what limits a sync: the busiest sender's bytes set its duration on equal links, so the
-number worth printing is max load / even share (1.0 is perfect balance).
+number worth printing is max load / even share (1.0 is perfect balance), or better, max load /
+the least max load *any* plan could have (``load_lower_bound``), which is what ``refplan bench``
+reports every plan against.
+
+The α-β model (``CostModel``) prices a message of ``B`` bytes on a path as ``α + B/β``, with one
+(α, β) per path kind: ``process`` (a local copy), ``node`` (same node, e.g. NVLink) and
+``network``. Its defaults are *model inputs*, round numbers of the right order for current
+hardware, not measurements: pass calibrated values (the RFC thread quotes α = 0.3 ms,
+β = 48 GB/s for one GH200 link, unverified) to compare policies on a given machine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 from .plan import TransferPlan
-from .requests import TransferEndpoints
+from .requests import ReplicaRequest, TransferEndpoints
 
-__all__ = ["LoadReport", "sender_load"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_BETA",
+    "PATH_KINDS",
+    "CostModel",
+    "LinkCost",
+    "LoadLowerBound",
+    "LoadReport",
+    "SyncEstimate",
+    "estimate_sync_time",
+    "load_lower_bound",
+    "max_load_for",
+    "path_kind",
+    "sender_load",
+    "sync_time_lower_bound",
+]
+
+DEFAULT_ALPHA = 30e-6
+"""Network α (seconds per message): a model input, of the order of an RDMA/NCCL message start."""
+
+DEFAULT_BETA = 25e9
+"""Network β (bytes per second): a model input, about one 200 Gb/s NIC per process."""
+
+PATH_KINDS = ("process", "node", "network")
+"""Path kinds from cheapest to dearest: same process (local copy), same node, across nodes."""
 
 
 @dataclass(frozen=True)
@@ -62,3 +95,334 @@ def sender_load(
             else:
                 sent[src] = sent.get(src, 0) + size
     return LoadReport(sent, local, endpoints is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The α-β cost model.
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """One path kind's α (seconds per message) and β (bytes per second)."""
+
+    alpha: float
+    beta: float
+
+    def __post_init__(self) -> None:
+        if not (self.alpha >= 0.0 and self.beta > 0.0):
+            raise ValueError(f"a link needs alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
+
+    def seconds(self, nbytes: float, messages: int = 1) -> float:
+        """``messages·α + nbytes/β``."""
+        return messages * self.alpha + nbytes / self.beta
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """(α, β) per path kind. Model inputs, not measurements (see the module docstring).
+
+    Defaults: ``process`` (a local device copy) α = 2 µs, β = 400 GB/s; ``node`` (NVLink-class)
+    α = 10 µs, β = 150 GB/s; ``network`` α = ``DEFAULT_ALPHA`` (30 µs), β = ``DEFAULT_BETA``
+    (25 GB/s). Without ``process_node`` every path between two processes is ``network``.
+    """
+
+    process: LinkCost = field(default_factory=lambda: LinkCost(2e-6, 400e9))
+    node: LinkCost = field(default_factory=lambda: LinkCost(10e-6, 150e9))
+    network: LinkCost = field(default_factory=lambda: LinkCost(DEFAULT_ALPHA, DEFAULT_BETA))
+
+    def link(self, kind: str) -> LinkCost:
+        if kind == "process":
+            return self.process
+        if kind == "node":
+            return self.node
+        if kind == "network":
+            return self.network
+        raise ValueError(f"unknown path kind {kind!r}; expected one of {PATH_KINDS}")
+
+    def with_network(self, alpha: float, beta: float) -> CostModel:
+        """This model with the network path replaced by ``(alpha, beta)``."""
+        return CostModel(self.process, self.node, LinkCost(alpha, beta))
+
+
+def path_kind(
+    source_process: int | None,
+    target_process: int | None,
+    process_node: Mapping[int, int] | None = None,
+) -> str:
+    """``process`` if both ends are one process, ``node`` if ``process_node`` puts them on one
+    node, else ``network`` (also when processes are unknown: nothing is known to be close)."""
+    if source_process is None or target_process is None:
+        return "network"
+    if source_process == target_process:
+        return "process"
+    if process_node is not None:
+        a = process_node.get(source_process)
+        if a is not None and a == process_node.get(target_process):
+            return "node"
+    return "network"
+
+
+@dataclass(frozen=True)
+class SyncEstimate:
+    """α-β time of a batch: per process, egress (sends), ingress (receives), local copies.
+
+    A process's time is ``max(egress, ingress, local)``: links are full duplex, and the executor
+    does local copies while a round's messages are in flight. Every segment is one message (the
+    executor may cut it into staging chunks; that adds α per chunk, identically for every policy
+    on the same plan sizes, so it is left out). ``seconds`` is the busiest process's time.
+    """
+
+    egress: dict[int, float]
+    ingress: dict[int, float]
+    local: dict[int, float]
+    seconds: float
+
+
+def estimate_sync_time(
+    plans: Mapping[str, TransferPlan],
+    *,
+    endpoints: TransferEndpoints | None = None,
+    element_size: Mapping[str, int] | None = None,
+    process_node: Mapping[int, int] | None = None,
+    cost: CostModel | None = None,
+) -> SyncEstimate:
+    """The α-β estimate of ``plans`` (see ``SyncEstimate``).
+
+    Without endpoints, source and target locations stand for processes in two disjoint sets
+    (nothing is local, every path is ``network``); without element sizes, elements count as bytes.
+    """
+    model = cost or CostModel()
+    egress: dict[int, float] = {}
+    ingress: dict[int, float] = {}
+    local: dict[int, float] = {}
+    for name in sorted(plans):
+        unit = 1 if element_size is None else element_size[name]
+        for seg in plans[name].segments:
+            size = seg.numel * unit
+            if endpoints is None:
+                link = model.network
+                t = link.alpha + size / link.beta
+                egress[seg.source_rank] = egress.get(seg.source_rank, 0.0) + t
+                ingress[-1 - seg.target_rank] = ingress.get(-1 - seg.target_rank, 0.0) + t
+                continue
+            src = endpoints.source[seg.source_rank]
+            dst = endpoints.target[seg.target_rank]
+            kind = path_kind(src, dst, process_node)
+            link = model.link(kind)
+            t = link.alpha + size / link.beta
+            if kind == "process":
+                local[src] = local.get(src, 0.0) + t
+            else:
+                egress[src] = egress.get(src, 0.0) + t
+                ingress[dst] = ingress.get(dst, 0.0) + t
+    procs = set(egress) | set(ingress) | set(local)
+    seconds = max(
+        (max(egress.get(p, 0.0), ingress.get(p, 0.0), local.get(p, 0.0)) for p in procs), default=0.0
+    )
+    return SyncEstimate(egress, ingress, local, seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lower bound: least possible load on the busiest sender when regions may be split freely.
+
+
+@dataclass(frozen=True)
+class LoadLowerBound:
+    """The least bytes any plan must put on its busiest sender, and where that is forced.
+
+    ``bytes`` is exact (a ``Fraction``): the optimum of the LP "serve every remote request from
+    its candidates in arbitrary fractions, minimise the largest per-sender total". Requests with
+    a candidate in the target's own process cost nothing on the network (served locally) and are
+    left out. ``critical`` is a set of senders that forces it: the remote requests whose every
+    candidate lies in ``critical`` hold ``bytes × len(critical)`` bytes between them (Hall's
+    condition, read off the minimum cut). ``units`` are processes when every request carries
+    them (endpoints given), else source locations, as in ``sender_load``.
+    """
+
+    bytes: Fraction
+    critical: tuple[int, ...]
+    remote_bytes: int
+    local_bytes: int
+    senders: tuple[int, ...]
+    by_process: bool
+    groups: int
+    ingress: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> float:
+        """Remote bytes over every sender that could send: the even share."""
+        return self.remote_bytes / len(self.senders) if self.senders else 0.0
+
+    def ratio(self, max_sent: float) -> float:
+        """``max_sent`` over this bound (1.0 when both are zero: nothing had to move)."""
+        if self.bytes == 0:
+            return 1.0 if max_sent == 0 else float("inf")
+        return float(max_sent / self.bytes)
+
+
+def _uses_processes(requests: Sequence[ReplicaRequest]) -> bool:
+    return bool(requests) and all(
+        r.target_process is not None and all(p is not None for p in r.candidate_processes) for r in requests
+    )
+
+
+def _request_size(r: ReplicaRequest) -> int:
+    return r.bytes if r.bytes is not None else r.elements
+
+
+def _max_flow(
+    demand: Sequence[int], members: Sequence[tuple[int, ...]], units: int, capacity: int
+) -> tuple[int, set[int]]:
+    """Integer max-flow source → group (``demand``) → its member units (unbounded) → sink
+    (``capacity`` each); returns (flow, units reachable from the source in the residual graph).
+
+    Dinic's algorithm on the small bipartite graph; nodes: 0 source, 1..G groups, G+1..G+U
+    units, G+U+1 sink.
+    """
+    groups = len(demand)
+    sink = groups + units + 1
+    n = sink + 1
+    head: list[list[int]] = [[] for _ in range(n)]
+    to: list[int] = []
+    cap: list[int] = []
+    infinite = sum(demand) + 1
+
+    def edge(a: int, b: int, c: int) -> None:
+        head[a].append(len(to))
+        to.append(b)
+        cap.append(c)
+        head[b].append(len(to))
+        to.append(a)
+        cap.append(0)
+
+    for g, d in enumerate(demand):
+        edge(0, 1 + g, d)
+        for u in members[g]:
+            edge(1 + g, 1 + groups + u, infinite)
+    for u in range(units):
+        edge(1 + groups + u, sink, capacity)
+    flow = 0
+    while True:
+        level = [-1] * n
+        level[0] = 0
+        queue = [0]
+        for a in queue:
+            for e in head[a]:
+                if cap[e] > 0 and level[to[e]] < 0:
+                    level[to[e]] = level[a] + 1
+                    queue.append(to[e])
+        if level[sink] < 0:
+            reach = {v - 1 - groups for v in range(1 + groups, 1 + groups + units) if level[v] >= 0}
+            return flow, reach
+        it = [0] * n
+        while True:
+            got = _augment(0, sink, infinite, head, to, cap, level, it)
+            if not got:
+                break
+            flow += got
+
+
+def _augment(
+    a: int, sink: int, limit: int, head: list[list[int]], to: list[int], cap: list[int], level: list[int],
+    it: list[int],
+) -> int:
+    """One augmenting path of the level graph from ``a`` (depth 3 here: shallow recursion)."""
+    if a == sink:
+        return limit
+    edges = head[a]
+    while it[a] < len(edges):
+        e = edges[it[a]]
+        b = to[e]
+        if cap[e] > 0 and level[b] == level[a] + 1:
+            got = _augment(b, sink, min(limit, cap[e]), head, to, cap, level, it)
+            if got:
+                cap[e] -= got
+                cap[e ^ 1] += got
+                return got
+        it[a] += 1
+    return 0
+
+
+def max_load_for(groups: Mapping[tuple[int, ...], int], capacity: Fraction) -> tuple[bool, tuple[int, ...]]:
+    """Can ``groups`` (candidate units → bytes) be served with at most ``capacity`` per unit?
+
+    Returns (feasible, a violating unit set when infeasible). Exact: capacities are scaled to
+    integers by the denominator of ``capacity``.
+    """
+    units = sorted({u for members in groups for u in members})
+    index = {u: i for i, u in enumerate(units)}
+    keys = sorted(groups)
+    q = capacity.denominator
+    demand = [groups[k] * q for k in keys]
+    members = [tuple(index[u] for u in k) for k in keys]
+    flow, reach = _max_flow(demand, members, len(units), capacity.numerator)
+    if flow == sum(demand):
+        return True, ()
+    return False, tuple(units[i] for i in sorted(reach))
+
+
+def load_lower_bound(requests: Iterable[ReplicaRequest]) -> LoadLowerBound:
+    """The least load any plan (splits allowed anywhere) must put on its busiest sender.
+
+    Requests are grouped by candidate set (their sender units), so the flow network has one node
+    per distinct holder set, not per request. The bound is found exactly by Dinkelbach's
+    iteration on Hall's ratio: start from T = remote bytes / all senders (a valid lower bound);
+    while T is infeasible, the minimum cut names a sender set S whose captive demand D(S) exceeds
+    T·|S|, so T' = D(S)/|S| is a larger valid lower bound; stop when T is feasible, hence optimal.
+    Pure Python with exact rationals; each round is one max-flow on (groups + senders) nodes.
+    """
+    reqs = list(requests)
+    by_process = _uses_processes(reqs)
+    groups: dict[tuple[int, ...], int] = {}
+    ingress: dict[int, int] = {}
+    local = remote = 0
+    senders: set[int] = set()
+    for r in reqs:
+        size = _request_size(r)
+        if by_process:
+            units = tuple(sorted({p for p in r.candidate_processes if p is not None}))
+            if r.target_process in units:
+                local += size
+                continue
+            assert r.target_process is not None
+            ingress[r.target_process] = ingress.get(r.target_process, 0) + size
+        else:
+            units = tuple(sorted({c.source_rank for c in r.candidates}))
+        senders.update(units)
+        remote += size
+        if size:
+            groups[units] = groups.get(units, 0) + size
+    if not groups:
+        return LoadLowerBound(Fraction(0), (), remote, local, tuple(sorted(senders)), by_process, 0, ingress)
+    everyone = tuple(sorted({u for k in groups for u in k}))
+    bound = Fraction(sum(groups.values()), len(everyone))
+    critical = everyone
+    while True:
+        feasible, violated = max_load_for(groups, bound)
+        if feasible:
+            break
+        captive = sum(d for k, d in groups.items() if set(k) <= set(violated))
+        better = Fraction(captive, len(violated))
+        if better <= bound:  # cannot happen: the cut proves D(S) > T·|S|
+            raise AssertionError("lower bound iteration did not make progress")
+        bound, critical = better, violated
+    return LoadLowerBound(bound, critical, remote, local, tuple(sorted(senders)), by_process, len(groups), ingress)
+
+
+def sync_time_lower_bound(
+    bound: LoadLowerBound, cost: CostModel | None = None, *, process_node: Mapping[int, int] | None = None
+) -> float:
+    """The α-β makespan no plan can beat, from ``bound``.
+
+    The busiest sender moves at least ``bound.bytes`` in at least one message, at best at the
+    fastest non-local path's speed; each target process receives its non-local bytes the same
+    way. With ``process_node`` a same-node path may be the fastest; without it every remote path
+    is ``network``.
+    """
+    model = cost or CostModel()
+    links = [model.network] + ([model.node] if process_node is not None else [])
+    alpha = min(link.alpha for link in links)
+    beta = max(link.beta for link in links)
+    send = alpha + float(bound.bytes) / beta if bound.bytes > 0 else 0.0
+    receive = max((alpha + b / beta for b in bound.ingress.values() if b > 0), default=0.0)
+    return max(send, receive)

@@ -34,8 +34,7 @@ def volume(extent: Sequence[int]) -> int:
 
     pre: len(extent) <= 4
     pre: all(e >= 0 for e in extent)
-    post: __return__ >= 0
-    post: (__return__ == 0) == any(e == 0 for e in extent)
+    post: __return__ >= 0 and (__return__ == 0) == any(e == 0 for e in extent)
     """
     count = 1
     for size in extent:
@@ -49,9 +48,8 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     pre: len(shape) <= 4
     pre: all(s >= 1 for s in shape)
     post: len(__return__) == len(shape)
-    post: len(shape) == 0 or __return__[-1] == 1
     post: all(__return__[i] == __return__[i + 1] * shape[i + 1] for i in range(len(shape) - 1))
-    post: len(shape) == 0 or __return__[0] * shape[0] == volume(shape)
+    post: len(shape) == 0 or (__return__[-1] == 1 and __return__[0] * shape[0] == volume(shape))
     """
     strides = [1] * len(shape)
     for axis in range(len(shape) - 2, -1, -1):
@@ -89,12 +87,10 @@ class Box(NamedTuple):
     def intersect(self, other: Box) -> Box | None:
         """The common box, or ``None`` when the two share no element.
 
-        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
+        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 2
         pre: all(e >= 0 for e in self.extent) and all(e >= 0 for e in other.extent)
         post: __return__ is None or (self.contains(__return__) and other.contains(__return__))
-        post: __return__ is None or not __return__.is_empty()
         post: (__return__ is None) == (not self.overlaps(other))
-        post: __return__ is None or __return__.volume <= min(self.volume, other.volume)
         """
         lo = tuple(map(max, self.origin, other.origin))
         hi = map(min, map(add, self.origin, self.extent), map(add, other.origin, other.extent))
@@ -106,12 +102,8 @@ class Box(NamedTuple):
     def overlaps(self, other: Box) -> bool:
         """Whether the two boxes share at least one element (never true for an empty box).
 
-        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
-        post: not (__return__ and (self.is_empty() or other.is_empty()))
-        post: __return__ == all(
-            max(a0, b0) < min(a0 + ae, b0 + be)
-            for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent)
-        ) or self.is_empty() or other.is_empty()
+        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 2
+        post: __return__ == all(max(a, b) < min(a + e, b + f) for a, e, b, f in zip(*self, *other))
         """
         for a0, ae, b0, be in zip(self.origin, self.extent, other.origin, other.extent):
             if ae <= 0 or be <= 0 or a0 >= b0 + be or b0 >= a0 + ae:
@@ -121,8 +113,8 @@ class Box(NamedTuple):
     def contains(self, other: Box) -> bool:
         """Whether every element of ``other`` lies in ``self`` (an empty ``other`` is contained).
 
-        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
-        pre: all(e >= 0 for e in self.extent)
+        pre: len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 2
+        pre: all(e >= 0 for e in self.extent) and all(e >= 0 for e in other.extent)
         post: __return__ == (other.is_empty() or self.intersect(other) == other)
         """
         if other.is_empty():
@@ -135,15 +127,11 @@ class Box(NamedTuple):
     def subtract(self, other: Box) -> list[Box]:
         """``self`` minus ``other`` as at most ``2 * ndim`` disjoint boxes (slab decomposition).
 
-        pre: 1 <= len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 3
+        pre: 1 <= len(self.origin) == len(self.extent) == len(other.origin) == len(other.extent) <= 2
         pre: all(e >= 0 for e in self.extent) and all(e >= 0 for e in other.extent)
-        post: len(__return__) <= max(1, 2 * self.ndim)
-        post: all(self.contains(p) for p in __return__)
-        post: not any(p.overlaps(other) for p in __return__)
-        post: not any(__return__[i].overlaps(__return__[j])
-                      for i in range(len(__return__)) for j in range(i + 1, len(__return__)))
-        post: sum(p.volume for p in __return__) == self.volume - (
-            self.intersect(other).volume if self.overlaps(other) else 0)
+        post: len(__return__) <= 2 * self.ndim and all(self.contains(p) and not p.overlaps(other) for p in __return__)
+        post: not any(p.overlaps(q) for i, p in enumerate(__return__) for q in __return__[i + 1 :])
+        post: sum(p.volume for p in __return__) == self.volume - (self.intersect(other) or Box((0,), (0,))).volume
         """
         if not self.overlaps(other):
             return [self]
@@ -172,14 +160,12 @@ class Box(NamedTuple):
     def split(self, axis: int, at: int) -> tuple[Box, Box]:
         """Cut at absolute coordinate ``at`` on ``axis``; ``at`` must lie strictly inside.
 
-        pre: len(self.origin) == len(self.extent) <= 3
+        pre: len(self.origin) == len(self.extent) <= 2
         pre: 0 <= axis < len(self.origin)
         pre: self.origin[axis] < at < self.origin[axis] + self.extent[axis]
         pre: all(e >= 1 for e in self.extent)
-        post: __return__[0].volume + __return__[1].volume == self.volume
-        post: self.contains(__return__[0]) and self.contains(__return__[1])
-        post: not __return__[0].overlaps(__return__[1])
-        post: __return__[0].end[axis] == __return__[1].origin[axis] == at
+        post: __return__[0].volume + __return__[1].volume == self.volume and not __return__[0].overlaps(__return__[1])
+        post: self.contains(__return__[0]) and self.contains(__return__[1]) and __return__[1].origin[axis] == at
         """
         lo = self.origin[axis]
         hi = lo + self.extent[axis]

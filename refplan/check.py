@@ -84,10 +84,6 @@ def _check_split(
     box = request.box
     if len(answer) == 0:
         raise _fail(index, request, "an empty split leaves the whole box unwritten")
-    if len(answer) > budget.max_parts_per_request:
-        raise _fail(
-            index, request, f"{len(answer)} parts exceed max_parts_per_request={budget.max_parts_per_request}"
-        )
     parts: list[tuple[Box, ReplicaCandidate]] = []
     for k, part in enumerate(answer):
         if not isinstance(part, ReplicaPart):
@@ -147,10 +143,23 @@ def check_answers(
         raise InvalidReplicaPolicyError(
             f"replica policy returned a {type(answers).__name__}; expected a sequence of {len(requests)} answers"
         )
+    try:  # a policy's own sequence type may raise from len() or indexing: still the policy's error
+        count = len(answers)
+        if count != len(requests):
+            raise InvalidReplicaPolicyError(
+                f"replica policy returned {count} answers for {len(requests)} requests; "
+                "exactly one answer per request is required"
+            )
+        answers = answers if type(answers) in (list, tuple) else list(answers)
+    except InvalidReplicaPolicyError:
+        raise
+    except Exception as exc:
+        raise InvalidReplicaPolicyError(
+            f"replica policy returned a {type(answers).__name__} that cannot be read: {type(exc).__name__}: {exc}"
+        ) from exc
     if len(answers) != len(requests):
         raise InvalidReplicaPolicyError(
-            f"replica policy returned {len(answers)} answers for {len(requests)} requests; "
-            "exactly one answer per request is required"
+            f"replica policy's {type(answers).__name__} claimed {count} answers but held {len(answers)}"
         )
     resolved: list[ResolvedAnswer] = []
     parts_per_parameter: dict[str, int] = {}
@@ -160,7 +169,18 @@ def check_answers(
             resolved.append(((request.box, _candidate(index, request, answer)),))
         elif isinstance(answer, (list, tuple)):
             size = None if element_size is None else element_size[request.parameter]
-            resolved.append(_check_split(index, request, answer, size, min_split_bytes, budget))
+            try:  # length first, so an enormous split is refused before anything iterates it
+                count = len(answer)
+                if count > budget.max_parts_per_request:
+                    raise _fail(
+                        index, request, f"{count} parts exceed max_parts_per_request={budget.max_parts_per_request}"
+                    )
+                parts = answer if type(answer) in (list, tuple) else list(answer)
+            except InvalidReplicaPolicyError:
+                raise
+            except Exception as exc:
+                raise _fail(index, request, f"the split cannot be read: {type(exc).__name__}: {exc}") from exc
+            resolved.append(_check_split(index, request, parts, size, min_split_bytes, budget))
         else:
             raise _fail(
                 index,

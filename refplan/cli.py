@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AffineTransferError
-from .files import dump_plans, load_json, parse_maps
+from .files import dump_plans, load_json, parse_endpoints, parse_maps
 from .planner import plan_transfers
 from .policies import POLICIES
-from .requests import TransferEndpoints
 
 __all__ = ["main"]
 
@@ -35,7 +34,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     batch = parse_maps(load_json(args.maps))
     endpoints = batch.endpoints
     if args.endpoints is not None:
-        endpoints = TransferEndpoints.from_dict(load_json(args.endpoints))
+        endpoints = parse_endpoints(load_json(args.endpoints))
     element_size = batch.element_size
     if args.element_size is not None:
         element_size = dict.fromkeys(batch.pairs, args.element_size)
@@ -70,7 +69,7 @@ def _cmd_demo(_args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refplan", description="Reference planner for affine resharding transfers")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -91,18 +90,67 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="plan a built-in TPxDP -> TP sync with two policies")
     demo.set_defaults(func=_cmd_demo)
+
+    for name, module, add_arguments, run, help_text in _OPTIONAL:
+        _optional_command(sub, name, module, add_arguments, run, help_text, load=name == command)
     return parser
 
 
+_OPTIONAL = (
+    ("sync", "refplan.sync", "add_sync_arguments", "run_sync_cli",
+     "run a real sync over torch.distributed on this machine and check every byte"),
+    ("conformance", "refplan.conformance.runner", "add_conformance_arguments", "run_conformance_cli",
+     "run the conformance corpus against a planner"),
+    ("show", "refplan.show", "add_show_arguments", "run_show_cli",
+     "per-process load table and an SVG picture of a plan"),
+    ("bench", "refplan.bench", "add_bench_arguments", "run_bench_cli",
+     "plan named scenarios side by side and print ratios"),
+)
+
+
+def _optional_command(
+    sub: Any, name: str, module: str, add_arguments: str, run: str, help_text: str, *, load: bool
+) -> None:
+    """Register a sub-command whose module is imported only when that command runs.
+
+    Keeps ``refplan plan`` fast and free of torch (``sync`` imports it); a command whose module
+    is absent from this build is simply not offered.
+    """
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return
+    parser = sub.add_parser(name, help=help_text)
+    if load:
+        target = importlib.import_module(module)
+        getattr(target, add_arguments)(parser)
+        parser.set_defaults(func=getattr(target, run))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every line break escaped, so an error is exactly one line whatever it quotes."""
+    return "\\n".join(text.splitlines())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    args = _parser(command).parse_args(words)
     try:
         code: int = args.func(args)
     except AffineTransferError as exc:
-        print(f"refplan {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(_one_line(f"refplan {args.command}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         return 0
+    except OSError as exc:  # e.g. -o names a directory or an unwritable path (inputs are read by load_json)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(_one_line(f"refplan {args.command}: {type(exc).__name__}: {where}{exc.strerror or exc}"), file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"refplan {args.command}: MemoryError: the input is too large to load", file=sys.stderr)
+        return 2
     return code
 
 

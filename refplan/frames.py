@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import mul
+from functools import partial
+from operator import attrgetter, mul
 from typing import NamedTuple
 
 from .box import Box, WorkCounter, overlapping_pairs, row_major_strides, volume
@@ -198,6 +199,114 @@ def _piece_frame(
     return _frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
 
 
+def _common_frame(
+    piece: AffinePiece,
+    index: int,
+    loc: int,
+    shard: tuple[int, ...],
+    shard_strides: tuple[int, ...],
+    shard_numel: int,
+    logical: tuple[int, ...],
+    logical_strides: tuple[int, ...],
+    logical_numel: int,
+) -> Frame | None:
+    """The frame of a piece that plainly passes R7–R15, or ``None`` to take ``_piece_frame``.
+
+    The common case, checked in one pass: exact row-major stride vectors, scale 1, holders named,
+    positive extents, offsets that decode, boxes inside. Every condition here implies the
+    matching rule of ``_piece_frame`` holds, and the frame is built the same way, so the result is
+    identical; anything else (an error, an empty piece, strides that differ only on size-1 axes)
+    returns ``None`` and the full rule path decides, with its messages.
+    """
+    shape = piece.shape
+    if (
+        len(shape) != len(logical)
+        or piece.source_strides != logical_strides
+        or piece.dest_strides != shard_strides
+        or piece.scale != 1.0
+        or not piece.locations
+    ):
+        return None
+    source_offset = piece.source_offset
+    dest_offset = piece.dest_offset
+    if not (0 <= source_offset < logical_numel and source_offset <= MAX_COORDINATE):
+        return None
+    if not (0 <= dest_offset < shard_numel and dest_offset <= MAX_COORDINATE):
+        return None
+    origin = []
+    for stride, extent, size in zip(logical_strides, shape, logical):
+        q, source_offset = divmod(source_offset, stride)
+        if extent <= 0 or extent > MAX_COORDINATE or q + extent > size:
+            return None
+        origin.append(q)
+    local_origin = []
+    for stride, extent, size in zip(shard_strides, shape, shard):
+        q, dest_offset = divmod(dest_offset, stride)
+        if q + extent > size:
+            return None
+        local_origin.append(q)
+    return _frame(
+        loc, index, piece.locations, Box(tuple(origin), shape), Box(tuple(local_origin), shape), shard, shard_strides
+    )
+
+
+def _common_frames(
+    pieces: Sequence[AffinePiece],
+    loc: int,
+    shard: tuple[int, ...],
+    shard_strides: tuple[int, ...],
+    shard_numel: int,
+    logical: tuple[int, ...],
+    logical_strides: tuple[int, ...],
+    logical_numel: int,
+) -> list[Frame] | None:
+    """``_common_frame`` for every piece of one location in one loop, or ``None`` if any piece is
+    not plainly valid (then each piece takes the per-piece path, which decides and explains).
+
+    Same conditions and same frames as ``_common_frame``; the shift is ``dest_offset`` minus the
+    logical origin's dot product with the shard strides, because a decoded row-major offset is
+    exactly its coordinate's dot product with those strides.
+    """
+    ndim = len(logical)
+    out: list[Frame] = []
+    append = out.append
+    for index, piece in enumerate(pieces):
+        shape = piece.shape
+        if (
+            len(shape) != ndim
+            or piece.source_strides != logical_strides
+            or piece.dest_strides != shard_strides
+            or piece.scale != 1.0
+            or not piece.locations
+        ):
+            return None
+        rest = source_offset = piece.source_offset
+        dest_offset = piece.dest_offset
+        if not (0 <= source_offset < logical_numel and 0 <= dest_offset < shard_numel):
+            return None
+        if source_offset > MAX_COORDINATE or dest_offset > MAX_COORDINATE:
+            return None
+        origin = []
+        for stride, extent, size in zip(logical_strides, shape, logical):
+            q, rest = divmod(rest, stride)
+            if extent <= 0 or extent > MAX_COORDINATE or q + extent > size:
+                return None
+            origin.append(q)
+        local_origin = []
+        rest = dest_offset
+        for stride, extent, size in zip(shard_strides, shape, shard):
+            q, rest = divmod(rest, stride)
+            if q + extent > size:
+                return None
+            local_origin.append(q)
+        box_origin = tuple(origin)
+        append(Frame(
+            loc, index, piece.locations, Box(box_origin, shape), Box(tuple(local_origin), shape), shard,
+            shard_strides, dest_offset - sum(map(mul, box_origin, shard_strides)),
+        ))
+    return out
+
+
 def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
     """Strides agree on every axis of size > 1 (a size-1 axis is never stepped, so any stride)."""
     if tuple(got) == tuple(want):
@@ -205,12 +314,25 @@ def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]
     return all(size <= 1 or g == w for size, g, w in zip(shape, got, want))
 
 
-def _check_shape(values: Sequence[int], what: str, where: str | Callable[[], str]) -> None:
+def _check_shape(
+    values: Sequence[int], what: str, where: str | Callable[[], str], *, whole: bool = False
+) -> None:
+    """Extents non-negative and at most 2**62; with ``whole``, the volume too.
+
+    A tensor (F or a shard) above 2**62 elements would have addresses past int64, which every
+    executor and the oracle's arithmetic assume; pieces are bounded by their tensor's checks.
+    """
     for v in values:
         if v < 0 or v > MAX_COORDINATE:
             place = where() if callable(where) else where
             problem = "a negative extent" if v < 0 else "an extent above 2**62"
             raise InvalidMapError(f"{place}: {what} {tuple(values)} has {problem}")
+    if whole and volume(values) > MAX_COORDINATE:
+        place = where() if callable(where) else where
+        raise InvalidMapError(
+            f"{place}: {what} {tuple(values)} has {volume(values)} elements, above 2**62: its addresses "
+            "would not fit in int64"
+        )
 
 
 def normalize(
@@ -229,7 +351,7 @@ def normalize(
     budget = budget or PlanBudget()
     logical = param_map.logical_shape
     ndim = len(logical)
-    _check_shape(logical, "logical shape", _where(parameter, side))
+    _check_shape(logical, "logical shape", partial(_where, parameter, side), whole=True)
     if ndim > budget.max_ndim:  # R1
         raise UnsupportedLayoutError(
             f"{_where(parameter, side)}: {ndim} axes exceed max_ndim={budget.max_ndim}"
@@ -240,7 +362,7 @@ def normalize(
                 f"{_where(parameter, side, loc)}: shard shape {shard} has a different number of axes "
                 f"than the logical shape {logical}"
             )
-        _check_shape(shard, "shard shape", _where(parameter, side, loc))
+        _check_shape(shard, "shard shape", partial(_where, parameter, side, loc), whole=True)
     total = param_map.piece_count()  # R3 counts every listed piece, empty ones included
     if total > budget.max_pieces_per_map:
         raise AffineTransferError(
@@ -248,6 +370,7 @@ def normalize(
         )
     logical_strides = row_major_strides(logical)
     logical_numel = volume(logical)
+    logical_small = max(logical_strides, default=0) <= MAX_COORDINATE
     frames: list[Frame] = []
     for loc in param_map.ranks:
         pieces = param_map.pieces_by_rank.get(loc, ())
@@ -258,35 +381,55 @@ def normalize(
             )
         shard = declared
         shard_numel = volume(shard)
-        nonempty = [p for p in pieces if p.numel > 0 and len(p.shape) == ndim]
         if shard_numel > 0 and not any(p.numel > 0 for p in pieces):  # R4
             raise InvalidMapError(
                 f"{_where(parameter, side, loc)}: a nonempty shard {shard} must hold at least one "
                 "non-empty piece"
             )
         if shard_numel == 0:  # R6: an empty shard holds nothing to copy, so the location is skipped
-            if nonempty:
-                index = next(i for i, p in enumerate(pieces) if p.numel > 0 and len(p.shape) == ndim)
+            for index, piece in enumerate(pieces):  # ... but a piece of another rank is a broken map (R7)
+                if len(piece.shape) != ndim:
+                    raise InvalidMapError(
+                        f"{_where(parameter, side, loc, index)}: piece shape {piece.shape} has a different "
+                        f"number of axes than {logical}"
+                    )
+            if any(p.numel > 0 for p in pieces):
+                index = next(i for i, p in enumerate(pieces) if p.numel > 0)
                 raise InvalidMapError(
                     f"{_where(parameter, side, loc, index)}: the empty shard {shard} cannot hold a non-empty "
                     f"piece of shape {pieces[index].shape}"
                 )
             continue
         shard_strides = row_major_strides(shard)
+        fast = logical_small and max(shard_strides, default=0) <= MAX_COORDINATE
+        common = _common_frames(
+            pieces, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel
+        ) if fast else None
+        if common is not None:
+            frames.extend(common)
+            continue
         for index, piece in enumerate(pieces):
-            frame = _piece_frame(
-                piece, index, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel,
-                parameter, side,
-            )
+            frame = _common_frame(
+                piece, index, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel
+            ) if fast else None
+            if frame is None:  # anything unusual, including every error, takes the full rule path
+                frame = _piece_frame(
+                    piece, index, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel,
+                    parameter, side,
+                )
             if frame is not None:
                 frames.append(frame)
-    frames.sort(key=lambda f: (f.location, f.box.origin, f.box.extent, f.piece_index))
+    frames.sort(key=_FRAME_ORDER)
     result = NormalizedMap(parameter, side, logical, dict(param_map.shard_shapes), tuple(frames), total)
     if work is None:
         work = pair_budget(parameter, side, budget)
     check_shards_tile(result, work)
     check_holders(result, work)
     return result
+
+
+_FRAME_ORDER = attrgetter("location", "box", "piece_index")
+"""(location, origin, extent, piece index): a box is the tuple (origin, extent)."""
 
 
 def _by_location(frames: Sequence[Frame]) -> dict[int, list[Frame]]:
@@ -307,7 +450,8 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
     frames_at = _by_location(nmap.frames)
     for loc, shard in sorted(nmap.shard_shapes.items()):
         frames = frames_at.get(loc, [])
-        pairs = overlapping_pairs([f.local for f in frames], work)
+        # One frame cannot overlap itself (overlapping_pairs would return at once, counting nothing).
+        pairs = overlapping_pairs([f.local for f in frames], work) if len(frames) > 1 else set()
         if pairs:
             a, b = (frames[i] for i in min(pairs))
             shared = a.local.intersect(b.local)
@@ -321,7 +465,7 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
                 f"{_where(nmap.parameter, nmap.side, loc)}: the pieces account for {held} elements but the "
                 f"shard {shard} has {volume(shard)}"
             )
-        pairs = overlapping_pairs([f.box for f in frames], work)
+        pairs = overlapping_pairs([f.box for f in frames], work) if len(frames) > 1 else set()
         if pairs:
             a, b = (frames[i] for i in min(pairs))
             raise InvalidMapError(
@@ -339,34 +483,46 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
     groups: dict[Box, list[Frame]] = {}
     for f in nmap.frames:
         groups.setdefault(f.box, []).append(f)
-    boxes = sorted(groups)
+    items = sorted(groups.items())
+    boxes = [box for box, _ in items]
     pairs = overlapping_pairs(boxes, work)
-    neighbours: dict[int, list[int]] = {i: [] for i in range(len(boxes))}
+    neighbours: dict[int, list[int]] = {i: [] for i in range(len(boxes))} if pairs else {}
     for i, j in sorted(pairs):
         neighbours[i].append(j)
         neighbours[j].append(i)
-    for i, box in enumerate(boxes):
-        here = groups[box]
+    add = work.add
+    for i, (box, here) in enumerate(items):
+        near = neighbours[i] if pairs else []
+        add(len(here) + len(near))
+        if not near:  # the common case: only this box's own frames hold any of it
+            if len(here) == 1:
+                only = here[0]
+                if len(only.locations) == 1 and only.location in only.locations:
+                    continue  # its one holder holds it, and says so
+            actual = frozenset([f.location for f in here])
+            if len(actual) == len(here) and all(f.locations == actual for f in here):
+                continue  # each holder holds the whole box once: the checks below would all pass
+        size = box.volume
         covered: dict[int, int] = {}
         for f in here:
-            covered[f.location] = covered.get(f.location, 0) + box.volume
-        for j in neighbours[i]:
+            covered[f.location] = covered.get(f.location, 0) + size
+        for j in near:
             part = box.intersect(boxes[j])
             assert part is not None
             for g in groups[boxes[j]]:
                 covered[g.location] = covered.get(g.location, 0) + part.volume
-        work.add(len(here) + len(neighbours[i]))
         actual = frozenset(covered)
         for f in here:
-            where = _where(nmap.parameter, nmap.side, f.location, f.piece_index)
             if f.locations != actual:
+                where = _where(nmap.parameter, nmap.side, f.location, f.piece_index)
                 raise InvalidMapError(
                     f"{where}: box {box} declares locations {sorted(f.locations)} but is held by different "
                     f"locations {sorted(actual)}"
                 )
             for holder in sorted(f.locations):
-                if covered[holder] != box.volume:
+                if covered[holder] != size:
+                    where = _where(nmap.parameter, nmap.side, f.location, f.piece_index)
                     raise InvalidMapError(
                         f"{where}: location {holder} is declared a holder but does not hold all of box {box} "
-                        f"({covered[holder]} of {box.volume} elements)"
+                        f"({covered[holder]} of {size} elements)"
                     )

@@ -16,8 +16,11 @@ so hostile JSON gets an ``InvalidMapError`` naming the field instead of a bare `
 
 from __future__ import annotations
 
+import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .box import row_major_strides, volume
@@ -93,35 +96,73 @@ class AffinePiece:
 
     @classmethod
     def from_dict(cls, entry: Any, where: str = "piece") -> AffinePiece:
-        if not isinstance(entry, Mapping):
-            raise InvalidMapError(f"{where}: a piece must be an object, got {type(entry).__name__}")
-        missing = [k for k in ("shape", "source", "dest", "locations") if k not in entry]
-        if missing:
-            raise InvalidMapError(f"{where}: piece lacks key(s) {missing}")
-        shape = _int_list(entry["shape"], f"{where}.shape")
-        src_off, src_strides = _offset_strides(entry["source"], f"{where}.source")
-        dst_off, dst_strides = _offset_strides(entry["dest"], f"{where}.dest")
-        locations = _int_list(entry["locations"], f"{where}.locations")
-        scale = entry.get("scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-            raise InvalidMapError(f"{where}.scale: expected a number, got {scale!r}")
-        return cls(shape, src_off, src_strides, dst_off, dst_strides, locations, float(scale))
+        return _parse_piece(entry, lambda: where)
+
+
+_MISSING = object()
+_PIECE_KEYS = ("shape", "source", "dest", "locations")
+_RANK_KEY = re.compile(r"-?[0-9]{1,4000}")
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel = 3
+_SHOW.maxstring = 60
+_SHOW.maxother = 60
+_SHOW.maxlong = 60
+
+
+def describe(value: Any) -> str:
+    """A bounded ``repr`` for error messages: depth, length and digits are capped.
+
+    Hostile input can be a deeply nested list, a list of a million floats or an integer with
+    thousands of digits; a plain ``repr`` would recurse, allocate per element or take quadratic
+    time before the message is even truncated.
+    """
+    try:
+        return _SHOW.repr(value)
+    except Exception:  # a hostile object's own __repr__ may raise anything
+        return f"<{type(value).__name__}>"
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int_list(value: Any, where: str) -> list[int]:
+def _int_list(value: Any, where: Callable[[], str]) -> list[int]:
+    if type(value) is list and all(type(v) is int for v in value):  # the JSON fast path
+        return value
     if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
-        raise InvalidMapError(f"{where}: expected a list of integers, got {value!r:.200}")
+        raise InvalidMapError(f"{where()}: expected a list of integers, got {describe(value)}")
     return list(value)
 
 
-def _offset_strides(value: Any, where: str) -> tuple[int, list[int]]:
+def _offset_strides(value: Any, where: Callable[[], str]) -> tuple[int, list[int]]:
     if not isinstance(value, (list, tuple)) or len(value) != 2 or not _is_int(value[0]):
-        raise InvalidMapError(f"{where}: expected [offset, [strides...]], got {value!r:.200}")
-    return value[0], _int_list(value[1], f"{where}[1]")
+        raise InvalidMapError(f"{where()}: expected [offset, [strides...]], got {describe(value)}")
+    return value[0], _int_list(value[1], lambda: f"{where()}[1]")
+
+
+def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
+    """One piece from its dict form; ``where`` names it, and is only called to build an error."""
+    if not isinstance(entry, Mapping):
+        raise InvalidMapError(f"{where()}: a piece must be an object, got {type(entry).__name__}")
+    shape = entry.get("shape", _MISSING)
+    source = entry.get("source", _MISSING)
+    dest = entry.get("dest", _MISSING)
+    locations = entry.get("locations", _MISSING)
+    if shape is _MISSING or source is _MISSING or dest is _MISSING or locations is _MISSING:
+        missing = [k for k in _PIECE_KEYS if k not in entry]
+        raise InvalidMapError(f"{where()}: piece lacks key(s) {missing}")
+    shape_l = _int_list(shape, lambda: f"{where()}.shape")
+    src_off, src_strides = _offset_strides(source, lambda: f"{where()}.source")
+    dst_off, dst_strides = _offset_strides(dest, lambda: f"{where()}.dest")
+    locations_l = _int_list(locations, lambda: f"{where()}.locations")
+    scale = entry.get("scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise InvalidMapError(f"{where()}.scale: expected a number, got {describe(scale)}")
+    try:
+        scale_f = float(scale)
+    except OverflowError:
+        raise InvalidMapError(f"{where()}.scale: {describe(scale)} does not fit a float") from None
+    return AffinePiece(shape_l, src_off, src_strides, dst_off, dst_strides, locations_l, scale_f)
 
 
 @dataclass(frozen=True)
@@ -171,44 +212,55 @@ class ParamAffineMap:
 
     @classmethod
     def from_dict(cls, entry: Any, where: str = "map") -> ParamAffineMap:
-        """Load DeepSpeed's dict form; JSON's string rank keys are accepted."""
+        """Load DeepSpeed's dict form; JSON's string rank keys are accepted.
+
+        Only types are checked here (geometry is ``frames``' job), but every malformed value is an
+        ``InvalidMapError`` naming the field, and two keys naming one location ("0" and 0, or
+        "0" and "00") are refused rather than letting the later one win. Error locations are
+        formatted only when an error is raised, so parsing costs no per-piece string work.
+        """
         if not isinstance(entry, Mapping):
             raise InvalidMapError(f"{where}: a map must be an object, got {type(entry).__name__}")
         if "logical_shape" not in entry or "ranks" not in entry:
             raise InvalidMapError(f"{where}: a map needs 'logical_shape' and 'ranks'")
-        logical = _int_list(entry["logical_shape"], f"{where}.logical_shape")
+        logical = _int_list(entry["logical_shape"], lambda: f"{where}.logical_shape")
         ranks = entry["ranks"]
         if not isinstance(ranks, Mapping):
             raise InvalidMapError(f"{where}.ranks: expected an object keyed by location")
         shard_shapes: dict[int, Sequence[int]] = {}
         pieces_by_rank: dict[int, list[AffinePiece]] = {}
         for key, value in ranks.items():
-            rank = _rank_key(key, f"{where}.ranks")
+            rank = _rank_key(key, where)
             if rank in pieces_by_rank:
                 raise InvalidMapError(f"{where}.ranks: location {rank} is listed twice")
-            here = f"{where}.ranks[{rank}]"
             if not isinstance(value, Mapping) or "pieces" not in value:
-                raise InvalidMapError(f"{here}: expected {{shard_shape, pieces}}")
+                raise InvalidMapError(f"{where}.ranks[{rank}]: expected {{shard_shape, pieces}}")
             shard = value.get("shard_shape")
             if shard is not None:
-                shard_shapes[rank] = _int_list(shard, f"{here}.shard_shape")
+                shard_shapes[rank] = _int_list(shard, partial(_field_name, where, rank, "shard_shape"))
             raw = value["pieces"]
             if not isinstance(raw, (list, tuple)):
-                raise InvalidMapError(f"{here}.pieces: expected a list")
-            pieces_by_rank[rank] = [
-                AffinePiece.from_dict(p, f"{here}.pieces[{i}]") for i, p in enumerate(raw)
-            ]
+                raise InvalidMapError(f"{where}.ranks[{rank}].pieces: expected a list, got {type(raw).__name__}")
+            pieces: list[AffinePiece] = []
+            for i, p in enumerate(raw):
+                pieces.append(_parse_piece(p, partial(_field_name, where, rank, f"pieces[{i}]")))
+            pieces_by_rank[rank] = pieces
         return cls(logical, shard_shapes, pieces_by_rank)
 
 
+def _field_name(where: str, rank: int, field: str) -> str:
+    return f"{where}.ranks[{rank}].{field}"
+
+
 def _rank_key(key: Any, where: str) -> int:
+    """A location key: an int, or a decimal string of ASCII digits (JSON object keys are strings)."""
     if _is_int(key):
         return int(key)
     if isinstance(key, str):
         text = key.strip()
-        if text.lstrip("-").isdigit():
+        if _RANK_KEY.fullmatch(text):
             return int(text)
-    raise InvalidMapError(f"{where}: location key {key!r} is not an integer")
+    raise InvalidMapError(f"{where}.ranks: location key {describe(key)} is not an integer")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,12 +17,17 @@ which is what the oracle and the executor's chunking rely on.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter
 from typing import Any
+
+import numpy as np
 
 from .box import volume
 from .errors import AffineTransferError, InvalidMapError
+from .maps import describe
 
 __all__ = [
     "MAPS_FORMAT",
@@ -58,6 +63,15 @@ class PlanBudget:
     max_plan_bytes: int = 1 << 28
     max_merge_checks: int = 1 << 24
     max_parts_per_request: int = 1024
+
+    def __post_init__(self) -> None:
+        """Refuse a budget that is not a non-negative int up front, not deep inside planning."""
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise AffineTransferError(
+                    f"PlanBudget.{name} must be a non-negative int, got {str(value)[:40]!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -112,26 +126,32 @@ class TransferSegment:
 
     @classmethod
     def from_dict(cls, entry: Any, where: str = "segment") -> TransferSegment:
-        def triple(value: Any, side: str) -> tuple[int, int, tuple[int, ...]]:
-            ok = (
-                isinstance(value, (list, tuple))
-                and len(value) == 3
-                and all(_is_int(v) for v in value[:2])
-                and isinstance(value[2], (list, tuple))
-                and all(_is_int(v) for v in value[2])
-            )
-            if not ok:
-                raise InvalidMapError(f"{where}.{side}: expected [rank, offset, [strides...]], got {value!r:.200}")
-            return int(value[0]), int(value[1]), tuple(int(v) for v in value[2])
+        return _parse_segment(entry, lambda: where)
 
-        if not isinstance(entry, Mapping) or not {"shape", "source", "target"} <= set(entry):
-            raise InvalidMapError(f"{where}: expected {{shape, source, target}}")
-        shape = entry["shape"]
-        if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
-            raise InvalidMapError(f"{where}.shape: expected a list of integers")
-        s_rank, s_off, s_str = triple(entry["source"], "source")
-        t_rank, t_off, t_str = triple(entry["target"], "target")
-        return cls(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(int(v) for v in shape))
+
+def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, tuple[int, ...]]:
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) == 3
+        and all(_is_int(v) for v in value[:2])
+        and isinstance(value[2], (list, tuple))
+        and all(_is_int(v) for v in value[2])
+    )
+    if not ok:
+        raise InvalidMapError(f"{where()}.{side}: expected [rank, offset, [strides...]], got {describe(value)}")
+    return int(value[0]), int(value[1]), tuple(int(v) for v in value[2])
+
+
+def _parse_segment(entry: Any, where: Callable[[], str]) -> TransferSegment:
+    """One segment from its dict form; ``where`` is only called to build an error message."""
+    if not isinstance(entry, Mapping) or "shape" not in entry or "source" not in entry or "target" not in entry:
+        raise InvalidMapError(f"{where()}: expected {{shape, source, target}}")
+    shape = entry["shape"]
+    if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
+        raise InvalidMapError(f"{where()}.shape: expected a list of integers, got {describe(shape)}")
+    s_rank, s_off, s_str = _triple(entry["source"], where, "source")
+    t_rank, t_off, t_str = _triple(entry["target"], where, "target")
+    return TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(int(v) for v in shape))
 
 
 def _is_int(value: Any) -> bool:
@@ -173,13 +193,19 @@ class TransferPlan:
             raise InvalidMapError(f"{where}: expected {{logical_shape, segments}}")
         shape = entry["logical_shape"]
         if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
-            raise InvalidMapError(f"{where}.logical_shape: expected a list of integers")
+            raise InvalidMapError(f"{where}.logical_shape: expected a list of integers, got {describe(shape)}")
         raw = entry["segments"]
         if not isinstance(raw, (list, tuple)):
-            raise InvalidMapError(f"{where}.segments: expected a list")
-        segments = tuple(TransferSegment.from_dict(s, f"{where}.segments[{i}]") for i, s in enumerate(raw))
+            raise InvalidMapError(f"{where}.segments: expected a list, got {type(raw).__name__}")
+        segments = tuple(
+            _parse_segment(s, partial(_segment_name, where, i)) for i, s in enumerate(raw)
+        )
         stats = PlanStatistics(segments=len(segments), segments_before_merge=len(segments))
         return cls(segments, tuple(int(v) for v in shape), sum(s.numel for s in segments), stats)
+
+
+def _segment_name(where: str, index: int) -> str:
+    return f"{where}.segments[{index}]"
 
 
 def encode_plan(plan_dict: Mapping[str, Any]) -> bytes:
@@ -224,12 +250,22 @@ def coalesce(
         groups.setdefault(key, []).append(seg)
     checks = 0
     out: list[TransferSegment] = []
-    for (s_rank, t_rank, s_str, t_str, ndim), members in sorted(groups.items(), key=lambda kv: kv[0]):
+    quiet = _quiet_groups(groups, source_shards, target_shards) if len(segments) >= _QUIET_SEGMENTS else {}
+    for key, members in sorted(groups.items(), key=lambda kv: kv[0]):
+        s_rank, t_rank, s_str, t_str, ndim = key
         s_shard = source_shards[s_rank]
         t_shard = target_shards[t_rank]
+        lookups = quiet.get(key)
+        if lookups is not None:  # no lookup below would find a partner: one check each, no merge
+            checks += lookups * ndim
+            if checks > budget.max_merge_checks:
+                raise _merge_budget_error(parameter, budget)
+            out.extend(members)  # unchanged; the final sort puts them in place
+            continue
+        ordered = sorted(members, key=_SORT_KEY)
         # Mutable working form: [s_off, t_off, extent list, s_coord, t_coord].
         work: list[list[Any]] = []
-        for seg in sorted(members, key=TransferSegment.sort_key):
+        for seg in ordered:
             work.append([
                 seg.source_offset,
                 seg.target_offset,
@@ -238,6 +274,7 @@ def coalesce(
                 _decode(seg.target_offset, t_str, t_shard),
             ])
         alive = [True] * len(work)
+        grown_any = [False] * len(work)
         for _ in range(budget.max_merge_passes):
             changed = False
             for axis in range(ndim):
@@ -245,6 +282,8 @@ def coalesce(
                 for i, (s_off, t_off, ext, _sc, _tc) in enumerate(work):
                     if alive[i]:
                         index[_fold_key(s_off, t_off, ext, axis)] = i
+                s_step = s_str[axis]
+                t_step = t_str[axis]
                 for i in range(len(work)):
                     if not alive[i]:
                         continue
@@ -254,11 +293,8 @@ def coalesce(
                     while True:
                         checks += 1
                         if checks > budget.max_merge_checks:
-                            raise AffineTransferError(
-                                f"parameter {parameter!r}: coalescing needs more than max_merge_checks="
-                                f"{budget.max_merge_checks} comparisons; the plan is refused, not truncated"
-                            )
-                        nxt = _fold_key(s_off + ext[axis] * s_str[axis], t_off + ext[axis] * t_str[axis], ext, axis)
+                            raise _merge_budget_error(parameter, budget)
+                        nxt = _fold_key(s_off + ext[axis] * s_step, t_off + ext[axis] * t_step, ext, axis)
                         j = index.get(nxt)
                         if j is None or j == i or not alive[j]:
                             break
@@ -267,11 +303,106 @@ def coalesce(
                             break
                         ext[axis] = grown
                         alive[j] = False
+                        grown_any[i] = True
                         changed = True
             if not changed:
                 break
         for i, (s_off, t_off, ext, _sc, _tc) in enumerate(work):
             if alive[i]:
-                out.append(TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(ext)))
-    out.sort(key=TransferSegment.sort_key)
+                # A segment that never grew is the input segment itself: keep the object.
+                out.append(ordered[i] if not grown_any[i] else
+                           TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(ext)))
+    out.sort(key=_SORT_KEY)
     return out, checks
+
+
+_SORT_KEY = attrgetter(
+    "target_rank", "target_offset", "source_rank", "source_offset", "shape", "source_strides", "target_strides"
+)
+"""``TransferSegment.sort_key`` as a C-level getter (same tuple, same order)."""
+
+_QUIET_SEGMENTS = 256
+"""Plans with at least this many segments are first screened with numpy for groups where nothing
+can merge (``_quiet_groups``); smaller ones go straight to the exact loop."""
+
+
+def _merge_budget_error(parameter: str, budget: PlanBudget) -> AffineTransferError:
+    return AffineTransferError(
+        f"parameter {parameter!r}: coalescing needs more than max_merge_checks="
+        f"{budget.max_merge_checks} comparisons; the plan is refused, not truncated"
+    )
+
+
+def _decodable(
+    offsets: np.ndarray[Any, Any], strides: np.ndarray[Any, Any], shape: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """``_decode(offset, strides, shape) is not None`` for every row, vectorised (same arithmetic:
+    floor division on positive strides, coordinate 0 on the others, nothing left over)."""
+    rest = offsets.copy()
+    ok = np.ones(offsets.shape[0], dtype=bool)
+    for axis in range(strides.shape[1]):
+        stride = strides[:, axis]
+        positive = stride > 0
+        q = np.where(positive, rest // np.where(positive, stride, 1), 0)
+        rest = rest - q * np.where(positive, stride, 0)
+        ok &= q < shape[:, axis]
+    result: np.ndarray[Any, Any] = ok & (rest == 0)
+    return result
+
+
+def _rows(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    a = np.ascontiguousarray(a)
+    rows: np.ndarray[Any, Any] = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel()
+    return rows
+
+
+def _quiet_groups(
+    groups: Mapping[tuple[Any, ...], Sequence[TransferSegment]],
+    source_shards: Mapping[int, tuple[int, ...]],
+    target_shards: Mapping[int, tuple[int, ...]],
+) -> dict[tuple[Any, ...], int]:
+    """Groups of ``coalesce`` in which no segment can find a merge partner on any axis, each with
+    the number of its segments whose offsets decode on both sides (those ``coalesce`` looks up,
+    once per axis and pass, and with no merge there is one pass).
+
+    "Partner" is exactly ``coalesce``'s lookup: a segment of the same group whose fold key (start
+    offsets, extents off the axis) equals this one's end key. All groups are screened at once as
+    int64 rows tagged with their group. A value too large for int64 leaves every group out; an
+    end key that wrapped around can only add a spurious match, which leaves that group out too:
+    left-out groups take the exact loop.
+    """
+    keys = [k for k, members in groups.items() if members]
+    if not keys or len({k[4] for k in keys}) != 1 or keys[0][4] == 0:
+        return {}
+    ndim = keys[0][4]
+    sizes = [len(groups[k]) for k in keys]
+    n = sum(sizes)
+    try:
+        gid = np.repeat(np.arange(len(keys), dtype=np.int64), sizes)
+        segs = [seg for k in keys for seg in groups[k]]
+        s_off = np.fromiter((x.source_offset for x in segs), dtype=np.int64, count=n)
+        t_off = np.fromiter((x.target_offset for x in segs), dtype=np.int64, count=n)
+        ext = np.array([x.shape for x in segs], dtype=np.int64).reshape(n, ndim)
+        s_str = np.repeat(np.array([k[2] for k in keys], dtype=np.int64).reshape(len(keys), ndim), sizes, axis=0)
+        t_str = np.repeat(np.array([k[3] for k in keys], dtype=np.int64).reshape(len(keys), ndim), sizes, axis=0)
+        s_shape = np.repeat(
+            np.array([source_shards[k[0]] for k in keys], dtype=np.int64).reshape(len(keys), ndim), sizes, axis=0
+        )
+        t_shape = np.repeat(
+            np.array([target_shards[k[1]] for k in keys], dtype=np.int64).reshape(len(keys), ndim), sizes, axis=0
+        )
+    except (OverflowError, ValueError, TypeError):
+        return {}
+    valid = _decodable(s_off, s_str, s_shape) & _decodable(t_off, t_str, t_shape)
+    loud = np.zeros(len(keys), dtype=bool)
+    with np.errstate(over="ignore"):
+        for axis in range(ndim):
+            rest = np.delete(ext, axis, axis=1)
+            start = np.column_stack((gid, s_off, t_off, rest))
+            end = np.column_stack(
+                (gid, s_off + ext[:, axis] * s_str[:, axis], t_off + ext[:, axis] * t_str[:, axis], rest)
+            )[valid]
+            hit = np.isin(_rows(end), _rows(start))
+            loud[gid[valid][hit]] = True
+    counts = np.bincount(gid[valid], minlength=len(keys))
+    return {k: int(counts[g]) for g, k in enumerate(keys) if not loud[g]}

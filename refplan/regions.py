@@ -19,6 +19,7 @@ Overlaps are found with ``box.overlapping_pairs`` (a k-d partition), never all p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from .box import Box, WorkCounter, covers, overlapping_pairs, volume
 from .errors import InvalidMapError, UnsupportedLayoutError
@@ -50,7 +51,7 @@ def source_regions(source: NormalizedMap, work: WorkCounter) -> tuple[Region, ..
     for f in source.frames:
         groups.setdefault(f.box, []).append(f)
     # Frames arrive sorted by location (``normalize``), so each group's holders already are.
-    regions = tuple(Region(box, tuple(groups[box])) for box in sorted(groups))
+    regions = tuple([Region(box, tuple(holders)) for box, holders in sorted(groups.items())])
     pairs = overlapping_pairs([r.box for r in regions], work)
     if pairs:
         a, b = (regions[i] for i in min(pairs))
@@ -92,20 +93,25 @@ def intersections(
     frames = target.frames
     boxes = [f.box for f in frames] + [r.box for r in regions]
     groups = [0] * len(frames) + [1] * len(regions)
-    found: list[Intersection] = []
     received = [0] * len(frames)
+    first_region = len(frames)
+    keyed: list[tuple[int, Box, Frame, Region]] = []
     for i, j in overlapping_pairs(boxes, work, groups=groups):
         frame = frames[i]
-        region = regions[j - len(frames)]
+        region = regions[j - first_region]
         part = frame.box.intersect(region.box)
         assert part is not None
-        found.append(Intersection(frame, region, part))
-        received[i] += part.volume
+        keyed.append((frame.location, part, frame, region))
+        received[i] += volume(part.extent)
     for frame, got in zip(frames, received):
         if got != frame.box.volume:
             raise InvalidMapError(
                 f"parameter {target.parameter!r}, target map, location {frame.location}, piece "
                 f"{frame.piece_index}: box {frame.box} would receive {got} of its {frame.box.volume} elements"
             )
-    found.sort(key=lambda x: (x.target.location, x.box.origin, x.box.extent))
-    return found
+    # (target location, origin, extent): a box is the tuple (origin, extent).
+    keyed.sort(key=_BY_LOCATION_AND_BOX)
+    return [Intersection(frame, region, part) for _loc, part, frame, region in keyed]
+
+
+_BY_LOCATION_AND_BOX = itemgetter(0, 1)

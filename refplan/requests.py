@@ -13,9 +13,11 @@ for the source and the target side.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import mul
+from typing import Any, NamedTuple
 
 from .box import Box, volume
 from .errors import InvalidMapError
@@ -63,27 +65,31 @@ class TransferEndpoints:
 
 
 def _int_map(value: Any, where: str) -> dict[int, int]:
+    """Location -> process; keys are ints or ASCII decimal strings, each location listed once."""
     if not isinstance(value, Mapping):
         raise InvalidMapError(f"{where}: expected an object of location -> process")
     out: dict[int, int] = {}
     for key, item in value.items():
-        try:
-            k = int(key)
-        except (TypeError, ValueError):
-            raise InvalidMapError(f"{where}: key {key!r} is not an integer") from None
+        if isinstance(key, bool) or not (
+            isinstance(key, int) or (isinstance(key, str) and re.fullmatch(r"-?[0-9]{1,30}", key.strip()))
+        ):
+            raise InvalidMapError(f"{where}: key {str(key)[:40]!r} is not an integer")
+        k = int(key)
+        if k in out:
+            raise InvalidMapError(f"{where}: location {k} is listed twice")
         if isinstance(item, bool) or not isinstance(item, int):
-            raise InvalidMapError(f"{where}[{key}]: {item!r} is not an integer")
+            raise InvalidMapError(f"{where}[{k}]: {str(item)[:40]!r} is not an integer")
         out[k] = item
     return out
 
 
-@dataclass(frozen=True)
-class ReplicaCandidate:
+class ReplicaCandidate(NamedTuple):
     """A validated holder of a request's box, with its own read address for that box.
 
     ``source_rank`` is a source *location*; ``source_offset`` addresses the request's logical
     origin in that location's shard and ``source_strides`` are the shard's row-major strides.
     Holders store a region at different offsets, which is why each candidate carries its own.
+    A named tuple, so not even ``object.__setattr__`` can change one after a policy has seen it.
     """
 
     source_rank: int
@@ -183,37 +189,65 @@ def build_requests(
     holders store a region at different shard offsets, so the address cannot be shared.
     """
     out: list[ReplicaRequest] = []
+    # Processes and nodes depend only on locations: each is looked up once per region or target
+    # location, in the same order as before (target process, candidate processes, target node,
+    # candidate nodes), so the first binding error is the same one.
+    target_processes: dict[int, int] = {}
+    target_nodes: dict[int, int] = {}
+    region_processes: dict[int, tuple[int | None, ...]] = {}
+    region_nodes: dict[int, tuple[int | None, ...]] = {}
     for x in inters:
         tgt = x.target
+        box = x.box
+        origin = box.origin
+        extent = box.extent
         candidates = tuple(
-            ReplicaCandidate(h.location, h.address(x.box), h.strides) for h in x.region.holders
+            [ReplicaCandidate(h.location, sum(map(mul, origin, h.strides)) + h.shift, h.strides)
+             for h in x.region.holders]
         )
         target_process: int | None = None
         processes: tuple[int | None, ...] = (None,) * len(candidates)
         nodes: tuple[int | None, ...] | None = None
         target_node: int | None = None
         if endpoints is not None:
-            target_process = _process_of(endpoints.target, tgt.location, "target", parameter)
-            processes = tuple(
-                _process_of(endpoints.source, c.source_rank, "source", parameter) for c in candidates
-            )
+            found = target_processes.get(tgt.location)
+            if found is None:
+                found = target_processes[tgt.location] = _process_of(
+                    endpoints.target, tgt.location, "target", parameter
+                )
+            target_process = found
+            region = id(x.region)
+            known = region_processes.get(region)
+            if known is None:
+                known = region_processes[region] = tuple(
+                    [_process_of(endpoints.source, c.source_rank, "source", parameter) for c in candidates]
+                )
+            processes = known
             if process_node is not None:
-                target_node = _node_of(process_node, target_process, parameter)
-                nodes = tuple(_node_of(process_node, p, parameter) for p in processes if p is not None)
+                node = target_nodes.get(found)
+                if node is None:
+                    node = target_nodes[found] = _node_of(process_node, found, parameter)
+                target_node = node
+                near = region_nodes.get(region)
+                if near is None:
+                    near = region_nodes[region] = tuple(
+                        [_node_of(process_node, p, parameter) for p in processes if p is not None]
+                    )
+                nodes = near
         out.append(
             ReplicaRequest(
-                parameter=parameter,
-                target_location=tgt.location,
-                target_process=target_process,
-                logical_origin=x.box.origin,
-                shape=x.box.extent,
-                target_offset=tgt.address(x.box),
-                target_strides=tgt.strides,
-                candidates=candidates,
-                candidate_processes=processes,
-                bytes=None if element_size is None else volume(x.box.extent) * element_size,
-                candidate_nodes=nodes,
-                target_node=target_node,
+                parameter,
+                tgt.location,
+                target_process,
+                origin,
+                extent,
+                sum(map(mul, origin, tgt.strides)) + tgt.shift,
+                tgt.strides,
+                candidates,
+                processes,
+                None if element_size is None else volume(extent) * element_size,
+                nodes,
+                target_node,
             )
         )
     return out

@@ -103,6 +103,12 @@ def _footprint(offset: int, shape: Sequence[int], strides: Sequence[int]) -> tup
     return lo, hi
 
 
+def _stepped(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
+    """Strides with those of size-1 axes set to 0: such an axis is never stepped, so a map may give
+    it any stride (even 2**62), which numpy's byte strides must not be asked to represent."""
+    return tuple(0 if size <= 1 else stride for size, stride in zip(shape, strides))
+
+
 def _view(flat: Array, base: int, offset: int, shape: Sequence[int], strides: Sequence[int]) -> Array:
     """``as_strided`` view of ``flat`` at element ``base + offset``; the caller checked the bounds.
 
@@ -110,6 +116,7 @@ def _view(flat: Array, base: int, offset: int, shape: Sequence[int], strides: Se
     footprint lies inside ``flat``; this helper repeats that check so memory outside ``flat`` is
     never touched even if a caller's check were wrong.
     """
+    strides = _stepped(shape, strides)
     lo, hi = _footprint(base + offset, shape, strides)
     if lo < 0 or hi >= flat.size:  # not an ``assert``: it must survive ``python -O``
         raise AssertionError(f"strided view {lo}..{hi} would leave its buffer of {flat.size} elements")
@@ -122,6 +129,7 @@ def _view(flat: Array, base: int, offset: int, shape: Sequence[int], strides: Se
 
 def _addresses(offset: int, shape: Sequence[int], strides: Sequence[int]) -> Array:
     """Flat address of every element of a strided view, in row-major order of its index."""
+    strides = _stepped(shape, strides)
     addr = np.full((1,) * len(shape), offset, dtype=np.int64)
     for axis, (size, stride) in enumerate(zip(shape, strides)):
         step_shape = [1] * len(shape)

@@ -50,11 +50,14 @@ The argument, in the order the checks run:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -62,7 +65,7 @@ import numpy as np
 from .box import Box, covers, overlapping_pairs, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from .files import load_json, parse_maps, parse_plans
-from .maps import ParamAffineMap
+from .maps import AffinePiece, ParamAffineMap
 from .plan import TransferPlan, TransferSegment
 
 __all__ = [
@@ -207,6 +210,24 @@ def _worst(statuses: Iterable[str]) -> Status:
     return worst
 
 
+@contextlib.contextmanager
+def _cycle_collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while judging, restoring its state afterwards.
+
+    Judging a 10⁵-piece map allocates millions of small objects, none of which form a reference
+    cycle; without the pause the collector re-scans every live object over and over. Verdicts
+    are unaffected.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class _TooLarge(Exception):
     """Coordinates beyond ``MAX_COORDINATE``: the oracle cannot reason exactly, so unverifiable."""
 
@@ -256,6 +277,23 @@ def _decode(offset: int, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(coord) if rest == 0 else None
 
 
+def _box_origin(offset: int, shape: tuple[int, ...], extent: Sequence[int]) -> tuple[int, ...] | None:
+    """``_decode(offset, shape)`` if that box of ``extent`` (all positive) lies inside ``shape``, else None.
+
+    One pass for the two checks the plan's fast path makes on every segment side.
+    """
+    if offset < 0:
+        return None
+    coord = []
+    rest = offset
+    for stride, size, e in zip(_rm(shape), shape, extent):
+        q, rest = divmod(rest, stride)
+        if q + e > size:  # also catches q >= size, as e >= 1
+            return None
+        coord.append(q)
+    return tuple(coord) if rest == 0 else None
+
+
 def _row_major_on(strides: Sequence[int], extent: Sequence[int], shape: tuple[int, ...]) -> bool:
     """Whether ``strides`` are ``shape``'s row-major strides on every axis the extent moves along."""
     return all(s == r for s, r, e in zip(strides, _rm(shape), extent) if e > 1)
@@ -272,6 +310,73 @@ def _nonempty(shape: Sequence[int]) -> bool:
 def _tagged(tag: int, box: Box) -> Box:
     """``box`` with a leading axis holding ``tag``: one k-d query then keeps locations apart."""
     return Box((tag, *box.origin), (1, *box.extent))
+
+
+class _PieceName:
+    """``"{side} map, location {loc}, piece {index}"``, formatted only when a message needs it."""
+
+    __slots__ = ("index", "loc", "side")
+
+    def __init__(self, side: str, loc: int, index: int) -> None:
+        self.side = side
+        self.loc = loc
+        self.index = index
+
+    def __str__(self) -> str:
+        return f"{self.side} map, location {self.loc}, piece {self.index}"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _plain_pieces(
+    pieces: Sequence[Any], logical: tuple[int, ...], shard: tuple[int, ...]
+) -> list[tuple[int, Any, Box, Box]] | None:
+    """(index, piece, logical box, local box) of every piece, if all are plainly valid; else ``None``.
+
+    "Plain": the piece's axes match, every extent is positive, it names holders, scale 1, its
+    stride vectors *are* the row-major strides of F and of the shard, its offsets decode to
+    coordinates and its boxes lie inside. Each of these implies the corresponding rule of the
+    per-piece loop in ``_validate_map`` passes, which would then build the same boxes; one piece
+    that is anything else (an error, an empty piece, a size-1 axis with another stride) sends the
+    whole location through that loop, which decides and writes the messages.
+    """
+    ndim = len(logical)
+    if ndim == 0 or len(shard) != ndim or not _nonempty(logical) or not _nonempty(shard):
+        return None
+    l_strides = _rm(logical)
+    s_strides = _rm(shard)
+    l_numel = volume(logical)
+    s_numel = volume(shard)
+    out: list[tuple[int, Any, Box, Box]] = []
+    for index, p in enumerate(pieces):
+        shape = p.shape
+        if (
+            len(shape) != ndim
+            or p.source_strides != l_strides
+            or p.dest_strides != s_strides
+            or p.scale != 1.0
+            or not p.locations
+        ):
+            return None
+        src = p.source_offset
+        dst = p.dest_offset
+        if not (0 <= src < l_numel and 0 <= dst < s_numel):
+            return None
+        origin = []
+        for stride, extent, size in zip(l_strides, shape, logical):
+            q, src = divmod(src, stride)
+            if extent <= 0 or q + extent > size:
+                return None
+            origin.append(q)
+        local = []
+        for stride, extent, size in zip(s_strides, shape, shard):
+            q, dst = divmod(dst, stride)
+            if q + extent > size:
+                return None
+            local.append(q)
+        out.append((index, p, Box(tuple(origin), shape), Box(tuple(local), shape)))
+    return out
 
 
 def _validate_map(m: ParamAffineMap, side: str) -> _Layout:
@@ -306,8 +411,13 @@ def _validate_map(m: ParamAffineMap, side: str) -> _Layout:
             if volume(shard) >= MAX_COORDINATE:
                 raise _TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
         out: list[_Held] = []
-        for index, p in enumerate(m.pieces_by_rank.get(loc, ())):
-            where = f"{side} map, location {loc}, piece {index}"
+        pieces = m.pieces_by_rank.get(loc, ())
+        plain = _plain_pieces(pieces, logical, shard) if shard is not None else None
+        if plain is not None:  # every piece is a plain box on both sides: nothing below can fail
+            out = [_Held(loc, index, box, local, p.locations) for index, p, box, local in plain]
+            pieces = ()
+        for index, p in enumerate(pieces):
+            where = _PieceName(side, loc, index)
             if len(p.shape) != ndim:
                 raise InvalidMapError(f"{where}: shape {p.shape} does not have the {ndim} axes of {logical}")
             if any(e < 0 for e in p.shape):
@@ -355,6 +465,48 @@ def _validate_map(m: ParamAffineMap, side: str) -> _Layout:
     return layout
 
 
+def _slabs(boxes: Sequence[Box]) -> bool:
+    """Whether the boxes are pairwise disjoint because their spans on axis 0 are (a sufficient
+    test, exact when true: sorted by start, each span ends before the next begins). Empty boxes
+    are never passed here (empty pieces are dropped), and a 0-axis box list has at most one."""
+    if len(boxes) < 2:
+        return True
+    if not boxes[0].origin:
+        return False
+    spans = sorted((b.origin[0], b.origin[0] + b.extent[0]) for b in boxes)
+    return all(end <= start for (_, end), (start, _) in pairwise(spans))
+
+
+_REMEMBER_PIECES = 256
+
+
+def _validated(m: ParamAffineMap, side: str, layouts: dict[Any, _Layout] | None) -> _Layout:
+    """``_validate_map``, remembered per batch for small maps with exactly the same content.
+
+    Layers of a model share their maps; validation reads only the map's content (shapes, pieces
+    field by field, dict order) and the side, so an identical map gets the identical layout.
+    Only maps that passed are remembered; anything unusual (a subclass, a big map, something
+    unhashable) is validated afresh.
+    """
+    key: Any = None
+    if layouts is not None and type(m) is ParamAffineMap:
+        pieces = m.pieces_by_rank
+        if sum(len(v) for v in pieces.values()) <= _REMEMBER_PIECES and all(
+            type(p) is AffinePiece for v in pieces.values() for p in v
+        ):
+            key = (side, m.logical_shape, tuple(m.shard_shapes.items()), tuple(pieces.items()))
+            try:
+                found = layouts.get(key)
+            except TypeError:
+                key = found = None
+            if found is not None:
+                return found
+    layout = _validate_map(m, side)
+    if key is not None and layouts is not None:
+        layouts[key] = layout
+    return layout
+
+
 def _check_tiling(layout: _Layout) -> None:
     """Premise A per location (local boxes disjoint, volumes = shard numel), and disjoint
     logical boxes within a location. One tagged k-d query each covers all locations at once."""
@@ -363,6 +515,8 @@ def _check_tiling(layout: _Layout) -> None:
     flat = [h for loc in locs for h in layout.held[loc]]
     tag = {loc: i for i, loc in enumerate(locs)}
     for attr, what in (("local", "the same shard addresses"), ("logical", "overlapping logical pieces")):
+        if all(_slabs([getattr(h, attr) for h in layout.held[loc]]) for loc in locs):
+            continue  # within each location the boxes are disjoint slabs: no pair can overlap
         pairs = overlapping_pairs([_tagged(tag[h.location], getattr(h, attr)) for h in flat])
         if pairs:
             i, j = min(pairs)
@@ -397,13 +551,15 @@ def _check_holders(layout: _Layout) -> None:
         for h in layout.held[loc]:
             by_box.setdefault(h.logical, []).append(h)
     distinct = sorted(by_box)
-    pairs = sorted(overlapping_pairs(distinct))
+    pairs = [] if _slabs(distinct) else sorted(overlapping_pairs(distinct))
     neighbours: list[list[int]] = [[] for _ in distinct]
     for i, j in pairs:
         neighbours[i].append(j)
         neighbours[j].append(i)
     holders = [frozenset(h.location for h in by_box[d]) for d in distinct]
     for k, box in enumerate(distinct):
+        if not neighbours[k] and all(h.locations == holders[k] for h in by_box[box]):
+            continue  # nothing else touches the box and every piece declares exactly its holders
         touching = set(holders[k])
         covered: dict[int, int] = {}
         for j in neighbours[k]:
@@ -707,14 +863,9 @@ def _check_plan(
         s_shard = src.shards[seg.source_rank]
         t_shard = tgt.shards[seg.target_rank]
         if s_rm and t_rm:
-            w_fast = _decode(seg.target_offset, t_shard)
-            r_fast = _decode(seg.source_offset, s_shard)
-            if (
-                w_fast is not None
-                and r_fast is not None
-                and all(o + e <= b for o, e, b in zip(w_fast, seg.shape, t_shard))
-                and all(o + e <= b for o, e, b in zip(r_fast, seg.shape, s_shard))
-            ):
+            w_fast = _box_origin(seg.target_offset, t_shard, seg.shape)
+            r_fast = _box_origin(seg.source_offset, s_shard, seg.shape) if w_fast is not None else None
+            if w_fast is not None and r_fast is not None:
                 seg_ids.append(i)
                 w_rows.append(w_fast)
                 r_rows.append(r_fast)
@@ -790,13 +941,32 @@ def _unverifiable_internal(what: str) -> Verdict:
     return Verdict("unverifiable", reason=f"internal consistency check failed ({what}); not judged")
 
 
+def _write_slabs(t_loc: Array, lo: Array, ext: Array) -> bool:
+    """Whether, per target location, the write boxes' spans on axis 0 are pairwise disjoint
+    (sorted by start, each ends where or before the next begins): then no two boxes overlap. A
+    sufficient test, exact when true; ``False`` sends the rows to the k-d query."""
+    if lo.shape[0] < 2:
+        return True
+    if lo.shape[1] == 0 or not bool(np.all(ext[:, 0] > 0)):
+        return False
+    order = np.lexsort((lo[:, 0], t_loc))
+    loc = t_loc[order]
+    start = lo[order, 0]
+    end = start + ext[order, 0]
+    return bool(np.all((end[:-1] <= start[1:]) | (loc[:-1] != loc[1:])))
+
+
 def _check_exactly_once(
     rows: _Rows, segments: Sequence[TransferSegment], tgt: _Layout, *, check_gaps: bool
 ) -> Verdict | None:
     """No target address written twice (disjoint write boxes per location), and, when every
     segment was reduced to boxes, none left unwritten (volumes add up to each shard)."""
-    boxes = _boxes(rows.t_loc, rows.w_lo, rows.ext)
-    pairs = overlapping_pairs(boxes)
+    if _write_slabs(rows.t_loc, rows.w_lo, rows.ext):
+        boxes: list[Box] = []
+        pairs: set[tuple[int, int]] = set()  # per location the write boxes are disjoint slabs
+    else:
+        boxes = _boxes(rows.t_loc, rows.w_lo, rows.ext)
+        pairs = overlapping_pairs(boxes)
     if pairs:
         best: tuple[int, int, int, int, tuple[int, ...]] | None = None
         for i, j in pairs:
@@ -828,6 +998,8 @@ def _check_exactly_once(
             continue
         if written > numel:
             return _unverifiable_internal(f"disjoint writes exceed shard {loc}")
+        if not boxes:
+            boxes = _boxes(rows.t_loc, rows.w_lo, rows.ext)
         mine = [b for b, m in zip(boxes, mask.tolist()) if m]
         shard = tgt.shards[loc]
         gap = covers(Box((loc, *(0,) * len(shard)), (1, *shard)), mine)
@@ -1012,6 +1184,20 @@ def verify_plan(
     ``to_dict()``), or a list of segments (``TransferSegment`` or dicts). Maps may be
     ``ParamAffineMap`` or their dict form.
     """
+    with _cycle_collection_paused():
+        return _verify_plan(target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements)
+
+
+def _verify_plan(
+    target_map: MapLike,
+    source_map: MapLike,
+    plan: PlanLike,
+    *,
+    parameter: str | None = None,
+    fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+    layouts: dict[Any, _Layout] | None = None,
+) -> Verdict:
+    """``verify_plan``'s body; ``layouts`` remembers validated maps within one ``verify_plans``."""
     try:
         target = _as_map(target_map, "target")
         source = _as_map(source_map, "source")
@@ -1020,8 +1206,8 @@ def verify_plan(
                 f"target map describes {target.logical_shape}, source map {source.logical_shape}: "
                 "a reshape is not a transfer"
             )
-        src = _validate_map(source, "source")
-        tgt = _validate_map(target, "target")
+        src = _validated(source, "source", layouts)
+        tgt = _validated(target, "target", layouts)
     except AffineTransferError as exc:
         return Verdict(
             "invalid_map", parameter, reason="a map is invalid, so the plan was not judged",
@@ -1048,7 +1234,15 @@ def verify_plans(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
 ) -> BatchVerdict:
     """``verify_plan`` for every parameter; one missing from either side is ``invalid``."""
+    with _cycle_collection_paused():
+        return _verify_plans(pairs, plans, fallback_elements)
+
+
+def _verify_plans(
+    pairs: Mapping[str, tuple[MapLike, MapLike]], plans: Mapping[str, PlanLike], fallback_elements: int
+) -> BatchVerdict:
     verdicts: dict[str, Verdict] = {}
+    layouts: dict[Any, _Layout] = {}
     for name in sorted(set(pairs) | set(plans)):
         if name not in plans:
             verdicts[name] = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
@@ -1056,8 +1250,8 @@ def verify_plans(
             verdicts[name] = Verdict("invalid", name, reason="a plan for a parameter the maps do not describe")
         else:
             target, source = pairs[name]
-            verdicts[name] = verify_plan(
-                target, source, plans[name], parameter=name, fallback_elements=fallback_elements
+            verdicts[name] = _verify_plan(
+                target, source, plans[name], parameter=name, fallback_elements=fallback_elements, layouts=layouts
             )
     return BatchVerdict(_worst(v.status for v in verdicts.values()), verdicts)
 
@@ -1080,7 +1274,7 @@ def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False) ->
                     f"this one has {len(batch.pairs)}"
                 )
             (name,) = batch.pairs
-            plans = {name: TransferPlan.from_dict(doc, f"plans[{name}]")}
+            plans = {name: TransferPlan.from_dict(doc, f"plans[{name!r}]")}
         else:
             plans = parse_plans(doc)
     except AffineTransferError as exc:

@@ -1,0 +1,822 @@
+"""``refplan bench``: named scenarios, every peer side by side in one run, reported as ratios.
+
+Peers: refplan with each registered policy, and DeepSpeed 0.19.8's planner when it is importable
+(``deepspeed.checkpoint.affine_transfer.plan_transfer``, called once per parameter as its users
+do, on maps converted through ``ParamAffineMap.from_dict(our_map.to_dict())``; conversion is not
+timed). Wall-clock numbers depend on the machine and its load, so the peers of a scenario are
+measured interleaved in the same run (best of ``--repeat`` runs each) and the report gives
+ratios; plan quality (bytes on the busiest sender over the lower bound) does not depend on the
+machine at all.
+
+Scenarios (all bf16, 2 bytes per element):
+
+- ``llama-sync``: a 194-parameter Llama-7B-shaped model (32 layers × {attn.qkv, attn.o,
+  mlp.gate_up, mlp.down, input_norm, post_norm} + embed + lm_head), trainer TP=4 × DP=4 on
+  processes 0–15 (two nodes of 8) → inference engine TP=8 on processes 16–23 (a third node).
+- ``zero2-sync``: the same model, trainer TP=1 × DP=8 (every process holds everything) on node 0
+  → TP=8 engine on node 1.
+- ``moe-gather-N``: one ``block_gather_map`` parameter of N expert blocks dealt round-robin over 8
+  source locations (no two adjacent blocks on one location, so N pieces) → contiguous 8-way
+  target; N = 64 … 4096, and 100 000 for refplan alone (DeepSpeed's pair budget refuses from
+  1024 blocks).
+- ``moe-reshard-N``: the same blocks dealt round-robin over 8 → over 16 locations (EP=8 → EP=16),
+  block-gathered on both sides; N = 256 and 4096 (a supplementary row, see docs/performance.md).
+- ``uneven``: prime-sized axes, TP=3 × DP=2 → TP=5 on axis 0 and TP=5 × DP=2 → TP=7 on axis 1.
+
+Columns: planning seconds (CPU time of this process, best of the repeats; wall time is in the
+JSON), its ratio to DeepSpeed's, oracle seconds (``refplan.verify.verify_plans`` on that plan),
+segments, split requests, max and mean bytes per sending process, the busiest sender over the
+lower bound (``analysis.load_lower_bound``: splits allowed anywhere), and the α-β estimate of the
+sync (``analysis.estimate_sync_time``; α and β are model inputs, ``--alpha``/``--beta``). The
+cross-scenario targets (moe-gather 4096 against DeepSpeed at 256) are re-timed interleaved at the
+end of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from .analysis import (
+    DEFAULT_ALPHA,
+    DEFAULT_BETA,
+    CostModel,
+    LoadLowerBound,
+    estimate_sync_time,
+    load_lower_bound,
+    sender_load,
+    sync_time_lower_bound,
+)
+from .check import DEFAULT_MIN_SPLIT_BYTES
+from .errors import AffineTransferError
+from .maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
+from .plan import TransferPlan
+from .planner import collect_requests, plan_transfers
+from .policies import POLICIES, split_balanced_policy
+from .requests import ReplicaPolicy, TransferEndpoints
+
+__all__ = [
+    "SCENARIOS",
+    "BenchReport",
+    "Row",
+    "Scenario",
+    "ScenarioSummary",
+    "add_bench_arguments",
+    "deepspeed_planner",
+    "llama_scenario",
+    "moe_gather_scenario",
+    "moe_reshard_scenario",
+    "run_bench",
+    "run_bench_cli",
+    "scenarios",
+    "uneven_scenario",
+    "zero2_scenario",
+]
+
+Pairs = dict[str, tuple[ParamAffineMap, ParamAffineMap]]
+
+BF16 = 2
+HIDDEN, FFN, VOCAB, LAYERS = 4096, 11008, 32000, 32
+"""Llama-7B shapes."""
+
+MOE_BLOCKS = (64, 256, 1024, 4096)
+MOE_BLOCKS_QUICK = (64, 256)
+MOE_PEER_MAX_BLOCKS = 1024
+"""DeepSpeed is run on moe-gather up to this many blocks (it took > 9 minutes at 4096 here)."""
+PIECES_AT_SCALE = 100_000
+MOE_RESHARD_BLOCKS = (256, 4096)
+
+TARGET_PLAN_VS_PEER = 1 / 3
+TARGET_SCALE_SECONDS = 10.0
+TARGET_SPLIT_BALANCED = 1.05
+TARGET_BALANCED = 1.25
+
+
+def _split(n: int, degree: int) -> list[int]:
+    base, extra = divmod(n, degree)
+    return [base + (1 if r < extra else 0) for r in range(degree)]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named batch: maps, endpoints, element sizes, node bindings, and which peers run it."""
+
+    name: str
+    description: str
+    pairs: Pairs
+    endpoints: TransferEndpoints | None
+    element_size: dict[str, int]
+    process_node: dict[int, int] | None = None
+    policies: tuple[str, ...] = ()
+    peer: bool = True
+    oracle: bool = True
+    repeat: int | None = None
+
+
+def _nodes(processes: range, per_node: int, first_node: int = 0) -> dict[int, int]:
+    return {p: first_node + (i // per_node) for i, p in enumerate(processes)}
+
+
+def _model_pairs(
+    tp_source: int, dp_source: int, tp_target: int, layers: int, hidden: int, ffn: int, vocab: int
+) -> Pairs:
+    shapes = {
+        "attn.qkv": ((3 * hidden, hidden), 0),
+        "attn.o": ((hidden, hidden), 1),
+        "mlp.gate_up": ((2 * ffn, hidden), 0),
+        "mlp.down": ((hidden, ffn), 1),
+    }
+    pairs: Pairs = {}
+
+    def add(name: str, shape: tuple[int, int], axis: int) -> None:
+        target = contiguous_split_map(shape, _split(shape[axis], tp_target), axis)
+        source = replicate(contiguous_split_map(shape, _split(shape[axis], tp_source), axis), dp_source)
+        pairs[name] = (target, source)
+
+    for layer in range(layers):
+        for name, (shape, axis) in shapes.items():
+            add(f"layers.{layer:02d}.{name}", shape, axis)
+        for norm in ("input_norm", "post_norm"):
+            pairs[f"layers.{layer:02d}.{norm}"] = (
+                replicated_map((hidden,), tp_target),
+                replicated_map((hidden,), tp_source * dp_source),
+            )
+    add("embed", (vocab, hidden), 0)
+    add("lm_head", (vocab, hidden), 0)
+    return pairs
+
+
+def _trainer_to_engine(
+    name: str, description: str, tp_source: int, dp_source: int, tp_target: int, layers: int,
+    hidden: int, ffn: int, vocab: int,
+) -> Scenario:
+    pairs = _model_pairs(tp_source, dp_source, tp_target, layers, hidden, ffn, vocab)
+    sources = tp_source * dp_source
+    endpoints = TransferEndpoints(
+        {loc: loc for loc in range(sources)}, {loc: sources + loc for loc in range(tp_target)}
+    )
+    trainer_nodes = _nodes(range(sources), 8)
+    engine_node = max(trainer_nodes.values()) + 1
+    nodes = {**trainer_nodes, **_nodes(range(sources, sources + tp_target), 8, engine_node)}
+    return Scenario(name, description, pairs, endpoints, dict.fromkeys(pairs, BF16), nodes)
+
+
+def llama_scenario(layers: int = LAYERS, hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB) -> Scenario:
+    """``llama-sync``: TP=4 × DP=4 trainer → TP=8 engine, 6 parameters per layer + embed + lm_head."""
+    return _trainer_to_engine(
+        "llama-sync",
+        f"Llama {layers} layers ({6 * layers + 2} params), TP4xDP4 (procs 0-15) -> TP8 (procs 16-23), bf16",
+        4, 4, 8, layers, hidden, ffn, vocab,
+    )
+
+
+def zero2_scenario(layers: int = LAYERS, hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB) -> Scenario:
+    """``zero2-sync``: TP=1 × DP=8 trainer (every process holds everything) → TP=8 engine."""
+    return _trainer_to_engine(
+        "zero2-sync",
+        f"Llama {layers} layers ({6 * layers + 2} params), TP1xDP8 (procs 0-7) -> TP8 (procs 8-15), bf16",
+        1, 8, 8, layers, hidden, ffn, vocab,
+    )
+
+
+def moe_gather_scenario(blocks: int, *, ranks: int = 8, block_rows: int = 32, width: int = 2048) -> Scenario:
+    """``moe-gather-N``: N blocks dealt round-robin over ``ranks`` source locations → 8-way contiguous."""
+    shape = (blocks * block_rows, width)
+    source = block_gather_map(shape, {r: list(range(r, blocks, ranks)) for r in range(ranks)}, block_rows, 0)
+    target = contiguous_split_map(shape, _split(shape[0], 8), 0)
+    pairs: Pairs = {"experts": (target, source)}
+    endpoints = TransferEndpoints({r: r for r in range(ranks)}, {t: ranks + t for t in range(8)})
+    return Scenario(
+        f"moe-gather-{blocks}",
+        f"block_gather_map: {blocks} blocks round-robin over {ranks} locations -> contiguous 8-way, bf16",
+        pairs, endpoints, {"experts": BF16},
+        policies=("balanced",), peer=blocks <= MOE_PEER_MAX_BLOCKS,
+    )
+
+
+def moe_reshard_scenario(blocks: int, *, source_ranks: int = 8, target_ranks: int = 16,
+                         block_rows: int = 32, width: int = 2048) -> Scenario:
+    """``moe-reshard-N``: N expert blocks dealt round-robin over 8 locations → round-robin over 16
+    (EP=8 → EP=16): block-gathered on both sides, N pieces each."""
+    shape = (blocks * block_rows, width)
+    source = block_gather_map(
+        shape, {r: list(range(r, blocks, source_ranks)) for r in range(source_ranks)}, block_rows, 0
+    )
+    target = block_gather_map(
+        shape, {r: list(range(r, blocks, target_ranks)) for r in range(target_ranks)}, block_rows, 0
+    )
+    endpoints = TransferEndpoints(
+        {r: r for r in range(source_ranks)}, {t: source_ranks + t for t in range(target_ranks)}
+    )
+    return Scenario(
+        f"moe-reshard-{blocks}",
+        f"block_gather_map both sides: {blocks} blocks round-robin over {source_ranks} -> over "
+        f"{target_ranks} locations (EP{source_ranks} -> EP{target_ranks}), bf16",
+        {"experts": (target, source)}, endpoints, {"experts": BF16},
+        policies=("balanced",), peer=blocks <= MOE_PEER_MAX_BLOCKS,
+    )
+
+
+def uneven_scenario() -> Scenario:
+    """``uneven``: prime-sized axes; TP3×DP2 → TP5 on axis 0, TP5×DP2 → TP7 on axis 1."""
+    rows, cols = 32003, 8191
+    a = (rows, cols)
+    b = (cols, rows)
+    pairs: Pairs = {
+        "a.rows_3to5": (
+            contiguous_split_map(a, _split(rows, 5), 0),
+            replicate(contiguous_split_map(a, _split(rows, 3), 0), 2),
+        ),
+        "b.cols_5to7": (
+            contiguous_split_map(b, _split(rows, 7), 1),
+            replicate(contiguous_split_map(b, _split(rows, 5), 1), 2),
+        ),
+    }
+    endpoints = TransferEndpoints({loc: loc for loc in range(10)}, {loc: 10 + loc for loc in range(7)})
+    nodes = {**_nodes(range(10), 8), **_nodes(range(10, 17), 8, 2)}
+    return Scenario(
+        "uneven",
+        f"prime axes {rows}x{cols}: TP3xDP2 -> TP5 (axis 0), TP5xDP2 -> TP7 (axis 1), procs 0-9 -> 10-16, bf16",
+        pairs, endpoints, dict.fromkeys(pairs, BF16), nodes,
+    )
+
+
+def _at_scale() -> Scenario:
+    scale = moe_gather_scenario(PIECES_AT_SCALE)
+    return Scenario(scale.name, scale.description, scale.pairs, scale.endpoints, scale.element_size,
+                    policies=("balanced",), peer=False, oracle=True, repeat=1)
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {
+    "llama-sync": llama_scenario,
+    "zero2-sync": zero2_scenario,
+    "uneven": uneven_scenario,
+    **{f"moe-gather-{n}": partial(moe_gather_scenario, n) for n in MOE_BLOCKS},
+    f"moe-gather-{PIECES_AT_SCALE}": _at_scale,
+    **{f"moe-reshard-{n}": partial(moe_reshard_scenario, n) for n in MOE_RESHARD_BLOCKS},
+}
+"""Every named scenario, built on demand (the 10⁵-piece map takes seconds to build)."""
+
+QUICK = ("llama-sync", "zero2-sync", "uneven", *(f"moe-gather-{n}" for n in MOE_BLOCKS_QUICK))
+
+
+def scenarios(quick: bool = False) -> list[Scenario]:
+    """The named scenarios of ``refplan bench`` (``--quick``: the CI subset), built."""
+    return [SCENARIOS[name]() for name in (QUICK if quick else SCENARIOS)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The DeepSpeed peer.
+
+
+def deepspeed_planner() -> tuple[str, Callable[[Pairs], Any], Callable[[Any], dict[str, TransferPlan]]] | None:
+    """(version, convert, plan) for DeepSpeed's planner, or ``None`` when it is not importable.
+
+    ``convert(pairs)`` turns our maps into DeepSpeed's through their dict form (not timed);
+    ``plan(converted)`` calls ``plan_transfer(target, source)`` once per parameter and returns
+    the plans as ours (``TransferPlan.from_dict`` of its ``to_dict``) for measuring.
+    """
+    try:
+        # DeepSpeed logs to stdout when imported (its accelerator notice), and a logger created
+        # now keeps that stream: send it to stderr, so ``--json`` output stays clean.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+            warnings.simplefilter("ignore")
+            import deepspeed
+            from deepspeed.checkpoint import affine as ds_affine
+            from deepspeed.checkpoint import affine_transfer as ds_transfer
+    except Exception:  # not installed, or broken: the bench runs without the peer
+        return None
+
+    def convert(pairs: Pairs) -> Any:
+        return {
+            name: (ds_affine.ParamAffineMap.from_dict(t.to_dict()), ds_affine.ParamAffineMap.from_dict(s.to_dict()))
+            for name, (t, s) in sorted(pairs.items())
+        }
+
+    def plan(converted: Any) -> dict[str, TransferPlan]:
+        raw = {name: ds_transfer.plan_transfer(t, s) for name, (t, s) in converted.items()}
+        return {name: TransferPlan.from_dict(p.to_dict(), f"deepspeed[{name}]") for name, p in raw.items()}
+
+    return str(getattr(deepspeed, "__version__", "?")), convert, plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring.
+
+
+@dataclass(frozen=True)
+class Row:
+    """One peer on one scenario. Times in seconds; bytes per sending process."""
+
+    scenario: str
+    peer: str
+    policy: str
+    plan_seconds: float | None
+    oracle_seconds: float | None = None
+    oracle: str | None = None
+    segments: int = 0
+    split_requests: int = 0
+    max_bytes: int = 0
+    mean_bytes: float = 0.0
+    lower_bound_ratio: float | None = None
+    sync_seconds: float | None = None
+    plan_vs_deepspeed: float | None = None
+    error: str | None = None
+    plan_wall_seconds: float | None = None
+    oracle_wall_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ScenarioSummary:
+    """What every row of a scenario is measured against."""
+
+    name: str
+    description: str
+    parameters: int
+    pieces: int
+    requests: int
+    lower_bound_bytes: float
+    lower_bound_critical: tuple[int, ...]
+    sync_lower_bound_seconds: float
+    senders: int
+
+
+@dataclass
+class BenchReport:
+    """Everything one ``refplan bench`` run measured."""
+
+    model: dict[str, Any]
+    deepspeed: str | None
+    repeat: int
+    summaries: list[ScenarioSummary] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    sync_rows: list[dict[str, Any]] = field(default_factory=list)
+    cross: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "deepspeed": self.deepspeed,
+            "repeat": self.repeat,
+            "scenarios": [asdict(s) for s in self.summaries],
+            "rows": [asdict(r) for r in self.rows],
+            "targets": self.targets,
+            "sync": self.sync_rows,
+            "cross": self.cross,
+        }
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(CPU seconds, wall seconds, result) of ``fn()``. CPU time is this process's: the code
+    timed is single-threaded, so on an idle machine the two agree, and on a shared one CPU time
+    is what the contender itself cost."""
+    gc.collect()
+    wall = time.perf_counter()
+    cpu = time.process_time()
+    value = fn()
+    return time.process_time() - cpu, time.perf_counter() - wall, value
+
+
+def _measure(
+    scenario: Scenario,
+    plans: Mapping[str, TransferPlan],
+    bound: LoadLowerBound,
+    cost: CostModel,
+) -> dict[str, Any]:
+    load = sender_load(plans, endpoints=scenario.endpoints, element_size=scenario.element_size,
+                       senders=list(bound.senders))
+    top = max(load.sent.values(), default=0)
+    estimate = estimate_sync_time(plans, endpoints=scenario.endpoints, element_size=scenario.element_size,
+                                  process_node=scenario.process_node, cost=cost)
+    return {
+        "segments": sum(len(p.segments) for p in plans.values()),
+        "split_requests": sum(p.statistics.split_requests for p in plans.values()),
+        "max_bytes": top,
+        "mean_bytes": load.total_sent / len(load.sent) if load.sent else 0.0,
+        "lower_bound_ratio": bound.ratio(top),
+        "sync_seconds": estimate.seconds,
+    }
+
+
+def _oracle(scenario: Scenario, plans: Mapping[str, TransferPlan], repeat: int) -> tuple[float, float, str]:
+    from .verify import verify_plans
+
+    best = wall = float("inf")
+    status = "?"
+    for _ in range(repeat):
+        cpu, elapsed, verdict = _timed(lambda: verify_plans(scenario.pairs, plans))
+        best = min(best, cpu)
+        wall = min(wall, elapsed)
+        status = verdict.status
+    return best, wall, status
+
+
+def _policies(names: Sequence[str], min_split_bytes: int, cost: CostModel) -> dict[str, ReplicaPolicy]:
+    out: dict[str, ReplicaPolicy] = {}
+    for name in names:
+        if name == "split_balanced":
+            out[name] = split_balanced_policy(min_split_bytes, cost.network.alpha, cost.network.beta, cost=cost)
+        else:
+            out[name] = POLICIES[name]
+    return out
+
+
+def run_bench(
+    chosen: Sequence[Scenario],
+    *,
+    repeat: int = 3,
+    peer: bool = True,
+    oracle: bool = True,
+    cost: CostModel | None = None,
+    min_split_bytes: int = DEFAULT_MIN_SPLIT_BYTES,
+    progress: Callable[[str], None] | None = None,
+) -> BenchReport:
+    """Run every peer on every scenario, interleaved; return rows, summaries and target checks."""
+    model = cost or CostModel()
+    ds = deepspeed_planner() if peer else None
+    report = BenchReport(
+        model={
+            "alpha_network_s": model.network.alpha, "beta_network_Bps": model.network.beta,
+            "alpha_node_s": model.node.alpha, "beta_node_Bps": model.node.beta,
+            "alpha_process_s": model.process.alpha, "beta_process_Bps": model.process.beta,
+            "min_split_bytes": min_split_bytes,
+        },
+        deepspeed=ds[0] if ds else None,
+        repeat=repeat,
+    )
+    say = progress or (lambda _text: None)
+    for scenario in chosen:
+        say(f"bench: {scenario.name} ...")
+        requests = collect_requests(scenario.pairs, endpoints=scenario.endpoints,
+                                    element_size=scenario.element_size, process_node=scenario.process_node)
+        bound = load_lower_bound(requests)
+        pieces = sum(t.piece_count() + s.piece_count() for t, s in scenario.pairs.values())
+        report.summaries.append(ScenarioSummary(
+            scenario.name, scenario.description, len(scenario.pairs), pieces, len(requests), float(bound.bytes),
+            bound.critical, sync_time_lower_bound(bound, model, process_node=scenario.process_node),
+            len(bound.senders),
+        ))
+        del requests
+        names = scenario.policies or tuple(sorted(POLICIES))
+        policies = _policies(names, min_split_bytes, model)
+        runs = scenario.repeat or repeat
+        best: dict[str, float] = {}
+        walls: dict[str, float] = {}
+        plans_of: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        contenders: list[tuple[str, Callable[[], Any]]] = []
+        if ds is not None and scenario.peer:
+            contenders.append(("deepspeed", partial(ds[2], ds[1](scenario.pairs))))
+        for name, policy in policies.items():
+            contenders.append((name, partial(
+                plan_transfers, scenario.pairs, endpoints=scenario.endpoints, element_size=scenario.element_size,
+                replica_policy=policy, min_split_bytes=min_split_bytes, process_node=scenario.process_node,
+            )))
+        for _ in range(runs):  # interleaved: every contender sees the same machine load
+            for key, run in contenders:
+                if key in errors:
+                    continue
+                try:
+                    seconds, elapsed, plans = _timed(run)
+                except Exception as exc:  # the peer refusing (budget) is a result, not a crash
+                    errors[key] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+                    continue
+                best[key] = min(best.get(key, float("inf")), seconds)
+                walls[key] = min(walls.get(key, float("inf")), elapsed)
+                plans_of[key] = plans
+        ds_seconds = best.get("deepspeed") if "deepspeed" not in errors else None
+        for key, _run in contenders:
+            is_ds = key == "deepspeed"
+            if key in errors:
+                report.rows.append(Row(scenario.name, "deepspeed" if is_ds else "refplan",
+                                       "lowest holder" if is_ds else key, None, error=errors[key]))
+                continue
+            plans = plans_of.pop(key)
+            measured = _measure(scenario, plans, bound, model)
+            oracle_s = oracle_wall = None
+            status = None
+            if oracle and scenario.oracle:
+                oracle_s, oracle_wall, status = _oracle(scenario, plans, runs)
+            ratio = best[key] / ds_seconds if ds_seconds and not is_ds else None
+            report.rows.append(Row(
+                scenario.name, "deepspeed" if is_ds else "refplan", "lowest holder" if is_ds else key,
+                best[key], oracle_s, status, plan_vs_deepspeed=ratio, plan_wall_seconds=walls[key],
+                oracle_wall_seconds=oracle_wall, **measured,
+            ))
+            del plans
+    if ds is not None and oracle:
+        by_name = {sc.name: sc for sc in chosen}
+        for big, small in CROSS_CHECKS:
+            if big in by_name and small in by_name and by_name[small].peer:
+                say(f"bench: {big} against DeepSpeed on {small}, interleaved ...")
+                report.cross.append(_cross_check(by_name[big], by_name[small], ds, repeat))
+    report.targets = _targets(report)
+    return report
+
+
+CROSS_CHECKS = (("moe-gather-4096", "moe-gather-256"), ("moe-reshard-4096", "moe-reshard-256"))
+"""(refplan scenario, DeepSpeed scenario) pairs whose times the targets compare."""
+
+
+def _cross_check(
+    big: Scenario,
+    small: Scenario,
+    ds: tuple[str, Callable[[Pairs], Any], Callable[[Any], dict[str, TransferPlan]]],
+    repeat: int,
+) -> dict[str, Any]:
+    """refplan plan + verify on ``big`` against DeepSpeed's plan on ``small``, interleaved."""
+    from .verify import verify_plans
+
+    converted = ds[1](small.pairs)
+    best = {"deepspeed": float("inf"), "plan": float("inf"), "verify": float("inf")}
+    for _ in range(repeat):
+        cpu, _wall, _ = _timed(partial(ds[2], converted))
+        best["deepspeed"] = min(best["deepspeed"], cpu)
+        cpu, _wall, plans = _timed(partial(
+            plan_transfers, big.pairs, endpoints=big.endpoints, element_size=big.element_size,
+            process_node=big.process_node,
+        ))
+        best["plan"] = min(best["plan"], cpu)
+        cpu, _wall, verdict = _timed(partial(verify_plans, big.pairs, plans))
+        best["verify"] = min(best["verify"], cpu)
+        if not verdict.ok:
+            raise AffineTransferError(f"bench: the oracle rejects the plan of {big.name}: {verdict.status}")
+    return {
+        "refplan": big.name, "deepspeed": small.name, "plan_seconds": best["plan"],
+        "oracle_seconds": best["verify"], "deepspeed_seconds": best["deepspeed"],
+        "ratio": (best["plan"] + best["verify"]) / best["deepspeed"],
+    }
+
+
+def _row(report: BenchReport, scenario: str, peer: str, policy: str | None = None) -> Row | None:
+    for row in report.rows:
+        if row.scenario == scenario and row.peer == peer and (policy is None or row.policy == policy):
+            return row
+    return None
+
+
+def _targets(report: BenchReport) -> list[dict[str, Any]]:
+    """The issue's acceptance targets, evaluated on this run's numbers (ratios, one run)."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, met: bool | None, detail: str) -> None:
+        out.append({"target": name, "met": met, "detail": detail})
+
+    for scenario in ("llama-sync", "zero2-sync"):
+        for policy, limit in (("split_balanced", TARGET_SPLIT_BALANCED), ("balanced", TARGET_BALANCED)):
+            row = _row(report, scenario, "refplan", policy)
+            if row is not None and row.lower_bound_ratio is not None:
+                add(f"{scenario} {policy} <= {limit}x lower bound", row.lower_bound_ratio <= limit,
+                    f"{row.lower_bound_ratio:.4f}x")
+    mine = _row(report, "llama-sync", "refplan", "balanced")
+    peer = _row(report, "llama-sync", "deepspeed")
+    if mine is not None and mine.plan_seconds is not None:
+        if peer is not None and peer.plan_seconds is not None:
+            ratio = mine.plan_seconds / peer.plan_seconds
+            add("llama-sync balanced plan <= 1/3 DeepSpeed", ratio <= TARGET_PLAN_VS_PEER,
+                f"{mine.plan_seconds:.3f} s vs {peer.plan_seconds:.3f} s = {ratio:.3f}x")
+        else:
+            add("llama-sync balanced plan <= 1/3 DeepSpeed", None, "DeepSpeed not run")
+    for cross in report.cross:
+        label = "moe-gather" if cross["refplan"].startswith("moe-gather") else "(supplementary) moe-reshard"
+        add(f"{label} 4096 plan+verify < 1/3 DeepSpeed@256 (interleaved)", cross["ratio"] < TARGET_PLAN_VS_PEER,
+            f"{cross['plan_seconds']:.3f} + {cross['oracle_seconds']:.3f} s vs {cross['deepspeed_seconds']:.3f} s "
+            f"= {cross['ratio']:.3f}x")
+    scale = _row(report, f"moe-gather-{PIECES_AT_SCALE}", "refplan")
+    if scale is not None and scale.plan_seconds is not None and scale.plan_wall_seconds is not None:
+        add(f"{PIECES_AT_SCALE} pieces plan < {TARGET_SCALE_SECONDS:.0f} s (wall)",
+            scale.plan_wall_seconds < TARGET_SCALE_SECONDS,
+            f"plan {scale.plan_wall_seconds:.2f} s wall ({scale.plan_seconds:.2f} s CPU), oracle "
+            f"{scale.oracle_wall_seconds or 0.0:.2f} s wall")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Real sync rows (``--sync``): zero2-sync on 4 gloo processes, through the executor.
+
+
+SYNC_POLICIES = ("first_holder", "balanced", "split_balanced")
+
+
+def _sync_layouts() -> dict[str, tuple[Pairs, TransferEndpoints]]:
+    """Small ZeRO-2 batches for 4 CPU processes: DP=2 → TP=2 on other processes, and in place."""
+    small = {"layers": 4, "hidden": 512, "ffn": 1376, "vocab": 4000}
+    apart = _model_pairs(1, 2, 2, **small)
+    inplace = _model_pairs(1, 4, 4, **small)
+    return {
+        "zero2 DP2 -> TP2 (procs 0-1 -> 2-3)": (
+            apart, TransferEndpoints({0: 0, 1: 1}, {0: 2, 1: 3})
+        ),
+        "zero2 DP4 -> TP4 in place (procs 0-3)": (
+            inplace, TransferEndpoints({i: i for i in range(4)}, {i: i for i in range(4)})
+        ),
+    }
+
+
+def _sync_worker(
+    pairs: Pairs, endpoints: TransferEndpoints, policy_names: Sequence[str], runs: int, rank: int
+) -> dict[str, list[float]]:
+    """One process: for each policy plan (every process for itself), run ``runs`` syncs, check."""
+    import numpy as np
+    import torch
+
+    from .execute import execute_transfers
+    from .simulate import extract_shards
+    from .sync import bits_of, marker_bits, restrict, tensor_from_bits
+
+    dtype = torch.bfloat16
+    mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
+    mine_tgt = [loc for loc, p in endpoints.target.items() if p == rank]
+    sources: dict[str, dict[int, torch.Tensor]] = {}
+    expected: dict[str, dict[int, Any]] = {}
+    for name, (target_map, source_map) in sorted(pairs.items()):
+        full = marker_bits(target_map.logical_shape, dtype)
+        src_part = restrict(source_map, mine_src)
+        tgt_part = restrict(target_map, mine_tgt)
+        if src_part is not None:
+            sources[name] = {loc: tensor_from_bits(b, dtype) for loc, b in extract_shards(src_part, full).items()}
+        if tgt_part is not None:
+            expected[name] = extract_shards(tgt_part, full)
+    out: dict[str, list[float]] = {}
+    for policy_name in policy_names:
+        plans = plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, BF16),
+                               replica_policy=POLICIES[policy_name])
+        times: list[float] = []
+        for _ in range(runs):
+            targets = {
+                name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
+                for name, per in expected.items()
+            }
+            stats = execute_transfers(plans, sources, targets, endpoints, dtypes=dict.fromkeys(plans, dtype),
+                                      timeout=timedelta(seconds=120))
+            for name, per in expected.items():
+                for loc, want in per.items():
+                    if not np.array_equal(bits_of(targets[name][loc]), want):
+                        raise AssertionError(f"{policy_name}: parameter {name!r} location {loc} is wrong")
+            times.append(stats.move_seconds)
+        out[policy_name] = times
+    return out
+
+
+def run_sync_rows(runs: int = 5) -> list[dict[str, Any]]:
+    """Median (over ``runs``) of the slowest process's move time, per layout and policy."""
+    try:
+        from .sync import run_ranks
+    except ImportError as exc:  # torch missing: the executor cannot run here
+        raise NotImplementedError("issue: Performance — --sync needs the executor (torch)") from exc
+    rows: list[dict[str, Any]] = []
+    for layout, (pairs, endpoints) in _sync_layouts().items():
+        def work(rank: int, _world: int, p: Pairs = pairs, e: TransferEndpoints = endpoints) -> dict[str, list[float]]:
+            return _sync_worker(p, e, SYNC_POLICIES, runs, rank)
+
+        outcomes = run_ranks(work, 4, backend="gloo", timeout=timedelta(seconds=180))
+        failed = [o for o in outcomes if not o.ok]
+        if failed:
+            raise AffineTransferError(f"--sync {layout}: process {failed[0].rank} failed: {failed[0].error}")
+        total = sum(volume_bytes(t) for t, _s in pairs.values())
+        for policy in SYNC_POLICIES:
+            slowest = [max(o.value[policy][i] for o in outcomes) for i in range(runs)]
+            rows.append({
+                "layout": layout, "policy": policy, "runs": runs, "median_seconds": statistics.median(slowest),
+                "min_seconds": min(slowest), "bytes": total,
+            })
+    return rows
+
+
+def volume_bytes(param_map: ParamAffineMap) -> int:
+    return param_map.numel * BF16
+
+
+# ---------------------------------------------------------------------------------------------
+# The command.
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def format_report(report: BenchReport) -> str:
+    """The human-readable table ``refplan bench`` prints."""
+    m = report.model
+    lines = [
+        f"refplan bench: CPU seconds, best of {report.repeat} interleaved runs per contender; "
+        f"DeepSpeed {report.deepspeed or 'not available'}",
+        f"alpha-beta model (inputs, not measurements): network alpha={m['alpha_network_s'] * 1e6:.0f} us "
+        f"beta={m['beta_network_Bps'] / 1e9:.0f} GB/s; node alpha={m['alpha_node_s'] * 1e6:.0f} us "
+        f"beta={m['beta_node_Bps'] / 1e9:.0f} GB/s; min_split_bytes={m['min_split_bytes']}",
+    ]
+    header = (f"  {'peer/policy':<26}{'plan s':>7}{'xDS':>7}{'oracle s':>10}{'segs':>8}{'splits':>7}"
+              f"{'max MiB':>10}{'mean MiB':>10}{'/LB':>8}{'sync ms':>9}  verdict")
+    for s in report.summaries:
+        lines.append("")
+        lines.append(f"{s.name}: {s.description}")
+        lines.append(
+            f"  {s.parameters} params, {s.pieces} pieces, {s.requests} requests, {s.senders} senders; lower bound "
+            f"{_mib(s.lower_bound_bytes)} MiB on the busiest sender, sync >= {s.sync_lower_bound_seconds * 1e3:.2f} ms"
+        )
+        lines.append(header)
+        for r in report.rows:
+            if r.scenario != s.name:
+                continue
+            label = f"{r.peer}:{r.policy}" if r.peer == "refplan" else f"deepspeed ({r.policy})"
+            if r.error is not None:
+                lines.append(f"  {label:<26}refused: {r.error}")
+                continue
+            plan = f"{r.plan_seconds:.3f}" if r.plan_seconds is not None else "-"
+            vs = f"{r.plan_vs_deepspeed:.2f}" if r.plan_vs_deepspeed is not None else "-"
+            oracle = f"{r.oracle_seconds:.3f}" if r.oracle_seconds is not None else "-"
+            ratio = f"{r.lower_bound_ratio:.3f}" if r.lower_bound_ratio is not None else "-"
+            sync = f"{r.sync_seconds * 1e3:.2f}" if r.sync_seconds is not None else "-"
+            lines.append(
+                f"  {label:<26}{plan:>7}{vs:>7}{oracle:>10}{r.segments:>8}{r.split_requests:>7}"
+                f"{_mib(r.max_bytes):>10}{_mib(r.mean_bytes):>10}{ratio:>8}{sync:>9}  {r.oracle or '-'}"
+            )
+    if report.sync_rows:
+        lines.append("")
+        lines.append("real syncs (gloo, 4 processes on this machine; slowest process's move time):")
+        for row in report.sync_rows:
+            lines.append(
+                f"  {row['layout']:<40}{row['policy']:<16} median {row['median_seconds'] * 1e3:8.1f} ms "
+                f"(min {row['min_seconds'] * 1e3:.1f} ms, {row['runs']} runs, {_mib(row['bytes'])} MiB)"
+            )
+    if report.targets:
+        lines.append("")
+        lines.append("targets:")
+        for t in report.targets:
+            mark = "MET" if t["met"] else ("n/a" if t["met"] is None else "NOT MET")
+            lines.append(f"  [{mark}] {t['target']}: {t['detail']}")
+    return "\n".join(lines)
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``refplan bench`` (the CLI wires this into its ``bench`` sub-command)."""
+    parser.add_argument("--quick", action="store_true",
+                        help="CI smoke: llama/zero2/uneven, moe-gather 64 and 256, one run each (< 1 minute)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--scenario", action="append", metavar="NAME",
+                        help="run only these scenarios (repeatable), e.g. llama-sync, moe-gather-4096")
+    parser.add_argument("--repeat", type=int, help="runs per contender, best kept (default 3; --quick 1)")
+    parser.add_argument("--no-peer", action="store_true", help="do not run DeepSpeed even if importable")
+    parser.add_argument("--no-oracle", action="store_true", help="skip refplan.verify on the plans")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help=f"network alpha, seconds per message (model input; default {DEFAULT_ALPHA})")
+    parser.add_argument("--beta", type=float, default=DEFAULT_BETA,
+                        help=f"network beta, bytes per second (model input; default {DEFAULT_BETA:.0f})")
+    parser.add_argument("--min-split-bytes", type=int, default=DEFAULT_MIN_SPLIT_BYTES,
+                        help="smallest part of a split, for split_balanced and the planner (default 8 MiB)")
+    parser.add_argument("--sync", action="store_true",
+                        help="add real zero2 syncs on 4 gloo processes (first_holder, balanced, split_balanced)")
+    parser.add_argument("--sync-runs", type=int, default=5, help="runs per policy for --sync (median reported)")
+
+
+def run_bench_cli(args: argparse.Namespace) -> int:
+    """``refplan bench``: run, print the table (or JSON). Exit 0; 2 on bad options."""
+    quick = bool(getattr(args, "quick", False))
+    wanted = getattr(args, "scenario", None) or list(QUICK if quick else SCENARIOS)
+    unknown = [w for w in wanted if w not in SCENARIOS]
+    if unknown:
+        print(f"refplan bench: unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
+        return 2
+    repeat = args.repeat if getattr(args, "repeat", None) is not None else (1 if quick else 3)
+    if repeat < 1 or args.beta <= 0 or args.alpha < 0 or args.min_split_bytes < 0:
+        print("refplan bench: --repeat must be >= 1, --beta > 0, --alpha and --min-split-bytes >= 0",
+              file=sys.stderr)
+        return 2
+    chosen = [SCENARIOS[w]() for w in wanted]
+    cost = CostModel().with_network(args.alpha, args.beta)
+    as_json = bool(getattr(args, "json", False))
+    report = run_bench(
+        chosen, repeat=repeat, peer=not getattr(args, "no_peer", False), oracle=not getattr(args, "no_oracle", False),
+        cost=cost, min_split_bytes=args.min_split_bytes,
+        progress=None if as_json else (lambda text: print(text, file=sys.stderr, flush=True)),
+    )
+    if getattr(args, "sync", False):
+        report.sync_rows = run_sync_rows(max(1, int(getattr(args, "sync_runs", 5))))
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m refplan.bench`` until the CLI wires ``refplan bench``."""
+    parser = argparse.ArgumentParser(prog="refplan bench", description=__doc__.splitlines()[0] if __doc__ else None)
+    add_bench_arguments(parser)
+    return run_bench_cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""``refplan bench``, the cost-aware policies, and the speed-ups' equivalence.
+
+Wall-clock numbers are never asserted (a shared two-core runner stretches them arbitrarily); only
+plan quality, which is deterministic: bytes on the busiest sender over the lower bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import astuple
+from typing import Any
+
+import pytest
+
+import refplan.plan as plan_module
+import refplan.planner as planner_module
+from refplan import (
+    InvalidMapError,
+    InvalidReplicaPolicyError,
+    PlanBudget,
+    TransferEndpoints,
+    TransferSegment,
+    contiguous_split_map,
+    replicate,
+    replicated_map,
+)
+from refplan.analysis import load_lower_bound, sender_load
+from refplan.bench import (
+    add_bench_arguments,
+    llama_scenario,
+    run_bench,
+    run_bench_cli,
+    uneven_scenario,
+    zero2_scenario,
+)
+from refplan.plan import coalesce
+from refplan.planner import collect_requests, plan_transfers
+from refplan.policies import POLICIES, lpt, split_balanced, split_balanced_policy
+from refplan.verify import verify_plans
+
+
+def bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    code = run_bench_cli(parser.parse_args(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def quick_report() -> dict[str, Any]:
+    """One ``bench --quick`` run (DeepSpeed included when importable), as its JSON."""
+    import contextlib
+    import io
+
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run_bench_cli(parser.parse_args(["--quick", "--json"])) == 0
+    doc: dict[str, Any] = json.loads(out.getvalue())
+    return doc
+
+
+def rows(report: dict[str, Any], scenario: str) -> dict[str, dict[str, Any]]:
+    return {r["policy"]: r for r in report["rows"] if r["scenario"] == scenario}
+
+
+@pytest.mark.parametrize("scenario", ["llama-sync", "zero2-sync"])
+def test_quick_bench_policy_quality(quick_report: dict[str, Any], scenario: str) -> None:
+    got = rows(quick_report, scenario)
+    assert got["split_balanced"]["lower_bound_ratio"] <= 1.05
+    assert got["balanced"]["lower_bound_ratio"] <= 1.25
+    assert got["lpt"]["lower_bound_ratio"] <= 1.25
+    assert got["first_holder"]["lower_bound_ratio"] >= 3.9  # the lowest holder sends everything
+
+
+def test_quick_bench_rows_are_sound(quick_report: dict[str, Any]) -> None:
+    names = {s["name"] for s in quick_report["scenarios"]}
+    assert {"llama-sync", "zero2-sync", "uneven", "moe-gather-64", "moe-gather-256"} <= names
+    summaries = {s["name"]: s for s in quick_report["scenarios"]}
+    assert summaries["llama-sync"]["parameters"] == 194
+    for row in quick_report["rows"]:
+        if row["error"] is not None:
+            assert row["peer"] == "deepspeed"
+            continue
+        assert row["oracle"] == "ok", row
+        assert row["lower_bound_ratio"] >= 1.0 - 1e-12, row  # nothing beats the bound
+        assert row["sync_seconds"] >= summaries[row["scenario"]]["sync_lower_bound_seconds"] * (1 - 1e-12)
+        assert row["plan_seconds"] > 0
+    uneven = rows(quick_report, "uneven")
+    assert uneven["split_balanced"]["split_requests"] > 0
+    assert uneven["split_balanced"]["lower_bound_ratio"] < uneven["balanced"]["lower_bound_ratio"]
+    assert uneven["split_balanced"]["sync_seconds"] <= uneven["balanced"]["sync_seconds"] * (1 + 1e-12)
+    assert quick_report["model"]["alpha_network_s"] > 0 and quick_report["model"]["beta_network_Bps"] > 0
+    assert [t["target"] for t in quick_report["targets"]]  # evaluated, whatever the machine
+    if quick_report["deepspeed"] is not None:
+        ds = rows(quick_report, "llama-sync")["lowest holder"]
+        assert ds["peer"] == "deepspeed"
+        assert ds["lower_bound_ratio"] == pytest.approx(rows(quick_report, "llama-sync")["first_holder"]
+                                                       ["lower_bound_ratio"])
+
+
+def test_bench_table_and_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = bench(["--scenario", "uneven", "--no-peer", "--repeat", "1"], capsys)
+    assert code == 0
+    assert "uneven:" in out and "refplan:split_balanced" in out and "/LB" in out
+    assert "model inputs" in out or "inputs, not measurements" in out
+    code, _ = bench(["--scenario", "no-such"], capsys)
+    assert code == 2
+    code, _ = bench(["--scenario", "uneven", "--beta", "0"], capsys)
+    assert code == 2
+
+
+def test_bench_is_deterministic_in_bytes() -> None:
+    first = run_bench([uneven_scenario()], repeat=1, peer=False, oracle=False)
+    second = run_bench([uneven_scenario()], repeat=1, peer=False, oracle=False)
+    key = [(r.policy, r.segments, r.max_bytes, r.lower_bound_ratio) for r in first.rows]
+    assert key == [(r.policy, r.segments, r.max_bytes, r.lower_bound_ratio) for r in second.rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies.
+
+
+def test_scenarios_have_the_stated_shapes() -> None:
+    llama = llama_scenario()
+    assert len(llama.pairs) == 194
+    zero2 = zero2_scenario(layers=2)
+    assert len(zero2.pairs) == 14
+    target, source = zero2.pairs["layers.00.attn.qkv"]
+    assert len(source.ranks) == 8 and len(target.ranks) == 8
+
+
+def test_split_balanced_splits_only_what_helps_and_tiles() -> None:
+    scenario = uneven_scenario()
+    kwargs = {"endpoints": scenario.endpoints, "element_size": scenario.element_size,
+              "process_node": scenario.process_node}
+    bound = load_lower_bound(collect_requests(scenario.pairs, **kwargs))
+    plans = plan_transfers(scenario.pairs, replica_policy=split_balanced, **kwargs)
+    again = plan_transfers(scenario.pairs, replica_policy=split_balanced, **kwargs)
+    assert {n: p.encode() for n, p in plans.items()} == {n: p.encode() for n, p in again.items()}
+    assert verify_plans(scenario.pairs, plans).ok
+    splits = sum(p.statistics.split_requests for p in plans.values())
+    assert splits > 0
+    top = max(sender_load(plans, endpoints=scenario.endpoints, element_size=scenario.element_size).sent.values())
+    whole = plan_transfers(scenario.pairs, replica_policy=POLICIES["balanced"], **kwargs)
+    top_whole = max(sender_load(whole, endpoints=scenario.endpoints,
+                                element_size=scenario.element_size).sent.values())
+    assert bound.bytes <= top < top_whole
+    # A floor above every request: no split is possible, so nothing is split.
+    huge = split_balanced_policy(min_split_bytes=1 << 40)
+    plans = plan_transfers(scenario.pairs, replica_policy=huge, **kwargs)
+    assert sum(p.statistics.split_requests for p in plans.values()) == 0
+    # A planner floor above the policy's refuses its splits (the policy does not see the floor).
+    with pytest.raises(InvalidReplicaPolicyError, match="min_split_bytes"):
+        plan_transfers(scenario.pairs, replica_policy=split_balanced_policy(min_split_bytes=1 << 20),
+                       min_split_bytes=1 << 30, **kwargs)
+
+
+def test_split_balanced_prefers_local_then_node() -> None:
+    shape = (64, 8)
+    pairs = {"w": (contiguous_split_map(shape, [32, 32], 0), replicate(contiguous_split_map(shape, [64], 0), 3))}
+    # Source replicas on processes 0, 1, 2; targets on 0 and 5; process 1 shares node 1 with 5.
+    endpoints = TransferEndpoints({0: 0, 1: 1, 2: 2}, {0: 0, 1: 5})
+    nodes = {0: 0, 1: 1, 2: 2, 5: 1}
+    plans = plan_transfers(pairs, endpoints=endpoints, element_size={"w": 2}, process_node=nodes,
+                           replica_policy=split_balanced)
+    by_target = {s.target_rank: s.source_rank for s in plans["w"].segments}
+    assert by_target == {0: 0, 1: 1}
+
+
+def test_split_balanced_factory_validates() -> None:
+    with pytest.raises(ValueError, match="min_split_bytes"):
+        split_balanced_policy(min_split_bytes=-1)
+    with pytest.raises(ValueError, match="beta"):
+        split_balanced_policy(beta=0.0)
+    assert POLICIES["split_balanced"] is split_balanced
+    assert split_balanced.__name__ == "split_balanced"
+
+
+def test_lpt_is_megatrons_rule() -> None:
+    """Fewest candidates first, then largest first, each to the least-loaded holder; no locality."""
+    shape = (12, 1)
+    pairs = {
+        "a": (contiguous_split_map(shape, [6, 4, 2], 0), replicate(contiguous_split_map(shape, [12], 0), 2)),
+    }
+    endpoints = TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 7, 2: 8})
+    plans = plan_transfers(pairs, endpoints=endpoints, replica_policy=lpt)
+    by_target = {s.target_rank: s.source_rank for s in plans["a"].segments}
+    # 6 elements to process 0 (ties to the lowest location; not because it is local), 4 to 1, 2 to 1.
+    assert by_target == {0: 0, 1: 1, 2: 1}
+    assert verify_plans(pairs, plans).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# The speed-ups change nothing.
+
+
+def _rm(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return tuple(strides)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_coalesce_screening_matches_the_exact_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The numpy "nothing can merge here" screen gives the same segments and the same count."""
+    rng = random.Random(seed)
+    ndim = rng.choice([1, 2, 3])
+    s_shard = tuple(rng.randint(1, 6) for _ in range(ndim))
+    t_shard = tuple(rng.randint(1, 6) for _ in range(ndim))
+    segments = []
+    for _ in range(rng.randint(0, 400)):
+        shape = tuple(rng.randint(1, 3) for _ in range(ndim))
+        s_str = _rm(s_shard) if rng.random() < 0.8 else tuple(rng.randint(-1, 5) for _ in range(ndim))
+        t_str = _rm(t_shard) if rng.random() < 0.8 else tuple(rng.randint(0, 5) for _ in range(ndim))
+        segments.append(TransferSegment(rng.randint(0, 2), rng.randint(-2, 60), s_str,
+                                        rng.randint(0, 2), rng.randint(-2, 60), t_str, shape))
+    shards_s = dict.fromkeys(range(3), s_shard)
+    shards_t = dict.fromkeys(range(3), t_shard)
+    monkeypatch.setattr(plan_module, "_QUIET_SEGMENTS", 10**9)
+    exact = coalesce(segments, shards_s, shards_t, PlanBudget(), "w")
+    monkeypatch.setattr(plan_module, "_QUIET_SEGMENTS", 0)
+    screened = coalesce(segments, shards_s, shards_t, PlanBudget(), "w")
+    assert screened == exact
+
+
+def _groups(segments: list[TransferSegment]) -> dict[tuple[Any, ...], list[TransferSegment]]:
+    out: dict[tuple[Any, ...], list[TransferSegment]] = {}
+    for s in segments:
+        out.setdefault((s.source_rank, s.target_rank, s.source_strides, s.target_strides, len(s.shape)), []).append(s)
+    return out
+
+
+def test_coalesce_screen_sees_both_kinds_of_group() -> None:
+    shard = (64, 4)
+    strides = _rm(shard)
+    # Group (0, 0): 64 single rows, adjacent on both sides (they merge); group (1, 0): rows that
+    # never line up with each other (gaps of one row).
+    merging = [TransferSegment(0, r * 4, strides, 0, r * 4, strides, (1, 4)) for r in range(64)]
+    apart = [TransferSegment(1, r * 8, strides, 0, r * 8, strides, (1, 4)) for r in range(8)]
+    quiet = plan_module._quiet_groups(_groups(merging + apart), {0: shard, 1: shard}, {0: shard})
+    assert (1, 0, strides, strides, 2) in quiet and (0, 0, strides, strides, 2) not in quiet
+    out, _checks = coalesce(merging + apart, {0: shard, 1: shard}, {0: shard}, PlanBudget(), "w")
+    assert len(out) == 1 + 8
+
+
+def test_layout_memo_is_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeated layouts are validated once per batch; plans and statistics are the same without."""
+    scenario = llama_scenario(layers=3, hidden=64, ffn=160, vocab=300)
+    kwargs: dict[str, Any] = {"endpoints": scenario.endpoints, "element_size": scenario.element_size,
+                              "process_node": scenario.process_node}
+    with_memo = plan_transfers(scenario.pairs, **kwargs)
+    monkeypatch.setattr(planner_module, "_MEMO_MAX_PIECES", -1)
+    without = plan_transfers(scenario.pairs, **kwargs)
+    assert list(with_memo) == list(without)
+    for name in with_memo:
+        assert with_memo[name] == without[name]
+        assert astuple(with_memo[name].statistics) == astuple(without[name].statistics)
+
+
+def test_layout_memo_keeps_per_parameter_errors() -> None:
+    """A repeated layout still reports endpoint problems under each parameter's own name."""
+    shape = (4, 4)
+    good = (contiguous_split_map(shape, [2, 2], 0), replicate(contiguous_split_map(shape, [4], 0), 2))
+    pairs = {"a": good, "b": good}
+    with pytest.raises(InvalidMapError, match=r"parameter 'a'.*source location 1"):
+        plan_transfers(pairs, endpoints=TransferEndpoints({0: 0}, {0: 5, 1: 6}))
+    sizes = {"a": 2}
+    with pytest.raises(InvalidMapError, match="parameter 'b'"):
+        plan_transfers(pairs, element_size=sizes)
+    bad = (replicated_map(shape, 2), replicated_map((4, 5), 2))
+    with pytest.raises(InvalidMapError, match="parameter 'c'"):
+        plan_transfers({"a": good, "b": good, "c": bad})
+
+
+def test_bench_sync_rows_or_a_clear_refusal() -> None:
+    """``--sync`` runs real syncs through the executor; skipped where torch is missing."""
+    pytest.importorskip("torch")
+    from refplan.bench import SYNC_POLICIES, run_sync_rows
+
+    got = run_sync_rows(runs=1)
+    assert {(r["policy"]) for r in got} == set(SYNC_POLICIES)
+    assert all(r["median_seconds"] > 0 for r in got)
