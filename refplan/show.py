@@ -105,7 +105,7 @@ def png_renderer() -> str | None:
     return None
 
 
-def _write_png(canvas: _Canvas, path: str, renderer: str) -> None:  # pragma: no cover - needs a renderer
+def _write_png(canvas: _Canvas, path: str, renderer: str) -> None:
     if renderer == "cairosvg":
         cairosvg: Any = importlib.import_module("cairosvg")
         cairosvg.svg2png(bytestring=canvas.svg().encode("utf-8"), write_to=path)

@@ -152,3 +152,14 @@ def test_png_without_a_renderer_exits_2(demo_maps: Path, tmp_path: Path, capsys:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--png" in err and "--svg" in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_png_is_rendered_with_matplotlib(demo_maps: Path, tmp_path: Path) -> None:
+    """The test extra installs matplotlib, so CI renders a real PNG; elsewhere this skips visibly."""
+    pytest.importorskip("matplotlib", reason="matplotlib (test extra) renders --png")
+    out = tmp_path / "plan.png"
+    assert _run(str(demo_maps), "--png", str(out)) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 200 and height > 200
