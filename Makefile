@@ -38,8 +38,11 @@ test: lint
 proofs: $(VENV)/.test
 	$(PY) proofs/run_all.py
 
+# Long property runs, then the core properties again under the crosshair (solver) backend.
 nightly: $(VENV)/.test
 	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n 2 --dist loadgroup tests
+	$(PIP) install -q 'hypothesis-crosshair==0.0.31'
+	HYPOTHESIS_PROFILE=crosshair $(PY) -m pytest -n 2 tests/test_properties.py -k core
 
 FUZZ_SECONDS ?= 180
 

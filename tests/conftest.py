@@ -16,6 +16,7 @@ value the *target map* says it must hold, and no guard element touched.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,11 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("nightly", max_examples=2000, deadline=None)
+if importlib.util.find_spec("hypothesis_crosshair_provider") is not None:
+    # Solver-backed examples (hypothesis-crosshair): 10-100x slower, so `make nightly` runs only
+    # the core properties (tests/test_properties.py -k core) under it.
+    settings.register_profile("crosshair", backend="crosshair", max_examples=200, deadline=None,
+                              database=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
