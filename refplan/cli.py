@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AffineTransferError
-from .files import dump_plans, load_json, parse_endpoints, parse_maps
+from .files import dump_plans, load_json, parse_endpoints, read_maps
 from .planner import plan_transfers
 from .policies import POLICIES
 
@@ -31,7 +31,7 @@ def _write_json(doc: Any, output: str | None) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    batch = parse_maps(load_json(args.maps))
+    batch = read_maps(args.maps)
     endpoints = batch.endpoints
     if args.endpoints is not None:
         endpoints = parse_endpoints(load_json(args.endpoints))

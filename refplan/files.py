@@ -29,6 +29,7 @@ __all__ = [
     "parse_endpoints",
     "parse_maps",
     "parse_plans",
+    "read_maps",
 ]
 
 
@@ -212,3 +213,12 @@ def parse_plans(doc: Any) -> dict[str, TransferPlan]:
 
 def dump_plans(plans: Mapping[str, TransferPlan]) -> dict[str, Any]:
     return {"format": PLANS_FORMAT, "parameters": {name: plans[name].to_dict() for name in sorted(plans)}}
+
+
+def read_maps(path: str | Path) -> MapsBatch:
+    """Load and parse a maps file; every error names the file, then the JSON path and the problem."""
+    doc = load_json(path)  # its own errors already name the file
+    try:
+        return parse_maps(doc)
+    except InvalidMapError as exc:
+        raise InvalidMapError(f"{path}: {exc}") from None

@@ -304,9 +304,9 @@ def _load_model(model: str) -> tuple[dict[str, tuple[ParamAffineMap, ParamAffine
 
         pairs, endpoints, _sizes = demo_batch()
         return pairs, endpoints
-    from .files import load_json, parse_maps
+    from .files import read_maps
 
-    batch = parse_maps(load_json(model))
+    batch = read_maps(model)
     return batch.pairs, batch.endpoints
 
 

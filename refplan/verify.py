@@ -64,7 +64,7 @@ import numpy as np
 
 from .box import Box, covers, overlapping_pairs, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from .files import load_json, parse_maps, parse_plans
+from .files import load_json, parse_plans, read_maps
 from .maps import AffinePiece, ParamAffineMap
 from .plan import TransferPlan, TransferSegment
 
@@ -1265,7 +1265,11 @@ def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False) ->
     dict (DeepSpeed's) when the maps file holds exactly one parameter.
     """
     try:
-        batch = parse_maps(load_json(maps_path))
+        batch = read_maps(maps_path)
+    except AffineTransferError as exc:
+        print(f"refplan verify: bad input: {exc}", file=sys.stderr)
+        return 2
+    try:
         doc = load_json(plans_path)
         if isinstance(doc, Mapping) and "format" not in doc and "segments" in doc:
             if len(batch.pairs) != 1:
@@ -1278,7 +1282,9 @@ def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False) ->
         else:
             plans = parse_plans(doc)
     except AffineTransferError as exc:
-        print(f"refplan verify: bad input: {exc}", file=sys.stderr)
+        text = str(exc)
+        where = text if text.startswith(str(plans_path)) else f"{plans_path}: {text}"
+        print(f"refplan verify: bad input: {where}", file=sys.stderr)
         return 2
     result = verify_plans(batch.pairs, plans)
     if as_json:

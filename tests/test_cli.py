@@ -65,3 +65,20 @@ def test_console_script_demo_runs() -> None:
     proc = subprocess.run([sys.executable, "-m", "refplan.cli", "demo"], capture_output=True, text=True, check=True)
     assert "policy first_holder" in proc.stdout and "policy balanced" in proc.stdout
     assert "busiest sender / even share = 1.00x" in proc.stdout
+
+
+def test_input_errors_name_the_file_and_the_json_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(_maps_file(tmp_path).read_text())
+    doc["parameters"]["w"]["source"]["ranks"]["0"]["pieces"][0]["shape"] = [4, "8"]
+    bad = tmp_path / "broken.json"
+    bad.write_text(json.dumps(doc))
+    good = _maps_file(tmp_path)
+    plans = tmp_path / "plans.json"
+    assert main(["plan", str(good), "-o", str(plans)]) == 0
+    capsys.readouterr()
+    for argv in (["plan", str(bad)], ["verify", str(bad), str(plans)], ["verify", str(good), str(bad)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(bad) in err, err
+    main(["plan", str(bad)])
+    assert "w.source.ranks[0].pieces[0].shape" in capsys.readouterr().err
