@@ -655,7 +655,7 @@ def _draw_answer(
 
 
 def valid_answers(
-    requests: Sequence[ReplicaRequest], *, min_split_bytes: int = 1, max_parts: int = 6
+    requests: Sequence[ReplicaRequest], *, min_split_bytes: int = 1, max_parts: int = 12
 ) -> st.SearchStrategy[list[ReplicaAnswer]]:
     """One valid answer per request: a holder's location, or a split served by any holders.
 
@@ -716,7 +716,7 @@ def _tiling(draw: st.DrawFn, box: Box, min_parts: int) -> list[Box] | None:
     if box.volume < min_parts:
         return None
     for _ in range(3):
-        tiles = draw(box_partitions(box, max_parts=max(min_parts, 6)))
+        tiles = draw(box_partitions(box, max_parts=max(min_parts, 12)))
         if len(tiles) >= min_parts:
             return tiles
     # Fall back to cutting unit slabs off the largest axis until there are enough parts.
@@ -771,7 +771,7 @@ def _break_one(
         return done(np.int64(ok), f"numpy.int64({ok}) in place of candidate {ok}")
     if kind == "part_not_candidate":
         bad = max(everyone) + 1
-        tiles = draw(box_partitions(box, max_parts=4))
+        tiles = draw(box_partitions(box, max_parts=12))
         parts = _parts(tiles, ok)
         k = draw(st.integers(0, len(parts) - 1))
         parts[k] = ReplicaPart(parts[k].logical_origin, parts[k].shape, bad)
@@ -795,7 +795,7 @@ def _break_one(
         tiles[k] = Box(origin, moved.extent)
         return done(_parts(tiles, ok), f"part {k} moved from {moved} to {tiles[k]}: equal volume, overlapping")
     if kind == "outside":
-        tiles = draw(box_partitions(box, max_parts=4))
+        tiles = draw(box_partitions(box, max_parts=12))
         k = draw(st.integers(0, len(tiles) - 1))
         moved = tiles[k]
         # Wholly outside, so it overlaps no other part and the volumes still add up: only the
@@ -810,14 +810,14 @@ def _break_one(
         tiles[k] = Box(origin, moved.extent)
         return done(_parts(tiles, ok), f"part {k} moved to {tiles[k]}, outside {box}")
     if kind == "zero_extent":
-        tiles = draw(box_partitions(box, max_parts=4))
+        tiles = draw(box_partitions(box, max_parts=12))
         axis = draw(st.integers(0, box.ndim - 1))
         empty = Box(box.origin, tuple(0 if a == axis else e for a, e in enumerate(box.extent)))
         parts = _parts(tiles, ok)
         parts.insert(draw(st.integers(0, len(parts))), ReplicaPart(empty.origin, empty.extent, ok))
         return done(parts, f"an extra zero-extent part {empty}")
     if kind == "wrong_ndim":
-        tiles = draw(box_partitions(box, max_parts=4))
+        tiles = draw(box_partitions(box, max_parts=12))
         parts = _parts(tiles, ok)
         k = draw(st.integers(0, len(parts) - 1))
         p = parts[k]

@@ -103,7 +103,7 @@ def test_core_theorem3_every_valid_answer_copies_identical_bytes(data: st.DataOb
     policies. Every plan must be ``ok`` for the oracle and ``exact`` for the simulator, and every
     plan's target shards must be byte-identical.
     """
-    pairs = data.draw(rst.map_batches(), label="sync")
+    pairs = data.draw(rst.map_batches(max_parts=data.draw(st.sampled_from([6, 40]), label="max_parts")), label="sync")
     targets = [t for t, _ in pairs.values()]
     sources = [s for _, s in pairs.values()]
     bound: TransferEndpoints | None = None
@@ -275,7 +275,8 @@ def test_core_oracle_agrees_with_the_simulator(data: st.DataObject) -> None:
     these plans are far inside its fallback budget) and ``invalid`` for every plan the simulator
     finds wrong, with a counterexample. The dict forms of maps and plan must get the same verdict.
     """
-    target, source = data.draw(rst.map_pairs(), label="maps")
+    max_parts = data.draw(st.sampled_from([6, 40]), label="max_parts")
+    target, source = data.draw(rst.map_pairs(max_parts=max_parts), label="maps")
     requests = rst.collect_requests(target, source)
     answers = data.draw(rst.valid_answers(requests), label="answers")
     plan = plan_transfer(target, source, replica_policy=rst.replaying(answers), min_split_bytes=1)
