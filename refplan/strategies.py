@@ -587,19 +587,14 @@ def collect_requests(
     process_node: Mapping[int, int] | None = None,
 ) -> list[ReplicaRequest]:
     """The requests ``plan_transfer`` hands a policy for these maps (raises what planning raises)."""
-    from .planner import plan_transfer  # the strategies must not make the planner a hard import
+    from .planner import SINGLE_PARAMETER  # the strategies must not make the planner a hard import
 
-    seen: list[ReplicaRequest] = []
-
-    def record(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-        seen.extend(requests)
-        return [r.candidates[0].source_rank for r in requests]
-
-    plan_transfer(
-        target_map, source_map, replica_policy=record, endpoints=endpoints,
-        element_size=element_size, process_node=process_node,
+    return collect_batch_requests(
+        {SINGLE_PARAMETER: (target_map, source_map)},
+        endpoints=endpoints,
+        element_size=None if element_size is None else {SINGLE_PARAMETER: element_size},
+        process_node=process_node,
     )
-    return seen
 
 
 def collect_batch_requests(
@@ -610,18 +605,9 @@ def collect_batch_requests(
     process_node: Mapping[int, int] | None = None,
 ) -> list[ReplicaRequest]:
     """The requests ``plan_transfers`` hands a policy for this batch, in its order."""
-    from .planner import plan_transfers
+    from .planner import collect_requests as planner_requests
 
-    seen: list[ReplicaRequest] = []
-
-    def record(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-        seen.extend(requests)
-        return [r.candidates[0].source_rank for r in requests]
-
-    plan_transfers(
-        pairs, replica_policy=record, endpoints=endpoints, element_size=element_size, process_node=process_node
-    )
-    return seen
+    return planner_requests(pairs, endpoints=endpoints, element_size=element_size, process_node=process_node)
 
 
 def replaying(answers: Sequence[Any]) -> ReplicaPolicy:
