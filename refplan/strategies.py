@@ -393,6 +393,15 @@ def _draw_map(
     return ParamAffineMap(shape, {n: shard_shapes[n] for n in order}, {n: pieces[n] for n in order})
 
 
+def _shape_strategy(shape: Sequence[int] | st.SearchStrategy[Shape] | None) -> st.SearchStrategy[Shape]:
+    """A fixed shape, a strategy of shapes, or (``None``) ``logical_shapes()``, as one strategy."""
+    if shape is None:
+        return logical_shapes()
+    if isinstance(shape, st.SearchStrategy):
+        return shape
+    return st.just(tuple(int(s) for s in shape))
+
+
 def param_maps(
     shape: Sequence[int] | st.SearchStrategy[Shape] | None = None,
     *,
@@ -423,13 +432,7 @@ def param_maps(
     may carry any stride (R13 constrains axes of size > 1 only). ``sparse_locations``: location
     ids need not be ``0..n-1``.
     """
-    shapes: st.SearchStrategy[Shape]
-    if shape is None:
-        shapes = logical_shapes()
-    elif isinstance(shape, st.SearchStrategy):
-        shapes = shape
-    else:
-        shapes = st.just(tuple(int(s) for s in shape))
+    shapes = _shape_strategy(shape)
 
     @st.composite
     def draw_map(draw: st.DrawFn) -> ParamAffineMap:
@@ -483,13 +486,7 @@ def map_pairs(
 
     Target first, like ``plan_transfer``. The shape is drawn once and shared.
     """
-    shapes: st.SearchStrategy[Shape]
-    if shape is None:
-        shapes = logical_shapes()
-    elif isinstance(shape, st.SearchStrategy):
-        shapes = shape
-    else:
-        shapes = st.just(tuple(int(s) for s in shape))
+    shapes = _shape_strategy(shape)
 
     @st.composite
     def draw_pair(draw: st.DrawFn) -> MapPair:
