@@ -22,7 +22,9 @@ import numpy as np
 __all__ = [
     "Box",
     "WorkCounter",
+    "box_arrays",
     "covers",
+    "overlapping_pair_array",
     "overlapping_pairs",
     "row_major_strides",
     "volume",
@@ -299,16 +301,16 @@ def _partition(
 
 
 def _interval_join(
-    lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], tags: np.ndarray[Any, Any],
-    work: WorkCounter,
-) -> set[tuple[int, int]] | None:
+    lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], tags: np.ndarray[Any, Any], work: WorkCounter,
+) -> np.ndarray[Any, Any] | None:
     """Bipartite overlaps by a sorted merge, when both sides are slabs along one common axis.
 
     If each side's boxes are pairwise disjoint along axis ``a`` (row slabs against row slabs,
     the usual resharding case), then sorted by their start on ``a`` each side's intervals are
     also sorted by end, and the partners of a box on the other side are one contiguous run found
     by two binary searches. Candidates number at most the two sides plus the true overlaps, so the
-    join is O(n log n); other axes are then checked vectorised. ``None`` when no axis qualifies.
+    join is O(n log n); other axes are then checked vectorised. Returns row-index pairs (unordered
+    within a pair), or ``None`` when no axis qualifies.
     """
     values = np.unique(tags)
     if values.size != 2:
@@ -330,10 +332,84 @@ def _interval_join(
         starts = np.repeat(first - np.cumsum(counts) + counts, counts)
         right = order_b[starts + np.arange(total)]
         keep = np.all((lo[left] < hi[right]) & (lo[right] < hi[left]), axis=1)
-        i = ids[left[keep]]
-        j = ids[right[keep]]
-        return {(int(x), int(y)) if x < y else (int(y), int(x)) for x, y in zip(i.tolist(), j.tolist())}
+        return np.stack((left[keep], right[keep]), axis=1)
     return None
+
+
+def box_arrays(boxes: Sequence[Box]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(origins, extents) as ``(n, ndim)`` int64 arrays, built with one conversion each."""
+    n = len(boxes)
+    ndim = boxes[0].ndim if n else 0
+    origins = np.array([b.origin for b in boxes], dtype=np.int64).reshape(n, ndim)
+    extents = np.array([b.extent for b in boxes], dtype=np.int64).reshape(n, ndim)
+    return origins, extents
+
+
+def overlapping_pair_array(
+    boxes: Sequence[Box],
+    work: WorkCounter | None = None,
+    *,
+    groups: Sequence[int] | None = None,
+) -> np.ndarray[Any, Any]:
+    """``overlapping_pairs`` as a ``(k, 2)`` int64 array of index pairs ``i < j``, sorted.
+
+    For callers that go on computing with the pairs in numpy (intersections of thousands of
+    pieces) rather than looking them up one by one. Empty boxes overlap nothing and are dropped
+    with one vectorised test, not one Python call per box.
+    """
+    work = work if work is not None else WorkCounter()
+    none = np.empty((0, 2), dtype=np.int64)
+    if len(boxes) < 2:
+        return none
+    origins, extents = box_arrays(boxes)
+    live = np.flatnonzero(np.all(extents > 0, axis=1))
+    if live.size < 2:
+        return none
+    lo = origins[live]
+    hi = lo + extents[live]
+    group_of = None if groups is None else np.asarray(groups, dtype=np.int64)
+    rows: np.ndarray[Any, Any] | None = None
+    if group_of is not None:
+        rows = _interval_join(lo, hi, group_of[live], work)
+    if rows is None:
+        rows = _partition_pairs(lo, hi, None if group_of is None else group_of[live], work)
+    if rows.shape[0] == 0:
+        return none
+    pairs = np.sort(live[rows], axis=1)
+    pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+    fresh = np.ones(pairs.shape[0], dtype=bool)  # the k-d walk may meet one pair in two cells
+    fresh[1:] = np.any(pairs[1:] != pairs[:-1], axis=1)
+    return pairs[fresh]
+
+
+def _partition_pairs(
+    lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], tags: np.ndarray[Any, Any] | None, work: WorkCounter
+) -> np.ndarray[Any, Any]:
+    """Overlapping row pairs by the k-d partition (pairs of different ``tags`` only, if given)."""
+    found: list[np.ndarray[Any, Any]] = []
+
+    def shortcut(arrays: _Arrays, _c_lo: Any, _c_hi: Any) -> bool:
+        a_lo, a_hi, a_ids = arrays
+        if tags is not None and np.unique(tags[a_ids]).size < 2:
+            return True
+        return _separated(a_lo, a_hi)
+
+    def leaf(_c_lo: Any, _c_hi: Any, a_lo: Any, a_hi: Any, a_ids: Any) -> bool:
+        m = a_lo.shape[0]
+        work.add(m * (m - 1) // 2)
+        hit = np.all((a_lo[:, None, :] < a_hi[None, :, :]) & (a_lo[None, :, :] < a_hi[:, None, :]), axis=2)
+        hit &= np.triu(np.ones((m, m), dtype=bool), k=1)
+        if tags is not None:
+            g = tags[a_ids]
+            hit &= g[:, None] != g[None, :]
+        x, y = np.nonzero(hit)
+        if x.size:
+            found.append(np.stack((a_ids[x], a_ids[y]), axis=1))
+        return True
+
+    ids = np.arange(lo.shape[0], dtype=np.int64)
+    _partition(lo.min(axis=0), hi.max(axis=0), (lo, hi, ids), leaf, work, shortcut=shortcut)
+    return np.concatenate(found) if found else np.empty((0, 2), dtype=np.int64)
 
 
 def overlapping_pairs(
@@ -348,39 +424,8 @@ def overlapping_pairs(
     "which source regions meet which target frames"). Cost grows with the number of boxes and the
     number of reported pairs, not with their volume and not with all pairs of boxes.
     """
-    work = work if work is not None else WorkCounter()
-    found: set[tuple[int, int]] = set()
-    live = [i for i, b in enumerate(boxes) if not b.is_empty()]
-    if len(live) < 2:
-        return found
-    group_of = np.asarray(groups if groups is not None else [0] * len(boxes), dtype=np.int64)
-    lo, hi, ids = _as_arrays([boxes[i] for i in live], live)
-    if groups is not None:
-        joined = _interval_join(lo, hi, ids, group_of[ids], work)
-        if joined is not None:
-            return joined
-
-    def shortcut(arrays: _Arrays, _c_lo: Any, _c_hi: Any) -> bool:
-        a_lo, a_hi, a_ids = arrays
-        if groups is not None and np.unique(group_of[a_ids]).size < 2:
-            return True
-        return _separated(a_lo, a_hi)
-
-    def leaf(_c_lo: Any, _c_hi: Any, a_lo: Any, a_hi: Any, a_ids: Any) -> bool:
-        m = a_lo.shape[0]
-        work.add(m * (m - 1) // 2)
-        hit = np.all((a_lo[:, None, :] < a_hi[None, :, :]) & (a_lo[None, :, :] < a_hi[:, None, :]), axis=2)
-        hit &= np.triu(np.ones((m, m), dtype=bool), k=1)
-        if groups is not None:
-            g = group_of[a_ids]
-            hit &= g[:, None] != g[None, :]
-        for x, y in zip(*np.nonzero(hit)):
-            i, j = int(a_ids[x]), int(a_ids[y])
-            found.add((i, j) if i < j else (j, i))
-        return True
-
-    _partition(lo.min(axis=0), hi.max(axis=0), (lo, hi, ids), leaf, work, shortcut=shortcut)
-    return found
+    pairs = overlapping_pair_array(boxes, work, groups=groups)
+    return set(map(tuple, pairs.tolist()))
 
 
 def _volumes(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> int:

@@ -129,6 +129,34 @@ class TransferSegment:
         return _parse_segment(entry, lambda: where)
 
 
+def make_segment(
+    source_rank: int,
+    source_offset: int,
+    source_strides: tuple[int, ...],
+    target_rank: int,
+    target_offset: int,
+    target_strides: tuple[int, ...],
+    shape: tuple[int, ...],
+) -> TransferSegment:
+    """``TransferSegment(...)`` for values the planner already computed, in half the time.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; the planner
+    builds one segment per part of 10⁵-piece plans, so it fills the instance dictionary in one
+    step instead. The result is an ordinary, equal ``TransferSegment``.
+    """
+    segment = _new_object(TransferSegment)
+    _set_attribute(segment, "__dict__", {
+        "source_rank": source_rank, "source_offset": source_offset, "source_strides": source_strides,
+        "target_rank": target_rank, "target_offset": target_offset, "target_strides": target_strides,
+        "shape": shape,
+    })
+    return segment
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
 def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, tuple[int, ...]]:
     ok = (
         isinstance(value, (list, tuple))
@@ -311,7 +339,7 @@ def coalesce(
             if alive[i]:
                 # A segment that never grew is the input segment itself: keep the object.
                 out.append(ordered[i] if not grown_any[i] else
-                           TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(ext)))
+                           make_segment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(ext)))
     out.sort(key=_SORT_KEY)
     return out, checks
 

@@ -9,7 +9,6 @@ against the budget. Any failure raises before anything is returned: no partial p
 
 from __future__ import annotations
 
-import copy
 import gc
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError
 from .frames import NormalizedMap, normalize, pair_budget
 from .maps import AffinePiece, ParamAffineMap
-from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce
+from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
 from .policies import balanced, from_selector
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
@@ -146,7 +145,7 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
         for pbox, cand in parts:
             delta = list(map(sub, pbox.origin, origin)) if pbox.origin != origin else None
             out.append(
-                TransferSegment(
+                make_segment(
                     cand.source_rank,
                     cand.source_offset + (int(sum(map(mul, delta, cand.source_strides))) if delta else 0),
                     cand.source_strides,
@@ -196,6 +195,19 @@ def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudg
         merge_checks=merge_checks,
     )
     return replace(plan, statistics=stats)
+
+
+def _detached(request: ReplicaRequest) -> ReplicaRequest:
+    """A copy of ``request`` that shares no attribute dictionary with it.
+
+    What ``copy.copy`` does for a frozen dataclass, in a fifth of the time (a policy gets one per
+    request): a new instance whose ``__dict__`` is a fresh copy, so a policy that forces a field
+    with ``object.__setattr__`` changes its copy, not the request its answers are checked against.
+    Field values are immutable (ints, strings, tuples of ints and named tuples).
+    """
+    clone = object.__new__(ReplicaRequest)
+    object.__setattr__(clone, "__dict__", request.__dict__.copy())
+    return clone
 
 
 @contextmanager
@@ -318,7 +330,7 @@ def plan_transfers(
         try:
             # The policy gets its own copies: even one that forces a frozen field with
             # object.__setattr__ cannot change the requests the answers are checked against.
-            answers: Any = policy(tuple(copy.copy(r) for r in requests))
+            answers: Any = policy(tuple(map(_detached, requests)))
         except AffineTransferError:
             raise
         except Exception as exc:  # a policy bug must surface as a policy error, never as a partial plan

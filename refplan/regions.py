@@ -19,9 +19,10 @@ Overlaps are found with ``box.overlapping_pairs`` (a k-d partition), never all p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import itemgetter
 
-from .box import Box, WorkCounter, covers, overlapping_pairs, volume
+import numpy as np
+
+from .box import Box, WorkCounter, box_arrays, covers, overlapping_pair_array, overlapping_pairs, volume
 from .errors import InvalidMapError, UnsupportedLayoutError
 from .frames import Frame, NormalizedMap
 
@@ -88,30 +89,41 @@ def intersections(
     """Premise C (R27–R28): every target frame tiled by its region intersections, in request order.
 
     Order: (target location, logical origin). Within one location frames are disjoint in F
-    (R20), so this order is total and the same on every process.
+    (R20), so this order is total and the same on every process. The parts, their volumes per
+    frame and the order are computed on arrays of all pairs at once (a gathered layout has one
+    pair per piece); only the returned objects are built one by one.
     """
     frames = target.frames
     boxes = [f.box for f in frames] + [r.box for r in regions]
-    groups = [0] * len(frames) + [1] * len(regions)
-    received = [0] * len(frames)
     first_region = len(frames)
-    keyed: list[tuple[int, Box, Frame, Region]] = []
-    for i, j in overlapping_pairs(boxes, work, groups=groups):
-        frame = frames[i]
-        region = regions[j - first_region]
-        part = frame.box.intersect(region.box)
-        assert part is not None
-        keyed.append((frame.location, part, frame, region))
-        received[i] += volume(part.extent)
-    for frame, got in zip(frames, received):
-        if got != frame.box.volume:
-            raise InvalidMapError(
-                f"parameter {target.parameter!r}, target map, location {frame.location}, piece "
-                f"{frame.piece_index}: box {frame.box} would receive {got} of its {frame.box.volume} elements"
-            )
+    pairs = overlapping_pair_array(boxes, work, groups=[0] * first_region + [1] * len(regions))
+    origins, extents = box_arrays(boxes)
+    ends = origins + extents
+    i = pairs[:, 0]
+    j = pairs[:, 1]
+    lo = np.maximum(origins[i], origins[j])
+    part_extent = np.minimum(ends[i], ends[j]) - lo
+    # Coordinates are at most 2**62 (frames.MAX_COORDINATE) and a part lies inside F, whose volume
+    # is at most 2**62 too, so neither the products nor the per-frame sums below overflow int64.
+    received = np.zeros(first_region, dtype=np.int64)
+    np.add.at(received, i, np.prod(part_extent, axis=1))
+    short = np.flatnonzero(received != np.prod(extents[:first_region], axis=1))
+    if short.size:
+        frame = frames[int(short[0])]
+        got = int(received[short[0]])
+        raise InvalidMapError(
+            f"parameter {target.parameter!r}, target map, location {frame.location}, piece "
+            f"{frame.piece_index}: box {frame.box} would receive {got} of its {frame.box.volume} elements"
+        )
     # (target location, origin, extent): a box is the tuple (origin, extent).
-    keyed.sort(key=_BY_LOCATION_AND_BOX)
-    return [Intersection(frame, region, part) for _loc, part, frame, region in keyed]
-
-
-_BY_LOCATION_AND_BOX = itemgetter(0, 1)
+    location = np.array([f.location for f in frames], dtype=np.int64)[i]
+    ndim = lo.shape[1]
+    keys = [part_extent[:, a] for a in reversed(range(ndim))] + [lo[:, a] for a in reversed(range(ndim))]
+    order = np.lexsort((*keys, location))
+    out: list[Intersection] = []
+    append = out.append
+    for f, r, o, e in zip(
+        i[order].tolist(), (j[order] - first_region).tolist(), lo[order].tolist(), part_extent[order].tolist()
+    ):
+        append(Intersection(frames[f], regions[r], Box(tuple(o), tuple(e))))
+    return out

@@ -57,7 +57,6 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -346,37 +345,42 @@ def _plain_pieces(
         return None
     l_strides = _rm(logical)
     s_strides = _rm(shard)
-    l_numel = volume(logical)
-    s_numel = volume(shard)
-    out: list[tuple[int, Any, Box, Box]] = []
-    for index, p in enumerate(pieces):
-        shape = p.shape
+    n = len(pieces)
+    for p in pieces:
         if (
-            len(shape) != ndim
+            len(p.shape) != ndim
             or p.source_strides != l_strides
             or p.dest_strides != s_strides
             or p.scale != 1.0
             or not p.locations
         ):
             return None
-        src = p.source_offset
-        dst = p.dest_offset
-        if not (0 <= src < l_numel and 0 <= dst < s_numel):
-            return None
-        origin = []
-        for stride, extent, size in zip(l_strides, shape, logical):
-            q, src = divmod(src, stride)
-            if extent <= 0 or q + extent > size:
-                return None
-            origin.append(q)
-        local = []
-        for stride, extent, size in zip(s_strides, shape, shard):
-            q, dst = divmod(dst, stride)
-            if q + extent > size:
-                return None
-            local.append(q)
-        out.append((index, p, Box(tuple(origin), shape), Box(tuple(local), shape)))
-    return out
+    # Decoding is arithmetic on all pieces at once: for 0 <= x < numel, the coordinate of a
+    # row-major offset x on each axis is (x // stride) % size. Every bound is below 2**62
+    # (``_validate_map`` refused larger shapes), so an int64 sum of a coordinate and an extent
+    # cannot overflow; an offset or extent that does not fit int64 is not plain.
+    try:
+        ext = np.array([p.shape for p in pieces], dtype=np.int64).reshape(n, ndim)
+        src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
+        dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    l_shape = np.asarray(logical, dtype=np.int64)
+    s_shape = np.asarray(shard, dtype=np.int64)
+    if not (
+        bool(np.all((ext > 0) & (ext <= MAX_COORDINATE)))
+        and bool(np.all((src >= 0) & (src < volume(logical))))
+        and bool(np.all((dst >= 0) & (dst < volume(shard))))
+    ):
+        return None
+    origin = (src[:, None] // np.asarray(l_strides, dtype=np.int64)) % l_shape
+    local = (dst[:, None] // np.asarray(s_strides, dtype=np.int64)) % s_shape
+    if not (bool(np.all(origin + ext <= l_shape)) and bool(np.all(local + ext <= s_shape))):
+        return None
+    return [
+        (index, p, Box(tuple(o), p.shape), Box(tuple(q), p.shape))
+        for index, (p, o, q) in enumerate(zip(pieces, origin.tolist(), local.tolist()))
+    ]
 
 
 def _validate_map(m: ParamAffineMap, side: str) -> _Layout:
@@ -473,8 +477,11 @@ def _slabs(boxes: Sequence[Box]) -> bool:
         return True
     if not boxes[0].origin:
         return False
-    spans = sorted((b.origin[0], b.origin[0] + b.extent[0]) for b in boxes)
-    return all(end <= start for (_, end), (start, _) in pairwise(spans))
+    n = len(boxes)
+    start = np.fromiter((b.origin[0] for b in boxes), dtype=np.int64, count=n)
+    end = start + np.fromiter((b.extent[0] for b in boxes), dtype=np.int64, count=n)
+    order = np.argsort(start, kind="stable")
+    return bool(np.all(end[order[:-1]] <= start[order[1:]]))
 
 
 _REMEMBER_PIECES = 256
@@ -821,6 +828,69 @@ def _volumes(ext: Array) -> Array:
     return np.prod(ext, axis=1, dtype=np.int64) if ext.shape[1] else np.ones(ext.shape[0], dtype=np.int64)
 
 
+def _plain_extent(shape: tuple[int, ...], ndim: int) -> bool:
+    """A segment shape that can be an int64 row of box extents: ``ndim`` axes, each 1..2**62."""
+    return len(shape) == ndim and all(type(e) is int and 0 < e <= MAX_COORDINATE for e in shape)
+
+
+def _fast_boxes(
+    segments: Sequence[TransferSegment],
+    kind_of: Sequence[int],
+    kinds: Sequence[tuple[bool, int, int, int, int, bool, bool]],
+    kind_segment: Sequence[TransferSegment],
+    src: _Layout,
+    tgt: _Layout,
+    ndim: int,
+) -> tuple[Array, Array, Array] | None:
+    """The per-segment fast path of ``_check_plan`` on arrays: (is a box row, write origins, read
+    origins of those rows), or ``None`` when the offsets do not fit int64 (then every segment
+    takes the per-segment path).
+
+    A segment is accepted exactly when the per-segment path would accept it without looking
+    further: its kind is sound with row-major strides on both sides, both footprints lie in their
+    shards, and both offsets decode to box origins whose boxes fit (``_box_origin``). Decoding a
+    row-major offset ``0 <= x < numel`` one axis at a time is ``(x // stride) % size`` per axis,
+    which is what is computed here for all segments at once. Anything else is left to the
+    per-segment path, which decides and explains.
+    """
+    n = len(segments)
+    try:
+        s_off = np.fromiter((seg.source_offset for seg in segments), dtype=np.int64, count=n)
+        t_off = np.fromiter((seg.target_offset for seg in segments), dtype=np.int64, count=n)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    usable: list[bool] = []
+    table: list[tuple[int, ...]] = []  # per kind: numel - reach per side, then strides and sizes
+    neutral = (1,) * ndim
+    for (sound, s_reach, t_reach, s_numel, t_numel, s_rm, t_rm), seg in zip(kinds, kind_segment):
+        ok = sound and s_rm and t_rm and _plain_extent(seg.shape, ndim)
+        s_shard = src.shards.get(seg.source_rank, ()) if ok else neutral
+        t_shard = tgt.shards.get(seg.target_rank, ()) if ok else neutral
+        # A footprint that fits leaves every size >= 1 (no division by zero below) and keeps
+        # numel - reach within int64.
+        ok = (ok and len(s_shard) == ndim and len(t_shard) == ndim
+              and 0 <= s_reach < s_numel and 0 <= t_reach < t_numel)
+        if not ok:
+            s_shard = t_shard = neutral
+        usable.append(ok)
+        table.append((
+            s_numel - s_reach if ok else 0, t_numel - t_reach if ok else 0,
+            *(_rm(s_shard) if ok else neutral), *s_shard, *(_rm(t_shard) if ok else neutral), *t_shard,
+            *(seg.shape if ok else neutral),
+        ))
+    kind = np.asarray(kind_of, dtype=np.int64)
+    per_kind = np.array(table, dtype=np.int64).reshape(len(table), 2 + 5 * ndim)[kind]
+    s_room, t_room = per_kind[:, 0], per_kind[:, 1]
+    s_str, s_size, t_str, t_size, ext = (per_kind[:, 2 + a * ndim: 2 + (a + 1) * ndim] for a in range(5))
+    accepted = np.asarray(usable, dtype=bool)[kind] & (s_off >= 0) & (s_off < s_room) & (t_off >= 0) & (t_off < t_room)
+    s_safe = np.where(accepted, s_off, 0)
+    t_safe = np.where(accepted, t_off, 0)
+    w = (t_safe[:, None] // t_str) % t_size
+    r = (s_safe[:, None] // s_str) % s_size
+    accepted &= np.all(w + ext <= t_size, axis=1) & np.all(r + ext <= s_size, axis=1)
+    return accepted, w[accepted], r[accepted]
+
+
 def _check_plan(
     segments: Sequence[TransferSegment], src: _Layout, tgt: _Layout, fallback_elements: int
 ) -> Verdict:
@@ -838,18 +908,33 @@ def _check_plan(
     # only on (locations, shape, strides) is computed once per distinct combination; the offsets
     # are checked per segment. Anything the fast filter does not accept goes to ``_structural``
     # and ``_box_in``, which are authoritative and write the messages.
-    kinds: dict[tuple[object, ...], tuple[bool, int, int, int, int, bool, bool]] = {}
-    seg_ids: list[int] = []
-    w_rows: list[tuple[int, ...]] = []
-    r_rows: list[tuple[int, ...]] = []
-    e_rows: list[tuple[int, ...]] = []
-    odd: list[tuple[int, str]] = []
-    for i, seg in enumerate(segments):
+    index_of_kind: dict[tuple[object, ...], int] = {}
+    kinds: list[tuple[bool, int, int, int, int, bool, bool]] = []
+    kind_segment: list[TransferSegment] = []
+    kind_of: list[int] = []
+    for seg in segments:
         key = (seg.source_rank, seg.target_rank, seg.shape, seg.source_strides, seg.target_strides)
-        kind = kinds.get(key)
-        if kind is None:
-            kind = kinds[key] = _kind(seg, src, tgt)
-        sound, s_reach, t_reach, s_numel, t_numel, s_rm, t_rm = kind
+        k = index_of_kind.get(key)
+        if k is None:
+            k = index_of_kind[key] = len(kinds)
+            kinds.append(_kind(seg, src, tgt))
+            kind_segment.append(seg)
+        kind_of.append(k)
+    boxes = _fast_boxes(segments, kind_of, kinds, kind_segment, src, tgt, ndim)
+    w_all = np.zeros((n_seg, ndim), dtype=np.int64)
+    r_all = np.zeros((n_seg, ndim), dtype=np.int64)
+    if boxes is None:
+        is_row = np.zeros(n_seg, dtype=bool)
+        slow: Iterable[int] = range(n_seg)
+    else:
+        is_row, w_fast, r_fast = boxes
+        w_all[is_row] = w_fast
+        r_all[is_row] = r_fast
+        slow = np.flatnonzero(~is_row).tolist()
+    odd: list[tuple[int, str]] = []
+    for i in slow:  # in segment order, so the first structural problem is the one reported
+        seg = segments[i]
+        sound, s_reach, t_reach, s_numel, t_numel, s_rm, t_rm = kinds[kind_of[i]]
         if not (
             sound
             and seg.source_offset >= 0
@@ -863,13 +948,12 @@ def _check_plan(
         s_shard = src.shards[seg.source_rank]
         t_shard = tgt.shards[seg.target_rank]
         if s_rm and t_rm:
-            w_fast = _box_origin(seg.target_offset, t_shard, seg.shape)
-            r_fast = _box_origin(seg.source_offset, s_shard, seg.shape) if w_fast is not None else None
-            if w_fast is not None and r_fast is not None:
-                seg_ids.append(i)
-                w_rows.append(w_fast)
-                r_rows.append(r_fast)
-                e_rows.append(seg.shape)
+            w_box = _box_origin(seg.target_offset, t_shard, seg.shape)
+            r_box = _box_origin(seg.source_offset, s_shard, seg.shape) if w_box is not None else None
+            if w_box is not None and r_box is not None:
+                w_all[i] = w_box
+                r_all[i] = r_box
+                is_row[i] = True
                 continue
         w = _box_in(seg.target_offset, seg.shape, seg.target_strides, t_shard)
         r = _box_in(seg.source_offset, seg.shape, seg.source_strides, s_shard)
@@ -877,16 +961,19 @@ def _check_plan(
             side = f"target: {w}" if isinstance(w, str) else f"source: {r}"
             odd.append((i, f"segment {i} is not a box in its {side}"))
             continue
-        seg_ids.append(i)
-        w_rows.append(w)
-        r_rows.append(r)
-        e_rows.append(seg.shape)
+        w_all[i] = w
+        r_all[i] = r
+        is_row[i] = True
+    seg_ids = np.flatnonzero(is_row)
+    kind_ext = np.array(
+        [seg.shape if _plain_extent(seg.shape, ndim) else (0,) * ndim for seg in kind_segment], dtype=np.int64
+    ).reshape(len(kind_segment), ndim)
     odd_elements = sum(segments[i].numel for i, _ in odd)
     pending: Verdict | None = None
-    parts_seg = [np.asarray(seg_ids, dtype=np.int64)]
-    parts_w = [np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), ndim)]
-    parts_r = [np.asarray(r_rows, dtype=np.int64).reshape(len(r_rows), ndim)]
-    parts_e = [np.asarray(e_rows, dtype=np.int64).reshape(len(e_rows), ndim)]
+    parts_seg = [seg_ids.astype(np.int64)]
+    parts_w = [w_all[seg_ids]]
+    parts_r = [r_all[seg_ids]]
+    parts_e = [kind_ext[np.asarray(kind_of, dtype=np.int64)[seg_ids]]]
     expanded = 0
     if odd and odd_elements > fallback_elements:
         first, why = odd[0]

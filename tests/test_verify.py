@@ -817,6 +817,56 @@ def test_verify_agrees_with_simulation(
             assert report.expected[loc][offset] == flat
 
 
+def _judged_both_ways(target: ParamAffineMap, source: ParamAffineMap, plan: TransferPlan) -> tuple[Verdict, Verdict]:
+    """The verdict with the array fast path, and with every segment taking the per-segment loop."""
+    import refplan.verify as verify_module
+
+    fast = verify_plan(target, source, plan)
+    original = verify_module._fast_boxes
+    verify_module._fast_boxes = lambda *_args: None  # type: ignore[assignment]
+    try:
+        slow = verify_plan(target, source, plan)
+    finally:
+        verify_module._fast_boxes = original
+    return fast, slow
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_case())
+def test_array_fast_path_judges_like_the_per_segment_path(
+    case: tuple[ParamAffineMap, ParamAffineMap, list[TransferSegment], tuple[int, ...], str],
+) -> None:
+    """``_fast_boxes`` accepts exactly what the per-segment loop would: with it switched off
+    the verdict is the same, field for field."""
+    target, source, segs, plan_shape, _corruption = case
+    fast, slow = _judged_both_ways(target, source, as_plan(segs, plan_shape))
+    assert fast == slow
+
+
+@pytest.mark.parametrize("change", [
+    {"shape": (1, 3)},  # wraps past the end of a target row (shard (8, 2)) without leaving the shard
+    {"shape": (1, 3), "target_offset": 14},  # the same, ending exactly at the last element
+    {"source_offset": 6, "shape": (1, 2)},  # source side fine, ...
+    {"source_offset": 7},  # ... and wrapping past the end of a source row (shard (4, 8))
+    {"target_offset": -1},
+    {"source_offset": 31},  # last source element: the box leaves the shard
+    {"target_strides": (1, 2)},  # not row-major
+])
+def test_array_fast_path_refuses_what_the_per_segment_path_refuses(change: dict[str, object]) -> None:
+    segs = correct_segments(TARGET, SOURCE, lambda c: c[0])
+    segs[0] = dataclasses.replace(segs[0], **change)  # type: ignore[arg-type]
+    fast, slow = _judged_both_ways(TARGET, SOURCE, as_plan(segs, TARGET.logical_shape))
+    assert not fast.ok
+    assert fast == slow
+
+
+def test_array_fast_path_leaves_offsets_beyond_int64_to_the_per_segment_path() -> None:
+    segs = correct_segments(TARGET, SOURCE, lambda c: c[0])
+    segs[0] = dataclasses.replace(segs[0], source_offset=2**70)
+    verdict = verify_plan(TARGET, SOURCE, as_plan(segs, TARGET.logical_shape))
+    assert verdict.status == "invalid" and verdict.segments == (0,), verdict
+
+
 # -- scale ----------------------------------------------------------------------------------------
 
 
