@@ -27,6 +27,7 @@ __all__ = [
     "overlapping_pair_array",
     "overlapping_pairs",
     "row_major_strides",
+    "separated",
     "volume",
 ]
 
@@ -217,12 +218,16 @@ def _as_arrays(boxes: Sequence[Box], ids: Sequence[int]) -> _Arrays:
     return lo, hi, np.asarray(ids, dtype=np.int64)
 
 
-def _separated(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> bool:
-    """Whether some axis alone separates all boxes (their intervals on it are pairwise disjoint).
+def separated(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], work: WorkCounter | None = None) -> bool:
+    """Whether some axis alone separates all boxes (their intervals on it are pairwise disjoint),
+    given as ``(n, ndim)`` arrays of low and high corners of non-empty boxes.
 
     One sort decides it, and it is the common case (row slabs, column slabs), so it short-cuts
-    most layouts before any partitioning.
+    most layouts before any partitioning. ``True`` proves that no two boxes overlap; ``False``
+    proves nothing. Counts ``n`` against ``work`` (one look at each box).
     """
+    if work is not None:
+        work.add(int(lo.shape[0]))
     n = lo.shape[0]
     if n < 2:
         return True
@@ -392,7 +397,7 @@ def _partition_pairs(
         a_lo, a_hi, a_ids = arrays
         if tags is not None and np.unique(tags[a_ids]).size < 2:
             return True
-        return _separated(a_lo, a_hi)
+        return separated(a_lo, a_hi)
 
     def leaf(_c_lo: Any, _c_hi: Any, a_lo: Any, a_hi: Any, a_ids: Any) -> bool:
         m = a_lo.shape[0]
@@ -457,7 +462,7 @@ def covers(cell: Box, boxes: Sequence[Box], work: WorkCounter | None = None) -> 
         a_lo, a_hi, _ids = arrays
         if a_lo.shape[0] == 0:
             return False  # nothing here: let the leaf report the hole
-        if not _separated(a_lo, a_hi):
+        if not separated(a_lo, a_hi):
             return False
         return _volumes(a_lo, a_hi) == volume((s_hi - s_lo).tolist())
 

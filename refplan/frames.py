@@ -28,7 +28,9 @@ from functools import partial
 from operator import attrgetter, mul
 from typing import NamedTuple
 
-from .box import Box, WorkCounter, overlapping_pairs, row_major_strides, volume
+import numpy as np
+
+from .box import Box, WorkCounter, box_arrays, overlapping_pairs, row_major_strides, separated, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from .maps import AffinePiece, ParamAffineMap
 from .plan import PlanBudget
@@ -268,43 +270,45 @@ def _common_frames(
     exactly its coordinate's dot product with those strides.
     """
     ndim = len(logical)
-    out: list[Frame] = []
-    append = out.append
-    for index, piece in enumerate(pieces):
-        shape = piece.shape
+    for piece in pieces:
         if (
-            len(shape) != ndim
+            len(piece.shape) != ndim
             or piece.source_strides != logical_strides
             or piece.dest_strides != shard_strides
             or piece.scale != 1.0
             or not piece.locations
         ):
             return None
-        rest = source_offset = piece.source_offset
-        dest_offset = piece.dest_offset
-        if not (0 <= source_offset < logical_numel and 0 <= dest_offset < shard_numel):
-            return None
-        if source_offset > MAX_COORDINATE or dest_offset > MAX_COORDINATE:
-            return None
-        origin = []
-        for stride, extent, size in zip(logical_strides, shape, logical):
-            q, rest = divmod(rest, stride)
-            if extent <= 0 or extent > MAX_COORDINATE or q + extent > size:
-                return None
-            origin.append(q)
-        local_origin = []
-        rest = dest_offset
-        for stride, extent, size in zip(shard_strides, shape, shard):
-            q, rest = divmod(rest, stride)
-            if q + extent > size:
-                return None
-            local_origin.append(q)
-        box_origin = tuple(origin)
-        append(Frame(
-            loc, index, piece.locations, Box(box_origin, shape), Box(tuple(local_origin), shape), shard,
-            shard_strides, dest_offset - sum(map(mul, box_origin, shard_strides)),
-        ))
-    return out
+    n = len(pieces)
+    # The offsets are decoded for all pieces at once: for 0 <= x < numel, the coordinate of a
+    # row-major offset x on each axis is (x // stride) % size. ``normalize`` passes only shapes
+    # whose volumes and strides are at most MAX_COORDINATE = 2**62, so a coordinate plus an extent
+    # (each at most 2**62) fits int64; values that do not fit int64 are not common.
+    try:
+        ext = np.array([p.shape for p in pieces], dtype=np.int64).reshape(n, ndim)
+        src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
+        dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    l_shape = np.asarray(logical, dtype=np.int64).reshape(ndim)
+    s_shape = np.asarray(shard, dtype=np.int64).reshape(ndim)
+    if not (
+        bool(np.all((ext > 0) & (ext <= MAX_COORDINATE)))
+        and bool(np.all((src >= 0) & (src < logical_numel)))
+        and bool(np.all((dst >= 0) & (dst < shard_numel)))
+    ):
+        return None
+    origin = (src[:, None] // np.asarray(logical_strides, dtype=np.int64).reshape(ndim)) % l_shape
+    local = (dst[:, None] // np.asarray(shard_strides, dtype=np.int64).reshape(ndim)) % s_shape
+    if not (bool(np.all(origin + ext <= l_shape)) and bool(np.all(local + ext <= s_shape))):
+        return None
+    # shift = dest offset - (logical origin . shard strides); exact Python ints, as origins and
+    # strides are each below 2**62 but their products need not be.
+    return [
+        Frame(loc, index, piece.locations, Box(o, piece.shape), Box(tuple(q), piece.shape), shard, shard_strides,
+              piece.dest_offset - sum(map(mul, o, shard_strides)))
+        for index, (piece, o, q) in enumerate(zip(pieces, map(tuple, origin.tolist()), local.tolist()))
+    ]
 
 
 def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
@@ -448,10 +452,25 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
     shard addresses on the same location, and "holds the whole box" would double count).
     """
     frames_at = _by_location(nmap.frames)
+    # Usually every location's boxes are slabs along some axis, on both sides: one sort per
+    # location proves them disjoint (box.separated), on arrays built once for the whole map.
+    # Only a location where that fails asks the k-d query, which also explains the failure.
+    everything = nmap.frames
+    local_lo, local_ext = box_arrays([f.local for f in everything])
+    box_lo, box_ext = box_arrays([f.box for f in everything])
+    first = 0
+    spans: dict[int, slice] = {}
+    for loc, here in frames_at.items():  # frames are sorted by location: each is one run
+        spans[loc] = slice(first, first + len(here))
+        first += len(here)
     for loc, shard in sorted(nmap.shard_shapes.items()):
         frames = frames_at.get(loc, [])
+        span = spans.get(loc, slice(0, 0))
         # One frame cannot overlap itself (overlapping_pairs would return at once, counting nothing).
-        pairs = overlapping_pairs([f.local for f in frames], work) if len(frames) > 1 else set()
+        if len(frames) < 2 or separated(local_lo[span], local_lo[span] + local_ext[span], work):
+            pairs: set[tuple[int, int]] = set()
+        else:
+            pairs = overlapping_pairs([f.local for f in frames], work)
         if pairs:
             a, b = (frames[i] for i in min(pairs))
             shared = a.local.intersect(b.local)
@@ -465,7 +484,10 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
                 f"{_where(nmap.parameter, nmap.side, loc)}: the pieces account for {held} elements but the "
                 f"shard {shard} has {volume(shard)}"
             )
-        pairs = overlapping_pairs([f.box for f in frames], work) if len(frames) > 1 else set()
+        if len(frames) < 2 or separated(box_lo[span], box_lo[span] + box_ext[span], work):
+            pairs = set()
+        else:
+            pairs = overlapping_pairs([f.box for f in frames], work)
         if pairs:
             a, b = (frames[i] for i in min(pairs))
             raise InvalidMapError(

@@ -205,8 +205,14 @@ class TransferPlan:
         plans; the output is byte-identical to the generic encoder (tested).
         """
 
-        def ints(values: Sequence[int]) -> str:
-            return ",".join(map(str, values))
+        written: dict[tuple[int, ...], str] = {}
+
+        def ints(values: tuple[int, ...]) -> str:
+            # Plans repeat a few shapes and stride vectors thousands of times: write each once.
+            text = written.get(values)
+            if text is None:
+                text = written[values] = ",".join(map(str, values))
+            return text
 
         parts = [
             f'{{"shape":[{ints(s.shape)}],"source":[{s.source_rank},{s.source_offset},[{ints(s.source_strides)}]],'

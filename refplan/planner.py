@@ -321,30 +321,45 @@ def plan_transfers(
     ``AffineTransferError`` for budgets) without returning any plan when anything is wrong.
     """
     with _cycle_collection_paused():
-        budget = limits or PlanBudget()
-        prepared, sizes, split_floor = _prepare_batch(
-            pairs, budget, endpoints, element_size, process_node, min_split_bytes
-        )
-        requests = [r for p in prepared for r in p.requests]
-        policy = replica_policy if replica_policy is not None else balanced
-        try:
-            # The policy gets its own copies: even one that forces a frozen field with
-            # object.__setattr__ cannot change the requests the answers are checked against.
-            answers: Any = policy(tuple(map(_detached, requests)))
-        except AffineTransferError:
-            raise
-        except Exception as exc:  # a policy bug must surface as a policy error, never as a partial plan
-            raise InvalidReplicaPolicyError(f"replica policy raised {type(exc).__name__}: {exc}") from exc
-        resolved = check_answers(
-            requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget
-        )
-        plans: dict[str, TransferPlan] = {}
-        start = 0
-        for p in prepared:
-            stop = start + len(p.requests)
-            plans[p.name] = _finish(p, resolved[start:stop], budget)
-            start = stop
-        return plans
+        # The work happens in a function so that its intermediates (frames, intersections,
+        # requests and their copies, answers) are freed when it returns, while collection is still
+        # paused: the collection that follows then sees only the plans, not everything built.
+        return _plan_batch(pairs, limits or PlanBudget(), endpoints, element_size, replica_policy,
+                           min_split_bytes, process_node)
+
+
+def _plan_batch(
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    budget: PlanBudget,
+    endpoints: TransferEndpoints | None,
+    element_size: Mapping[str, int] | None,
+    replica_policy: ReplicaPolicy | None,
+    min_split_bytes: int | None,
+    process_node: Mapping[int, int] | None,
+) -> dict[str, TransferPlan]:
+    prepared, sizes, split_floor = _prepare_batch(
+        pairs, budget, endpoints, element_size, process_node, min_split_bytes
+    )
+    requests = [r for p in prepared for r in p.requests]
+    policy = replica_policy if replica_policy is not None else balanced
+    try:
+        # The policy gets its own copies: even one that forces a frozen field with
+        # object.__setattr__ cannot change the requests the answers are checked against.
+        answers: Any = policy(tuple(map(_detached, requests)))
+    except AffineTransferError:
+        raise
+    except Exception as exc:  # a policy bug must surface as a policy error, never as a partial plan
+        raise InvalidReplicaPolicyError(f"replica policy raised {type(exc).__name__}: {exc}") from exc
+    resolved = check_answers(
+        requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget
+    )
+    plans: dict[str, TransferPlan] = {}
+    start = 0
+    for p in prepared:
+        stop = start + len(p.requests)
+        plans[p.name] = _finish(p, resolved[start:stop], budget)
+        start = stop
+    return plans
 
 
 def plan_transfer(
