@@ -166,7 +166,12 @@ def check_answers(
     split_parameters: set[str] = set()
     for index, (request, answer) in enumerate(zip(requests, answers)):
         if type(answer) is int:
-            resolved.append(((request.box, _candidate(index, request, answer)),))
+            for cand in request.candidates:
+                if cand.source_rank == answer:
+                    resolved.append(((Box(request.logical_origin, request.shape), cand),))
+                    break
+            else:  # not a holder: ``_candidate`` raises the error that says so
+                resolved.append(((request.box, _candidate(index, request, answer)),))
         elif isinstance(answer, (list, tuple)):
             size = None if element_size is None else element_size[request.parameter]
             try:  # length first, so an enormous split is refused before anything iterates it

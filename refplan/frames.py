@@ -478,7 +478,9 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
                 f"{_where(nmap.parameter, nmap.side, loc)}: pieces {a.piece_index} and {b.piece_index} write "
                 f"the same shard addresses (shard box {shared}); one would silently overwrite the other"
             )
-        held = sum(f.local.volume for f in frames)
+        # The local boxes are disjoint (just checked) and inside the shard, so their volumes sum
+        # to at most the shard's 2**62 elements: exact in int64.
+        held = int(np.prod(local_ext[span], axis=1).sum()) if frames else 0
         if held != volume(shard):
             raise InvalidMapError(
                 f"{_where(nmap.parameter, nmap.side, loc)}: the pieces account for {held} elements but the "
@@ -505,17 +507,17 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
     groups: dict[Box, list[Frame]] = {}
     for f in nmap.frames:
         groups.setdefault(f.box, []).append(f)
-    items = sorted(groups.items())
-    boxes = [box for box, _ in items]
+    boxes = sorted(groups)
     pairs = overlapping_pairs(boxes, work)
     neighbours: dict[int, list[int]] = {i: [] for i in range(len(boxes))} if pairs else {}
     for i, j in sorted(pairs):
         neighbours[i].append(j)
         neighbours[j].append(i)
-    add = work.add
-    for i, (box, here) in enumerate(items):
+    # Each frame is looked at once and each overlap twice below: charged before looking.
+    work.add(len(nmap.frames) + 2 * len(pairs))
+    for i, box in enumerate(boxes):
+        here = groups[box]
         near = neighbours[i] if pairs else []
-        add(len(here) + len(near))
         if not near:  # the common case: only this box's own frames hold any of it
             if len(here) == 1:
                 only = here[0]

@@ -51,7 +51,7 @@ def first_holder(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
 
 def _uses_processes(requests: Sequence[ReplicaRequest]) -> bool:
     return bool(requests) and all(
-        r.target_process is not None and all(p is not None for p in r.candidate_processes) for r in requests
+        r.target_process is not None and None not in r.candidate_processes for r in requests
     )
 
 
@@ -79,18 +79,20 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     answers: list[ReplicaAnswer | None] = [None] * len(requests)
     movable: list[int] = []
     for i, r in enumerate(requests):
-        local = [
-            c.source_rank
-            for c, p in zip(r.candidates, r.candidate_processes)
-            if by_process and p == r.target_process
-        ]
-        if local or len(r.candidates) == 1:
-            choice = min(local) if local else r.candidates[0].source_rank
-            answers[i] = choice
-            k = [c.source_rank for c in r.candidates].index(choice)
-            load[unit(r, k)] = load.get(unit(r, k), 0) + request_load(r)
+        candidates = r.candidates
+        if by_process and r.target_process in r.candidate_processes:
+            here = r.target_process
+            choice = min([c.source_rank for c, p in zip(candidates, r.candidate_processes) if p == here])
+            k = [c.source_rank for c in candidates].index(choice)
+        elif len(candidates) == 1:
+            choice = candidates[0].source_rank
+            k = 0
         else:
             movable.append(i)
+            continue
+        answers[i] = choice
+        u = unit(r, k)
+        load[u] = load.get(u, 0) + request_load(r)
     movable.sort(key=lambda i: (-request_load(requests[i]), i))
     for i in movable:
         r = requests[i]

@@ -563,9 +563,12 @@ def _check_holders(layout: _Layout) -> None:
     for i, j in pairs:
         neighbours[i].append(j)
         neighbours[j].append(i)
-    holders = [frozenset(h.location for h in by_box[d]) for d in distinct]
+    holders = [frozenset([h.location for h in by_box[d]]) for d in distinct]
     for k, box in enumerate(distinct):
-        if not neighbours[k] and all(h.locations == holders[k] for h in by_box[box]):
+        mine = by_box[box]
+        if not neighbours[k] and (
+            mine[0].locations == holders[k] if len(mine) == 1 else all(h.locations == holders[k] for h in mine)
+        ):
             continue  # nothing else touches the box and every piece declares exactly its holders
         touching = set(holders[k])
         covered: dict[int, int] = {}

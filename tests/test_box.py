@@ -8,7 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refplan.box import Box, WorkCounter, covers, overlapping_pairs, row_major_strides, volume
+from refplan.box import (
+    Box,
+    WorkCounter,
+    box_arrays,
+    covers,
+    overlapping_pair_array,
+    overlapping_pairs,
+    row_major_strides,
+    separated,
+    volume,
+)
 
 
 def points(box: Box) -> set[tuple[int, ...]]:
@@ -70,6 +80,16 @@ def test_overlapping_pairs_matches_brute_force(boxes: list[Box], groups: list[in
     assert overlapping_pairs(boxes) == expected
     g = groups[: len(boxes)]
     assert overlapping_pairs(boxes, groups=g) == {(i, j) for i, j in expected if g[i] != g[j]}
+    pairs = overlapping_pair_array(boxes)
+    assert pairs.tolist() == [list(p) for p in sorted(expected)]  # sorted (i < j) rows, each pair once
+
+
+@given(st.lists(st.builds(Box, st.tuples(st.integers(0, 9), st.integers(0, 9)),
+                          st.tuples(st.integers(1, 4), st.integers(1, 4))), max_size=12))
+def test_separated_proves_disjointness(boxes: list[Box]) -> None:
+    lo, ext = box_arrays(boxes)
+    if separated(lo, lo + ext):
+        assert not overlapping_pairs(boxes)
 
 
 @given(st.lists(st.builds(Box, st.tuples(st.integers(0, 6), st.integers(0, 6)),
