@@ -674,8 +674,10 @@ def _sync_worker(
     return out
 
 
-def run_sync_rows(runs: int = 5) -> list[dict[str, Any]]:
-    """Median (over ``runs``) of the slowest process's move time, per layout and policy."""
+def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str, Any]]:
+    """Median (over ``runs``) of the slowest process's move time, per layout and policy, with its
+    ratio to ``first_holder``'s median and, next to it, the α-β estimate of the same plans
+    (``cost``) and its ratio: what the model predicts against what the executor measured."""
     try:
         from .sync import run_ranks
     except ImportError as exc:  # torch missing: the executor cannot run here
@@ -690,12 +692,23 @@ def run_sync_rows(runs: int = 5) -> list[dict[str, Any]]:
         if failed:
             raise AffineTransferError(f"--sync {layout}: process {failed[0].rank} failed: {failed[0].error}")
         total = sum(volume_bytes(t) for t, _s in pairs.values())
+        here: list[dict[str, Any]] = []
         for policy in SYNC_POLICIES:
             slowest = [max(o.value[policy][i] for o in outcomes) for i in range(runs)]
-            rows.append({
+            sizes = dict.fromkeys(pairs, BF16)
+            plans = plan_transfers(pairs, endpoints=endpoints, element_size=sizes, replica_policy=POLICIES[policy])
+            estimate = estimate_sync_time(plans, endpoints=endpoints, element_size=sizes, cost=cost)
+            here.append({
                 "layout": layout, "policy": policy, "runs": runs, "median_seconds": statistics.median(slowest),
-                "min_seconds": min(slowest), "bytes": total,
+                "min_seconds": min(slowest), "bytes": total, "estimate_seconds": estimate.seconds,
             })
+        base = here[0]  # first_holder, the policy the others are meant to beat
+        for row in here:
+            row["ratio_to_first_holder"] = row["median_seconds"] / base["median_seconds"]
+            row["estimate_ratio_to_first_holder"] = (
+                row["estimate_seconds"] / base["estimate_seconds"] if base["estimate_seconds"] else None
+            )
+        rows.extend(here)
     return rows
 
 
@@ -749,11 +762,15 @@ def format_report(report: BenchReport) -> str:
             )
     if report.sync_rows:
         lines.append("")
-        lines.append("real syncs (gloo, 4 processes on this machine; slowest process's move time):")
+        lines.append("real syncs (gloo, 4 processes on this machine; slowest process's move time; x = ratio to "
+                     "first_holder; alpha-beta estimate of the same plans beside it):")
         for row in report.sync_rows:
+            est = row.get("estimate_ratio_to_first_holder")
             lines.append(
                 f"  {row['layout']:<40}{row['policy']:<16} median {row['median_seconds'] * 1e3:8.1f} ms "
-                f"(min {row['min_seconds'] * 1e3:.1f} ms, {row['runs']} runs, {_mib(row['bytes'])} MiB)"
+                f"x{row['ratio_to_first_holder']:.2f} (min {row['min_seconds'] * 1e3:.1f} ms, {row['runs']} runs, "
+                f"{_mib(row['bytes'])} MiB)   estimate {row['estimate_seconds'] * 1e3:.2f} ms"
+                + (f" x{est:.2f}" if est is not None else "")
             )
     if report.targets:
         lines.append("")
@@ -807,7 +824,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         progress=None if as_json else (lambda text: print(text, file=sys.stderr, flush=True)),
     )
     if getattr(args, "sync", False):
-        report.sync_rows = run_sync_rows(max(1, int(getattr(args, "sync_runs", 5))))
+        report.sync_rows = run_sync_rows(max(1, int(getattr(args, "sync_runs", 5))), cost)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:

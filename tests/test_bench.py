@@ -285,3 +285,11 @@ def test_bench_sync_rows_or_a_clear_refusal() -> None:
     got = run_sync_rows(runs=1)
     assert {(r["policy"]) for r in got} == set(SYNC_POLICIES)
     assert all(r["median_seconds"] > 0 for r in got)
+    by = {(r["layout"], r["policy"]): r for r in got}
+    for (layout, _policy), row in by.items():
+        base = by[(layout, "first_holder")]
+        assert row["ratio_to_first_holder"] == pytest.approx(row["median_seconds"] / base["median_seconds"])
+        assert row["estimate_seconds"] > 0
+    # The model, deterministic: in place, balanced copies locally and first_holder does not.
+    inplace = next(layout for layout, _ in by if "in place" in layout)
+    assert by[(inplace, "balanced")]["estimate_ratio_to_first_holder"] < 0.5
