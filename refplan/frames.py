@@ -252,6 +252,12 @@ def _common_frame(
     )
 
 
+ARRAY_MIN_PIECES = 32
+"""A location's pieces are decoded on arrays (``_common_frames``) from this many on; below it
+numpy's fixed cost per call outweighs the per-piece loop (``_common_frame``), which decides the
+same (tests/test_fast_paths.py runs both at every size)."""
+
+
 def _common_frames(
     pieces: Sequence[AffinePiece],
     loc: int,
@@ -408,7 +414,7 @@ def normalize(
         fast = logical_small and max(shard_strides, default=0) <= MAX_COORDINATE
         common = _common_frames(
             pieces, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel
-        ) if fast else None
+        ) if fast and len(pieces) >= ARRAY_MIN_PIECES else None
         if common is not None:
             frames.extend(common)
             continue
@@ -480,7 +486,10 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
             )
         # The local boxes are disjoint (just checked) and inside the shard, so their volumes sum
         # to at most the shard's 2**62 elements: exact in int64.
-        held = int(np.prod(local_ext[span], axis=1).sum()) if frames else 0
+        if len(frames) >= ARRAY_MIN_PIECES:
+            held = int(np.prod(local_ext[span], axis=1).sum())
+        else:
+            held = sum(f.local.volume for f in frames)
         if held != volume(shard):
             raise InvalidMapError(
                 f"{_where(nmap.parameter, nmap.side, loc)}: the pieces account for {held} elements but the "

@@ -57,6 +57,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -328,6 +329,14 @@ class _PieceName:
         return format(str(self), spec)
 
 
+_ARRAY_PIECES = 16
+_ARRAY_SEGMENTS = 128
+"""Pieces of a location, and the segments of a plan, are decoded on arrays from this many on:
+numpy's fixed cost per call outweighs the per-item loops below that (measured crossovers). Both
+paths decide the same (tests/test_fast_paths.py and the ``fast_path`` tests of
+tests/test_verify.py run both)."""
+
+
 def _plain_pieces(
     pieces: Sequence[Any], logical: tuple[int, ...], shard: tuple[int, ...]
 ) -> list[tuple[int, Any, Box, Box]] | None:
@@ -416,7 +425,7 @@ def _validate_map(m: ParamAffineMap, side: str) -> _Layout:
                 raise _TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
         out: list[_Held] = []
         pieces = m.pieces_by_rank.get(loc, ())
-        plain = _plain_pieces(pieces, logical, shard) if shard is not None else None
+        plain = _plain_pieces(pieces, logical, shard) if shard is not None and len(pieces) >= _ARRAY_PIECES else None
         if plain is not None:  # every piece is a plain box on both sides: nothing below can fail
             out = [_Held(loc, index, box, local, p.locations) for index, p, box, local in plain]
             pieces = ()
@@ -478,6 +487,9 @@ def _slabs(boxes: Sequence[Box]) -> bool:
     if not boxes[0].origin:
         return False
     n = len(boxes)
+    if n < _ARRAY_PIECES:  # numpy's fixed cost per call is more than sorting a few spans
+        spans = sorted([(b.origin[0], b.origin[0] + b.extent[0]) for b in boxes])
+        return all(end <= start for (_, end), (start, _) in pairwise(spans))
     start = np.fromiter((b.origin[0] for b in boxes), dtype=np.int64, count=n)
     end = start + np.fromiter((b.extent[0] for b in boxes), dtype=np.int64, count=n)
     order = np.argsort(start, kind="stable")
@@ -923,17 +935,15 @@ def _check_plan(
             kinds.append(_kind(seg, src, tgt))
             kind_segment.append(seg)
         kind_of.append(k)
-    boxes = _fast_boxes(segments, kind_of, kinds, kind_segment, src, tgt, ndim)
-    w_all = np.zeros((n_seg, ndim), dtype=np.int64)
-    r_all = np.zeros((n_seg, ndim), dtype=np.int64)
+    boxes = _fast_boxes(segments, kind_of, kinds, kind_segment, src, tgt, ndim) if n_seg >= _ARRAY_SEGMENTS else None
     if boxes is None:
-        is_row = np.zeros(n_seg, dtype=bool)
         slow: Iterable[int] = range(n_seg)
     else:
-        is_row, w_fast, r_fast = boxes
-        w_all[is_row] = w_fast
-        r_all[is_row] = r_fast
-        slow = np.flatnonzero(~is_row).tolist()
+        slow = np.flatnonzero(~boxes[0]).tolist()
+    seg_ids: list[int] = []
+    w_rows: list[tuple[int, ...]] = []
+    r_rows: list[tuple[int, ...]] = []
+    e_rows: list[tuple[int, ...]] = []
     odd: list[tuple[int, str]] = []
     for i in slow:  # in segment order, so the first structural problem is the one reported
         seg = segments[i]
@@ -954,9 +964,10 @@ def _check_plan(
             w_box = _box_origin(seg.target_offset, t_shard, seg.shape)
             r_box = _box_origin(seg.source_offset, s_shard, seg.shape) if w_box is not None else None
             if w_box is not None and r_box is not None:
-                w_all[i] = w_box
-                r_all[i] = r_box
-                is_row[i] = True
+                seg_ids.append(i)
+                w_rows.append(w_box)
+                r_rows.append(r_box)
+                e_rows.append(seg.shape)
                 continue
         w = _box_in(seg.target_offset, seg.shape, seg.target_strides, t_shard)
         r = _box_in(seg.source_offset, seg.shape, seg.source_strides, s_shard)
@@ -964,19 +975,31 @@ def _check_plan(
             side = f"target: {w}" if isinstance(w, str) else f"source: {r}"
             odd.append((i, f"segment {i} is not a box in its {side}"))
             continue
-        w_all[i] = w
-        r_all[i] = r
-        is_row[i] = True
-    seg_ids = np.flatnonzero(is_row)
-    kind_ext = np.array(
-        [seg.shape if _plain_extent(seg.shape, ndim) else (0,) * ndim for seg in kind_segment], dtype=np.int64
-    ).reshape(len(kind_segment), ndim)
+        seg_ids.append(i)
+        w_rows.append(w)
+        r_rows.append(r)
+        e_rows.append(seg.shape)
+    ids = np.asarray(seg_ids, dtype=np.int64)
+    w_lo = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), ndim)
+    r_lo = np.asarray(r_rows, dtype=np.int64).reshape(len(r_rows), ndim)
+    ext = np.asarray(e_rows, dtype=np.int64).reshape(len(e_rows), ndim)
+    if boxes is not None:  # merge the array-decoded rows in, keeping segment order
+        accepted, w_fast, r_fast = boxes
+        fast_ids = np.flatnonzero(accepted)
+        kind_ext = np.array(
+            [seg.shape if _plain_extent(seg.shape, ndim) else (0,) * ndim for seg in kind_segment], dtype=np.int64
+        ).reshape(len(kind_segment), ndim)
+        order = np.argsort(np.concatenate((fast_ids, ids)), kind="stable")
+        ids = np.concatenate((fast_ids, ids))[order]
+        w_lo = np.concatenate((w_fast, w_lo))[order]
+        r_lo = np.concatenate((r_fast, r_lo))[order]
+        ext = np.concatenate((kind_ext[np.asarray(kind_of, dtype=np.int64)[fast_ids]], ext))[order]
     odd_elements = sum(segments[i].numel for i, _ in odd)
     pending: Verdict | None = None
-    parts_seg = [seg_ids.astype(np.int64)]
-    parts_w = [w_all[seg_ids]]
-    parts_r = [r_all[seg_ids]]
-    parts_e = [kind_ext[np.asarray(kind_of, dtype=np.int64)[seg_ids]]]
+    parts_seg = [ids]
+    parts_w = [w_lo]
+    parts_r = [r_lo]
+    parts_e = [ext]
     expanded = 0
     if odd and odd_elements > fallback_elements:
         first, why = odd[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -28,13 +28,25 @@ from refplan.strategies import param_maps
 
 
 @contextmanager
-def _switched_off(module: Any, name: str) -> Iterator[None]:
+def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
     original = getattr(module, name)
-    setattr(module, name, lambda *_args: None)
+    setattr(module, name, value)
     try:
         yield
     finally:
         setattr(module, name, original)
+
+
+def _switched_off(module: Any, name: str) -> Any:
+    return _patched(module, name, lambda *_args: None)
+
+
+def _at_any_size() -> Any:
+    """The array paths normally start at a few dozen pieces per location; these maps have fewer."""
+    stack = ExitStack()
+    stack.enter_context(_patched(frames_module, "ARRAY_MIN_PIECES", 1))
+    stack.enter_context(_patched(verify_module, "_ARRAY_PIECES", 1))
+    return stack
 
 
 def _outcome(run: Callable[[], Any]) -> Any:
@@ -84,7 +96,8 @@ def _mutated(m: ParamAffineMap, change: int, pick: int) -> ParamAffineMap:
 @given(param_maps(max_holders=2), st.integers(0, len(_CHANGES) - 1), st.integers(0, 1000))
 def test_planner_frames_are_the_same_without_the_array_path(m: ParamAffineMap, change: int, pick: int) -> None:
     m = _mutated(m, change, pick)
-    fast = _outcome(lambda: normalize(m, "source", "w"))
+    with _at_any_size():
+        fast = _outcome(lambda: normalize(m, "source", "w"))
     with _switched_off(frames_module, "_common_frames"):
         slow = _outcome(lambda: normalize(m, "source", "w"))
     assert fast == slow
@@ -94,7 +107,8 @@ def test_planner_frames_are_the_same_without_the_array_path(m: ParamAffineMap, c
 @given(param_maps(max_holders=2), st.integers(0, len(_CHANGES) - 1), st.integers(0, 1000))
 def test_oracle_layouts_are_the_same_without_the_array_path(m: ParamAffineMap, change: int, pick: int) -> None:
     m = _mutated(m, change, pick)
-    fast = _outcome(lambda: verify_module._validate_map(m, "source"))
+    with _at_any_size():
+        fast = _outcome(lambda: verify_module._validate_map(m, "source"))
     with _switched_off(verify_module, "_plain_pieces"):
         slow = _outcome(lambda: verify_module._validate_map(m, "source"))
     assert fast == slow
@@ -106,12 +120,14 @@ def test_every_change_to_a_gathered_map_is_refused_the_same_way(change: int) -> 
     (index 0, the unchanged map, is the only valid one)."""
     m = replicate(contiguous_split_map((8, 6), [4, 4], 0), 2)
     bad = _mutated(m, change, 1)
-    fast = _outcome(lambda: normalize(bad, "source", "w"))
+    with _at_any_size():
+        fast = _outcome(lambda: normalize(bad, "source", "w"))
     with _switched_off(frames_module, "_common_frames"):
         slow = _outcome(lambda: normalize(bad, "source", "w"))
     assert fast == slow
     assert fast[0] != "ok", (change, fast)
-    fast = _outcome(lambda: verify_module._validate_map(bad, "source"))
+    with _at_any_size():
+        fast = _outcome(lambda: verify_module._validate_map(bad, "source"))
     with _switched_off(verify_module, "_plain_pieces"):
         slow = _outcome(lambda: verify_module._validate_map(bad, "source"))
     assert fast == slow

@@ -818,16 +818,18 @@ def test_verify_agrees_with_simulation(
 
 
 def _judged_both_ways(target: ParamAffineMap, source: ParamAffineMap, plan: TransferPlan) -> tuple[Verdict, Verdict]:
-    """The verdict with the array fast path, and with every segment taking the per-segment loop."""
+    """The verdict with the array fast path taken at any size, and with every segment taking the
+    per-segment loop."""
     import refplan.verify as verify_module
 
-    fast = verify_plan(target, source, plan)
-    original = verify_module._fast_boxes
-    verify_module._fast_boxes = lambda *_args: None  # type: ignore[assignment]
+    threshold, original = verify_module._ARRAY_SEGMENTS, verify_module._fast_boxes
     try:
+        verify_module._ARRAY_SEGMENTS = 1
+        fast = verify_plan(target, source, plan)
+        verify_module._fast_boxes = lambda *_args: None  # type: ignore[assignment]
         slow = verify_plan(target, source, plan)
     finally:
-        verify_module._fast_boxes = original
+        verify_module._ARRAY_SEGMENTS, verify_module._fast_boxes = threshold, original
     return fast, slow
 
 
