@@ -14,6 +14,7 @@ can refuse a pathological input under its budget instead of running for hours.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import chain
 from operator import add, sub
 from typing import Any, NamedTuple
 
@@ -342,12 +343,23 @@ def _interval_join(
 
 
 def box_arrays(boxes: Sequence[Box]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(origins, extents) as ``(n, ndim)`` int64 arrays, built with one conversion each."""
+    """(origins, extents) as ``(n, ndim)`` int64 arrays.
+
+    Each is one ``np.fromiter`` over the flattened coordinates, about twice as fast as
+    ``np.array`` of a list of tuples (which must discover the nesting). Boxes of different
+    dimensions raise ``ValueError``, as ``np.array`` would; a coordinate beyond int64 raises
+    ``OverflowError``.
+    """
     n = len(boxes)
     ndim = boxes[0].ndim if n else 0
-    origins = np.array([b.origin for b in boxes], dtype=np.int64).reshape(n, ndim)
-    extents = np.array([b.extent for b in boxes], dtype=np.int64).reshape(n, ndim)
-    return origins, extents
+    origins = [b.origin for b in boxes]
+    extents = [b.extent for b in boxes]
+    if n and (set(map(len, origins)) != {ndim} or set(map(len, extents)) != {ndim}):
+        raise ValueError("boxes of different dimensions")
+    count = n * ndim
+    lo = np.fromiter(chain.from_iterable(origins), dtype=np.int64, count=count).reshape(n, ndim)
+    ext = np.fromiter(chain.from_iterable(extents), dtype=np.int64, count=count).reshape(n, ndim)
+    return lo, ext
 
 
 def overlapping_pair_array(

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 from operator import attrgetter, mul
 from typing import NamedTuple
 
@@ -291,7 +292,9 @@ def _common_frames(
     # whose volumes and strides are at most MAX_COORDINATE = 2**62, so a coordinate plus an extent
     # (each at most 2**62) fits int64; values that do not fit int64 are not common.
     try:
-        ext = np.array([p.shape for p in pieces], dtype=np.int64).reshape(n, ndim)
+        # Every shape has ndim axes (checked above), so the flattened extents are n * ndim values.
+        flat = chain.from_iterable([p.shape for p in pieces])
+        ext = np.fromiter(flat, dtype=np.int64, count=n * ndim).reshape(n, ndim)
         src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
         dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
     except (OverflowError, TypeError, ValueError):

@@ -57,7 +57,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import chain, pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -369,7 +369,9 @@ def _plain_pieces(
     # (``_validate_map`` refused larger shapes), so an int64 sum of a coordinate and an extent
     # cannot overflow; an offset or extent that does not fit int64 is not plain.
     try:
-        ext = np.array([p.shape for p in pieces], dtype=np.int64).reshape(n, ndim)
+        # Every shape has ndim axes (checked above), so the flattened extents are n * ndim values.
+        flat = chain.from_iterable([p.shape for p in pieces])
+        ext = np.fromiter(flat, dtype=np.int64, count=n * ndim).reshape(n, ndim)
         src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
         dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
     except (OverflowError, TypeError, ValueError):

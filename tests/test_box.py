@@ -132,3 +132,14 @@ def test_large_slab_sets_need_no_pair_loop() -> None:
     assert counter.count <= 2 * len(rows)
     assert covers(Box((0, 0), (20000, 8)), rows) is None
     assert covers(Box((0, 0), (20001, 8)), rows) == Box((20000, 0), (1, 8))
+
+
+def test_box_arrays_refuse_boxes_of_different_dimensions() -> None:
+    lo, ext = box_arrays([Box((1, 2), (3, 4)), Box((5, 6), (7, 8))])
+    assert lo.tolist() == [[1, 2], [5, 6]] and ext.tolist() == [[3, 4], [7, 8]]
+    assert box_arrays([])[0].shape == (0, 0)
+    # 1 + 3 + 2 coordinates would fill three rows of two: still refused.
+    with pytest.raises(ValueError, match="different dimensions"):
+        box_arrays([Box((0,), (1,)), Box((0, 0, 0), (1, 1, 1)), Box((0, 0), (1, 1))])
+    with pytest.raises(ValueError, match="different dimensions"):
+        box_arrays([Box((0, 0), (1,))])
