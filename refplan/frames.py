@@ -464,12 +464,12 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
     # Usually every location's boxes are slabs along some axis, on both sides: one sort per
     # location proves them disjoint (box.separated), on arrays built once for the whole map.
     # Only a location where that fails asks the k-d query, which also explains the failure.
-    everything = nmap.frames
-    local_lo, local_ext = box_arrays([f.local for f in everything])
-    box_lo, box_ext = box_arrays([f.box for f in everything])
+    grouped = [f for here in frames_at.values() for f in here]  # each location one run
+    local_lo, local_ext = box_arrays([f.local for f in grouped])
+    box_lo, box_ext = box_arrays([f.box for f in grouped])
     first = 0
     spans: dict[int, slice] = {}
-    for loc, here in frames_at.items():  # frames are sorted by location: each is one run
+    for loc, here in frames_at.items():
         spans[loc] = slice(first, first + len(here))
         first += len(here)
     for loc, shard in sorted(nmap.shard_shapes.items()):
