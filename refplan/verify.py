@@ -255,6 +255,9 @@ class _Layout:
     logical_shape: tuple[int, ...]
     shards: dict[int, tuple[int, ...]]
     held: dict[int, list[_Held]]
+    # ``_pieces`` of this layout, built on first use: a batch judges every layer's plan against
+    # the same remembered layout, so its arrays are built once, not once per parameter.
+    tables: tuple[Array, ...] | None = field(default=None, compare=False, repr=False)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -755,24 +758,38 @@ def _kind(seg: TransferSegment, src: _Layout, tgt: _Layout) -> tuple[bool, int, 
     reach, write reach, source numel, target numel, source strides row-major, target strides
     row-major). "Sound" means both shards exist, stride vectors fit, extents are positive and
     strides non-negative; the reaches then bound the footprints given the offsets."""
-    s_shard = src.shards.get(seg.source_rank)
-    t_shard = tgt.shards.get(seg.target_rank)
-    n = len(seg.shape)
+    return _kind_of(
+        src.shards.get(seg.source_rank), tgt.shards.get(seg.target_rank), seg.shape, seg.source_strides,
+        seg.target_strides,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _kind_of(
+    s_shard: tuple[int, ...] | None,
+    t_shard: tuple[int, ...] | None,
+    shape: tuple[int, ...],
+    source_strides: tuple[int, ...],
+    target_strides: tuple[int, ...],
+) -> tuple[bool, int, int, int, int, bool, bool]:
+    """``_kind`` as a pure function of the shard shapes it reads, remembered: the layers of a
+    model repeat the same few (shards, shape, strides) combinations in every plan."""
+    n = len(shape)
     sound = (
         s_shard is not None
         and t_shard is not None
-        and len(seg.source_strides) == n
-        and len(seg.target_strides) == n
-        and _nonempty(seg.shape)
-        and all(v >= 0 for v in (*seg.source_strides, *seg.target_strides))
-        and not any(e > 1 and v == 0 for e, v in zip(seg.shape, seg.target_strides))
+        and len(source_strides) == n
+        and len(target_strides) == n
+        and _nonempty(shape)
+        and all(v >= 0 for v in (*source_strides, *target_strides))
+        and not any(e > 1 and v == 0 for e, v in zip(shape, target_strides))
     )
     if not sound or s_shard is None or t_shard is None:
         return False, 0, 0, 0, 0, False, False
-    s_reach = sum((e - 1) * v for e, v in zip(seg.shape, seg.source_strides))
-    t_reach = sum((e - 1) * v for e, v in zip(seg.shape, seg.target_strides))
-    s_rm = n == len(s_shard) and _row_major_on(seg.source_strides, seg.shape, s_shard)
-    t_rm = n == len(t_shard) and _row_major_on(seg.target_strides, seg.shape, t_shard)
+    s_reach = sum((e - 1) * v for e, v in zip(shape, source_strides))
+    t_reach = sum((e - 1) * v for e, v in zip(shape, target_strides))
+    s_rm = n == len(s_shard) and _row_major_on(source_strides, shape, s_shard)
+    t_rm = n == len(t_shard) and _row_major_on(target_strides, shape, t_shard)
     return True, s_reach, t_reach, volume(s_shard), volume(t_shard), s_rm, t_rm
 
 
@@ -1133,15 +1150,20 @@ def _check_exactly_once(
     return None
 
 
-def _pieces(layout: _Layout) -> tuple[Array, Array, Array, Array]:
-    """Every held piece as arrays: location, local origin, extent, logical origin."""
+def _pieces(layout: _Layout) -> tuple[Array, ...]:
+    """Every held piece as arrays: location, local origin, extent, logical origin (pieces sorted
+    by location), then the distinct locations with each one's first piece and piece count."""
+    if layout.tables is not None:
+        return layout.tables
     flat = [h for loc in sorted(layout.held) for h in layout.held[loc]]
     ndim = len(layout.logical_shape)
     loc = np.asarray([h.location for h in flat], dtype=np.int64)
     local = np.asarray([h.local.origin for h in flat], dtype=np.int64).reshape(len(flat), ndim)
     ext = np.asarray([h.local.extent for h in flat], dtype=np.int64).reshape(len(flat), ndim)
     logical = np.asarray([h.logical.origin for h in flat], dtype=np.int64).reshape(len(flat), ndim)
-    return loc, local, ext, logical
+    locs, first, count = np.unique(loc, return_index=True, return_counts=True)
+    layout.tables = (loc, local, ext, logical, locs, first, count)
+    return layout.tables
 
 
 def _ranges(first: Array, count: Array) -> tuple[Array, Array]:
@@ -1160,9 +1182,7 @@ def _slab_axis(lo: Array, ext: Array) -> tuple[int, Array] | None:
     return None
 
 
-def _cut(
-    tags: Array, lo: Array, ext: Array, pieces: tuple[Array, Array, Array, Array]
-) -> tuple[Array, Array, Array, Array]:
+def _cut(tags: Array, lo: Array, ext: Array, pieces: tuple[Array, ...]) -> tuple[Array, Array, Array, Array]:
     """Cut boxes (tagged by location) by that location's pieces.
 
     Returns (box index, piece index, cut origin, cut extent) for every non-empty intersection,
@@ -1174,9 +1194,8 @@ def _cut(
     ``overlapping_pairs``. Whatever found them, the cuts of each box are re-checked to add up to
     the box, so a missed pair cannot pass silently.
     """
-    p_loc, p_lo, p_ext, _ = pieces
+    p_loc, p_lo, p_ext, _, locs, p_first, p_count = pieces
     n, d = lo.shape
-    locs, p_first, p_count = np.unique(p_loc, return_index=True, return_counts=True)
     pos = np.minimum(np.searchsorted(locs, tags), max(locs.size - 1, 0))
     if n and (locs.size == 0 or not np.array_equal(locs[pos], tags)):
         raise AssertionError("a box lies in a shard without pieces")
