@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain
 from operator import attrgetter, mul
 from typing import NamedTuple
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from .box import Box, WorkCounter, box_arrays, overlapping_pairs, row_major_strides, separated, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from .maps import AffinePiece, ParamAffineMap
+from .maps import AffinePiece, ParamAffineMap, piece_arrays
 from .plan import PlanBudget
 
 __all__ = [
@@ -286,19 +285,14 @@ def _common_frames(
             or not piece.locations
         ):
             return None
-    n = len(pieces)
     # The offsets are decoded for all pieces at once: for 0 <= x < numel, the coordinate of a
     # row-major offset x on each axis is (x // stride) % size. ``normalize`` passes only shapes
     # whose volumes and strides are at most MAX_COORDINATE = 2**62, so a coordinate plus an extent
     # (each at most 2**62) fits int64; values that do not fit int64 are not common.
-    try:
-        # Every shape has ndim axes (checked above), so the flattened extents are n * ndim values.
-        flat = chain.from_iterable([p.shape for p in pieces])
-        ext = np.fromiter(flat, dtype=np.int64, count=n * ndim).reshape(n, ndim)
-        src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
-        dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
-    except (OverflowError, TypeError, ValueError):
+    arrays = piece_arrays(pieces, ndim)  # every shape has ndim axes (checked above)
+    if arrays is None:
         return None
+    ext, src, dst = arrays
     l_shape = np.asarray(logical, dtype=np.int64).reshape(ndim)
     s_shape = np.asarray(shard, dtype=np.int64).reshape(ndim)
     if not (

@@ -21,7 +21,10 @@ import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain
 from typing import Any
+
+import numpy as np
 
 from .box import row_major_strides, volume
 from .errors import InvalidMapError
@@ -31,6 +34,7 @@ __all__ = [
     "ParamAffineMap",
     "block_gather_map",
     "contiguous_split_map",
+    "piece_arrays",
     "replicate",
     "replicated_map",
     "segmented_map",
@@ -494,3 +498,22 @@ def replicate(
                 for p in tp_map.pieces_by_rank.get(rank, ())
             ]
     return ParamAffineMap(tp_map.logical_shape, shard_shapes, pieces)
+
+
+def piece_arrays(pieces: Sequence[AffinePiece], ndim: int) -> tuple[np.ndarray[Any, Any], ...] | None:
+    """(extents ``(n, ndim)``, source offsets ``(n,)``, dest offsets ``(n,)``) of ``pieces`` as int64
+    arrays, or ``None`` when a value does not fit int64.
+
+    Only reads fields: the caller checks that every shape has ``ndim`` axes first (the extents
+    are read flattened, ``n * ndim`` values) and decides what the values mean. For the planner's
+    and the oracle's array paths, which then validate them, each with its own rules.
+    """
+    n = len(pieces)
+    try:
+        flat = chain.from_iterable([p.shape for p in pieces])
+        ext = np.fromiter(flat, dtype=np.int64, count=n * ndim).reshape(n, ndim)
+        src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
+        dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return ext, src, dst

@@ -57,7 +57,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, pairwise
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -65,7 +65,7 @@ import numpy as np
 from .box import Box, covers, overlapping_pairs, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from .files import load_json, parse_plans, read_maps
-from .maps import AffinePiece, ParamAffineMap
+from .maps import AffinePiece, ParamAffineMap, piece_arrays
 from .plan import TransferPlan, TransferSegment
 
 __all__ = [
@@ -357,7 +357,6 @@ def _plain_pieces(
         return None
     l_strides = _rm(logical)
     s_strides = _rm(shard)
-    n = len(pieces)
     for p in pieces:
         if (
             len(p.shape) != ndim
@@ -371,14 +370,10 @@ def _plain_pieces(
     # row-major offset x on each axis is (x // stride) % size. Every bound is below 2**62
     # (``_validate_map`` refused larger shapes), so an int64 sum of a coordinate and an extent
     # cannot overflow; an offset or extent that does not fit int64 is not plain.
-    try:
-        # Every shape has ndim axes (checked above), so the flattened extents are n * ndim values.
-        flat = chain.from_iterable([p.shape for p in pieces])
-        ext = np.fromiter(flat, dtype=np.int64, count=n * ndim).reshape(n, ndim)
-        src = np.fromiter((p.source_offset for p in pieces), dtype=np.int64, count=n)
-        dst = np.fromiter((p.dest_offset for p in pieces), dtype=np.int64, count=n)
-    except (OverflowError, TypeError, ValueError):
+    arrays = piece_arrays(pieces, ndim)  # every shape has ndim axes (checked above)
+    if arrays is None:
         return None
+    ext, src, dst = arrays
     l_shape = np.asarray(logical, dtype=np.int64)
     s_shape = np.asarray(shard, dtype=np.int64)
     if not (
