@@ -6,7 +6,7 @@ import pytest
 
 from refplan import InvalidMapError, PlanBudget, TransferPlan, TransferSegment
 from refplan.maps import contiguous_split_map, replicate, segmented_map
-from refplan.plan import coalesce, encode_plan
+from refplan.plan import coalesce, encode_plan, make_segment
 from refplan.planner import plan_transfer
 from refplan.policies import first_holder
 
@@ -58,3 +58,23 @@ def test_coalesce_never_wraps_a_segment_across_shard_rows() -> None:
     b = TransferSegment(0, 4, (4, 1), 0, 4, (4, 1), (1, 2))  # row 1, cols 0-1: contiguous in memory
     merged, _ = coalesce([a, b], {0: (2, 4)}, {0: (2, 4)}, PlanBudget())
     assert merged == [a, b], "a merge across a row boundary would not be a box in the shard"
+
+
+def test_fast_constructors_build_ordinary_equal_instances() -> None:
+    """``make_segment`` and ``requests._make_request`` fill the instance dictionary directly; they
+    must set exactly the dataclass's fields (a field added later and forgotten there fails here)."""
+    import dataclasses
+
+    from refplan.requests import ReplicaCandidate, ReplicaRequest, _make_request
+
+    args = (1, 40, (8, 1), 2, 16, (4, 1), (2, 4))
+    fast = make_segment(*args)
+    assert fast == TransferSegment(*args) and hash(fast) == hash(TransferSegment(*args))
+    assert list(vars(fast)) == [f.name for f in dataclasses.fields(TransferSegment)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.shape = (1, 1)  # type: ignore[misc]
+    fields = ("w", 0, 3, (0, 0), (2, 4), 0, (4, 1), (ReplicaCandidate(1, 40, (8, 1)),), (5,), 16, (0,), 1)
+    request = _make_request(*fields)
+    assert request == ReplicaRequest(*fields)
+    assert list(vars(request)) == [f.name for f in dataclasses.fields(ReplicaRequest)]
+
