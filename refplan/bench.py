@@ -702,9 +702,11 @@ def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str
                 "layout": layout, "policy": policy, "runs": runs, "median_seconds": statistics.median(slowest),
                 "min_seconds": min(slowest), "bytes": total, "estimate_seconds": estimate.seconds,
             })
-        base = here[0]  # first_holder, the policy the others are meant to beat
+        base = next(r for r in here if r["policy"] == "first_holder")  # what the others are meant to beat
         for row in here:
-            row["ratio_to_first_holder"] = row["median_seconds"] / base["median_seconds"]
+            row["ratio_to_first_holder"] = (
+                row["median_seconds"] / base["median_seconds"] if base["median_seconds"] else None
+            )
             row["estimate_ratio_to_first_holder"] = (
                 row["estimate_seconds"] / base["estimate_seconds"] if base["estimate_seconds"] else None
             )
@@ -766,9 +768,11 @@ def format_report(report: BenchReport) -> str:
                      "first_holder; alpha-beta estimate of the same plans beside it):")
         for row in report.sync_rows:
             est = row.get("estimate_ratio_to_first_holder")
+            measured = row.get("ratio_to_first_holder")
             lines.append(
                 f"  {row['layout']:<40}{row['policy']:<16} median {row['median_seconds'] * 1e3:8.1f} ms "
-                f"x{row['ratio_to_first_holder']:.2f} (min {row['min_seconds'] * 1e3:.1f} ms, {row['runs']} runs, "
+                f"x{measured if measured is not None else float('nan'):.2f} (min {row['min_seconds'] * 1e3:.1f} ms, "
+                f"{row['runs']} runs, "
                 f"{_mib(row['bytes'])} MiB)   estimate {row['estimate_seconds'] * 1e3:.2f} ms"
                 + (f" x{est:.2f}" if est is not None else "")
             )
