@@ -25,6 +25,7 @@ __all__ = [
     "WorkCounter",
     "box_arrays",
     "covers",
+    "decode_row_major",
     "overlapping_pair_array",
     "overlapping_pairs",
     "row_major_strides",
@@ -59,6 +60,18 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     for axis in range(len(shape) - 2, -1, -1):
         strides[axis] = strides[axis + 1] * shape[axis + 1]
     return tuple(strides)
+
+
+def decode_row_major(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
+    """The coordinate at row-major ``offset`` of a dense tensor of ``shape``, or ``None`` when the
+    offset lies outside it (negative, or at least its volume; every offset of an empty shape)."""
+    if offset < 0 or offset >= volume(shape):
+        return None
+    coord = []
+    for stride in row_major_strides(shape):
+        q, offset = divmod(offset, stride)
+        coord.append(q)
+    return tuple(coord)
 
 
 class Box(NamedTuple):

@@ -26,11 +26,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter, mul
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .box import Box, WorkCounter, box_arrays, overlapping_pairs, row_major_strides, separated, volume
+from .box import (
+    Box,
+    WorkCounter,
+    box_arrays,
+    decode_row_major,
+    overlapping_pairs,
+    row_major_strides,
+    separated,
+    volume,
+)
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from .maps import AffinePiece, ParamAffineMap, piece_arrays
 from .plan import PlanBudget
@@ -120,27 +129,14 @@ def pair_budget(parameter: str, side: str, budget: PlanBudget) -> WorkCounter:
     return WorkCounter(budget.max_pair_checks, refuse)
 
 
-def _decode(offset: int, strides: Sequence[int], numel: int) -> tuple[int, ...] | None:
-    """Row-major coordinate of ``offset`` (given the tensor's strides and size), or ``None``."""
-    if offset < 0 or offset >= numel:
-        return None
-    coord = []
-    for stride in strides:
-        q, offset = divmod(offset, stride)
-        coord.append(q)
-    return tuple(coord)
-
-
 def _piece_frame(
     piece: AffinePiece,
     index: int,
     loc: int,
     shard: tuple[int, ...],
     shard_strides: tuple[int, ...],
-    shard_numel: int,
     logical: tuple[int, ...],
     logical_strides: tuple[int, ...],
-    logical_numel: int,
     parameter: str,
     side: str,
 ) -> Frame | None:
@@ -184,10 +180,10 @@ def _piece_frame(
             f"{where()}: dest strides {piece.dest_strides} are not the row-major strides "
             f"{shard_strides} of the shard {shard}"
         )
-    origin = _decode(piece.source_offset, logical_strides, logical_numel)  # R14
+    origin = decode_row_major(piece.source_offset, logical)  # R14
     if origin is None:
         raise InvalidMapError(f"{where()}: source offset {piece.source_offset} is not a coordinate of F {logical}")
-    local_origin = _decode(piece.dest_offset, shard_strides, shard_numel)
+    local_origin = decode_row_major(piece.dest_offset, shard)
     if local_origin is None:
         raise InvalidMapError(
             f"{where()}: dest offset {piece.dest_offset} is not a coordinate of the shard {shard}"
@@ -421,8 +417,7 @@ def normalize(
             ) if fast else None
             if frame is None:  # anything unusual, including every error, takes the full rule path
                 frame = _piece_frame(
-                    piece, index, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel,
-                    parameter, side,
+                    piece, index, loc, shard, shard_strides, logical, logical_strides, parameter, side,
                 )
             if frame is not None:
                 frames.append(frame)
@@ -444,6 +439,21 @@ def _by_location(frames: Sequence[Frame]) -> dict[int, list[Frame]]:
     for f in frames:
         out.setdefault(f.location, []).append(f)
     return out
+
+
+def _first_overlap(
+    frames: Sequence[Frame], side: str, lo: np.ndarray[Any, Any], ext: np.ndarray[Any, Any], work: WorkCounter
+) -> tuple[Frame, Frame] | None:
+    """The first two of one location's ``frames`` whose ``side`` boxes ("local" or "box")
+    overlap, or ``None``. ``lo``/``ext`` are those boxes as arrays: one sort on them settles the
+    usual slab case, and only otherwise does the k-d query run. One frame cannot overlap itself."""
+    if len(frames) < 2 or separated(lo, lo + ext, work):
+        return None
+    pairs = overlapping_pairs([getattr(f, side) for f in frames], work)
+    if not pairs:
+        return None
+    i, j = min(pairs)
+    return frames[i], frames[j]
 
 
 def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
@@ -469,13 +479,9 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
     for loc, shard in sorted(nmap.shard_shapes.items()):
         frames = frames_at.get(loc, [])
         span = spans.get(loc, slice(0, 0))
-        # One frame cannot overlap itself (overlapping_pairs would return at once, counting nothing).
-        if len(frames) < 2 or separated(local_lo[span], local_lo[span] + local_ext[span], work):
-            pairs: set[tuple[int, int]] = set()
-        else:
-            pairs = overlapping_pairs([f.local for f in frames], work)
-        if pairs:
-            a, b = (frames[i] for i in min(pairs))
+        clash = _first_overlap(frames, "local", local_lo[span], local_ext[span], work)
+        if clash is not None:
+            a, b = clash
             shared = a.local.intersect(b.local)
             raise InvalidMapError(
                 f"{_where(nmap.parameter, nmap.side, loc)}: pieces {a.piece_index} and {b.piece_index} write "
@@ -492,12 +498,9 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
                 f"{_where(nmap.parameter, nmap.side, loc)}: the pieces account for {held} elements but the "
                 f"shard {shard} has {volume(shard)}"
             )
-        if len(frames) < 2 or separated(box_lo[span], box_lo[span] + box_ext[span], work):
-            pairs = set()
-        else:
-            pairs = overlapping_pairs([f.box for f in frames], work)
-        if pairs:
-            a, b = (frames[i] for i in min(pairs))
+        clash = _first_overlap(frames, "box", box_lo[span], box_ext[span], work)
+        if clash is not None:
+            a, b = clash
             raise InvalidMapError(
                 f"{_where(nmap.parameter, nmap.side, loc)}: overlapping logical pieces {a.piece_index} "
                 f"{a.box} and {b.piece_index} {b.box}"

@@ -9,14 +9,13 @@ against the budget. Any failure raises before anything is returned: no partial p
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from math import prod
 from operator import attrgetter, mul, sub
 from typing import Any
 
+from ._gc import cycle_collection_paused
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError
 from .frames import NormalizedMap, normalize, pair_budget
@@ -210,25 +209,6 @@ def _detached(request: ReplicaRequest) -> ReplicaRequest:
     return clone
 
 
-@contextmanager
-def _cycle_collection_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while planning, restoring its state afterwards.
-
-    Planning allocates a few objects per piece, request and segment (10⁵-piece maps: millions),
-    which makes the collector re-scan every live object again and again — about a third of the
-    time at that scale — although nothing the planner builds forms a reference cycle, so
-    reference counting frees all of it anyway. Results are unaffected.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _element_sizes(
     names: list[str], element_size: Mapping[str, int] | None
 ) -> dict[str, int] | None:
@@ -292,7 +272,7 @@ def collect_requests(
     (parameter, target location, origin). For analysis (``analysis.load_lower_bound``) and for
     testing policies on their own.
     """
-    with _cycle_collection_paused():
+    with cycle_collection_paused():
         prepared, _sizes, _floor = _prepare_batch(
             pairs, limits or PlanBudget(), endpoints, element_size, process_node, None
         )
@@ -320,7 +300,7 @@ def plan_transfers(
     (``InvalidMapError``, ``UnsupportedLayoutError``, ``InvalidReplicaPolicyError``,
     ``AffineTransferError`` for budgets) without returning any plan when anything is wrong.
     """
-    with _cycle_collection_paused():
+    with cycle_collection_paused():
         # The work happens in a function so that its intermediates (frames, intersections,
         # requests and their copies, answers) are freed when it returns, while collection is still
         # paused: the collection that follows then sees only the plans, not everything built.

@@ -26,7 +26,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from .analysis import LoadReport, sender_load
-from .box import row_major_strides, volume
+from .box import decode_row_major, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError
 from .files import MapsBatch, load_json, parse_maps, parse_plans
 from .plan import TransferPlan
@@ -146,16 +146,6 @@ def _view(shard: Sequence[int]) -> tuple[int, int]:
     return max(shard[0], 1), max(volume(shard[1:]), 1)
 
 
-def _decode(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
-    if offset < 0 or offset >= volume(shape):
-        return None
-    coord = []
-    for stride in row_major_strides(shape):
-        q, offset = divmod(offset, stride)
-        coord.append(q)
-    return tuple(coord)
-
-
 def _cells(
     offset: int, strides: Sequence[int], shape: Sequence[int], shard: Sequence[int]
 ) -> list[tuple[int, int, int, int]]:
@@ -167,7 +157,7 @@ def _cells(
     rows, cols = _view(shard)
     if len(shard) == 0 or volume(shape) == 0:
         return [(0, 1, 0, 1)] if volume(shape) else []
-    origin = _decode(offset, shard)
+    origin = decode_row_major(offset, shard)
     rm = row_major_strides(shard)
     is_box = (
         origin is not None

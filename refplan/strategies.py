@@ -74,7 +74,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from .box import Box, row_major_strides, volume
+from .box import Box, decode_row_major, row_major_strides, volume
 from .maps import AffinePiece, ParamAffineMap
 from .plan import TransferPlan, TransferSegment
 from .requests import (
@@ -890,22 +890,12 @@ class CorruptedPlan:
     note: str
 
 
-def _decode(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
-    if offset < 0 or offset >= volume(shape):
-        return None
-    coord = []
-    for stride in row_major_strides(shape):
-        q, offset = divmod(offset, stride)
-        coord.append(q)
-    return tuple(coord)
-
-
 def _non_holders(seg: TransferSegment, source_map: ParamAffineMap) -> list[int]:
     """Source locations holding none of the logical elements ``seg`` reads (empty if unknown)."""
     shard = source_map.shard_shapes.get(seg.source_rank)
     if shard is None or tuple(seg.source_strides) != row_major_strides(shard):
         return []
-    coord = _decode(seg.source_offset, shard)
+    coord = decode_row_major(seg.source_offset, shard)
     if coord is None:
         return []
     read = Box(coord, seg.shape)
@@ -913,7 +903,7 @@ def _non_holders(seg: TransferSegment, source_map: ParamAffineMap) -> list[int]:
     for p in source_map.pieces_by_rank.get(seg.source_rank, ()):
         if p.numel == 0:
             continue
-        local = _decode(p.dest_offset, shard)
+        local = decode_row_major(p.dest_offset, shard)
         if local is not None and read.overlaps(Box(local, p.shape)):
             holding |= p.locations
     return [r for r in source_map.shard_shapes if r not in holding]

@@ -50,18 +50,17 @@ The argument, in the order the checks run:
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import json
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
 
+from ._gc import cycle_collection_paused
 from .box import Box, covers, overlapping_pairs, row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from .files import load_json, parse_plans, read_maps
@@ -208,24 +207,6 @@ def _worst(statuses: Iterable[str]) -> Status:
         if _SEVERITY[status] > _SEVERITY[worst]:
             worst = status  # type: ignore[assignment]
     return worst
-
-
-@contextlib.contextmanager
-def _cycle_collection_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while judging, restoring its state afterwards.
-
-    Judging a 10⁵-piece map allocates millions of small objects, none of which form a reference
-    cycle; without the pause the collector re-scans every live object over and over. Verdicts
-    are unaffected.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class _TooLarge(Exception):
@@ -1313,7 +1294,7 @@ def verify_plan(
     ``to_dict()``), or a list of segments (``TransferSegment`` or dicts). Maps may be
     ``ParamAffineMap`` or their dict form.
     """
-    with _cycle_collection_paused():
+    with cycle_collection_paused():
         return _verify_plan(target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements)
 
 
@@ -1363,7 +1344,7 @@ def verify_plans(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
 ) -> BatchVerdict:
     """``verify_plan`` for every parameter; one missing from either side is ``invalid``."""
-    with _cycle_collection_paused():
+    with cycle_collection_paused():
         return _verify_plans(pairs, plans, fallback_elements)
 
 

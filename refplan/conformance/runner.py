@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..box import Box, row_major_strides, volume
+from ..box import Box, decode_row_major, row_major_strides, volume
 from ..verify import verify_plans
 from .adapters import Adapter, Outcome, make_adapter
 from .corpus import CASES_DIR, Case, CaseFormatError, load_cases, select_cases
@@ -177,20 +177,10 @@ class _Unverifiable(Exception):
 _EXPAND_LIMIT = 1 << 16
 
 
-def _decode(offset: int, shape: Sequence[int]) -> tuple[int, ...] | None:
-    if offset < 0 or offset >= volume(shape):
-        return None
-    coord = []
-    for stride in row_major_strides(shape):
-        q, offset = divmod(offset, stride)
-        coord.append(q)
-    return tuple(coord)
-
-
 def _local_boxes(offset: int, strides: Sequence[int], shape: Sequence[int], shard: Sequence[int]) -> list[Box]:
     """The shard boxes a segment writes: itself when it is a box, else its elements (bounded)."""
     rm = row_major_strides(shard)
-    origin = _decode(offset, shard)
+    origin = decode_row_major(offset, shard)
     if (
         origin is not None
         and len(strides) == len(shard) == len(shape)
@@ -208,7 +198,7 @@ def _local_boxes(offset: int, strides: Sequence[int], shape: Sequence[int], shar
             flat, i = divmod(flat, size)
             idx.append(i)
         address = offset + sum(i * s for i, s in zip(reversed(idx), strides))
-        coord = _decode(address, shard)
+        coord = decode_row_major(address, shard)
         if coord is None:
             raise _Unverifiable(f"address {address} lies outside the shard {tuple(shard)}")
         out.append(Box(coord, (1,) * len(shard)))
@@ -225,8 +215,8 @@ def _target_pieces(doc: Mapping[str, Any]) -> dict[int, tuple[tuple[int, ...], l
         for p in entry["pieces"]:
             if volume(p["shape"]) == 0:
                 continue
-            local = _decode(p["dest"][0], shard)
-            origin = _decode(p["source"][0], logical)
+            local = decode_row_major(p["dest"][0], shard)
+            origin = decode_row_major(p["source"][0], logical)
             if local is None or origin is None:
                 continue
             pieces.append((Box(local, tuple(p["shape"])), origin))
