@@ -72,6 +72,19 @@ def _load(data: bytes, what: str) -> tuple[Any, str | None, bool]:
     return out.value, None, declared_large(out.value)
 
 
+def _maps_and_controls(data: bytes) -> tuple[MapsBatch, Ctl, bool] | str:
+    """A maps document (the input's head) parsed, with the controls read from its tail, and
+    whether it declares large tensors; or the outcome label of the first refusal."""
+    head, tail = split_input(data)
+    doc, error, large = _load(head, "maps")
+    if error is not None:
+        return error
+    parsed = guarded(lambda: parse_maps(doc), "parse_maps")
+    if parsed.error is not None:
+        return outcome_label(parsed.error)
+    return parsed.value, Ctl(tail), large
+
+
 def _too_large(target: ParamAffineMap, source: ParamAffineMap) -> bool:
     """Known finding F1: the planner accepts F or shards of more than 2**62 elements (only each
     extent is bounded), which the oracle rightly calls unverifiable. Exempted here, pinned by an
@@ -150,15 +163,10 @@ def _check_plan(name: str, target: ParamAffineMap, source: ParamAffineMap, plan:
 
 
 def planner(data: bytes) -> str:
-    head, tail = split_input(data)
-    ctl = Ctl(tail)
-    doc, error, large = _load(head, "maps")
-    if error is not None:
-        return error
-    parsed = guarded(lambda: parse_maps(doc), "parse_maps")
-    if parsed.error is not None:
-        return outcome_label(parsed.error)
-    batch: MapsBatch = parsed.value
+    loaded = _maps_and_controls(data)
+    if isinstance(loaded, str):
+        return loaded
+    batch, ctl, large = loaded
     kind = ctl.below(8)
     budget = budget_from(ctl)
     min_split = ctl.pick((None, 0, 1, 64, 8 << 20))
@@ -196,15 +204,10 @@ def planner(data: bytes) -> str:
 
 
 def verify(data: bytes) -> str:
-    head, tail = split_input(data)
-    ctl = Ctl(tail)
-    doc, error, large = _load(head, "maps")
-    if error is not None:
-        return error
-    parsed = guarded(lambda: parse_maps(doc), "parse_maps")
-    if parsed.error is not None:
-        return outcome_label(parsed.error)
-    batch: MapsBatch = parsed.value
+    loaded = _maps_and_controls(data)
+    if isinstance(loaded, str):
+        return loaded
+    batch, ctl, large = loaded
     if not batch.pairs:
         return "no parameters"
     target, source = batch.pairs[min(batch.pairs)]

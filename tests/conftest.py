@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from refplan.box import row_major_strides, volume
+from refplan.conformance.generate import piece, pmap, split  # noqa: F401  (re-exported: hand-built maps in the tests)
 from refplan.maps import AffinePiece, ParamAffineMap
 
 # ---------------------------------------------------------------------------------------------
@@ -53,33 +54,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # ---------------------------------------------------------------------------------------------
 # Map helpers.
-
-
-def piece(
-    shape: Sequence[int],
-    source_offset: int,
-    source_strides: Sequence[int],
-    dest_offset: int,
-    dest_strides: Sequence[int],
-    locations: Iterable[int],
-    scale: float = 1.0,
-) -> AffinePiece:
-    """Short alias for ``AffinePiece`` used by hand-built maps."""
-    return AffinePiece(shape, source_offset, source_strides, dest_offset, dest_strides, locations, scale)
-
-
-def pmap(
-    logical_shape: Sequence[int],
-    shard_shapes: Mapping[int, Sequence[int]],
-    pieces_by_rank: Mapping[int, Sequence[AffinePiece]],
-) -> ParamAffineMap:
-    return ParamAffineMap(logical_shape, shard_shapes, pieces_by_rank)
-
-
-def split(n: int, d: int) -> list[int]:
-    """``n`` split over ``d`` locations; the first ``n % d`` get one extra (DeepSpeed's tests)."""
-    base, extra = divmod(n, d)
-    return [base + (1 if r < extra else 0) for r in range(d)]
 
 
 def relabel(param_map: ParamAffineMap, names: Mapping[int, int]) -> ParamAffineMap:

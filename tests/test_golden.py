@@ -8,20 +8,18 @@ against the closed form that the executed 10-row plan also satisfies.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from conftest import assert_executes_exactly, piece, pmap, split
+from conftest import assert_executes_exactly, piece, pmap
 
+from refplan.conformance.generate import LAYOUTS, bigcode  # the layouts the conformance suite uses
 from refplan.maps import (
     ParamAffineMap,
-    block_gather_map,
     contiguous_split_map,
     replicate,
     replicated_map,
-    segmented_map,
-    sub_param_map,
 )
 from refplan.plan import TransferSegment, encode_plan
 from refplan.planner import plan_transfer, plan_transfers
@@ -36,10 +34,6 @@ def moved_by_source(plan: Any) -> dict[int, int]:
     for s in plan.segments:
         out[s.source_rank] = out.get(s.source_rank, 0) + s.numel
     return out
-
-
-def bigcode(tp: int) -> ParamAffineMap:
-    return segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [split(32, tp)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,17 +213,6 @@ def test_scale_free_size() -> None:
 # ---------------------------------------------------------------------------------------------
 # Executed-coverage suite: every layout, degrees {1,2,4}², both policies, plain and replicated.
 
-LAYOUTS: dict[str, Callable[[int], ParamAffineMap]] = {
-    "row_even": lambda tp: contiguous_split_map((8, 8), split(8, tp), 0),
-    "row_uneven": lambda tp: contiguous_split_map((11, 8), split(11, tp), 0),
-    "column": lambda tp: contiguous_split_map((8, 24), split(24, tp), 1),
-    "replicated": lambda tp: replicated_map((5, 6), tp),
-    "sub_params": lambda tp: sub_param_map((12, 8), (8, 4), [split(8, tp), split(4, tp)], 0),
-    "bigcode": bigcode,
-    "yuan_gather": lambda tp: block_gather_map(
-        (8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)}, 8, 1
-    ),
-}
 DEGREES = [(s, t) for s in (1, 2, 4) for t in (1, 2, 4)]
 
 
