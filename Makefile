@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint proofs nightly fuzz clean
+.PHONY: demo test lint proofs nightly fuzz clean peers
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,26 @@ $(VENV)/.test: $(VENV)/.base pyproject.toml
 	$(PIP) install -q --no-build-isolation 'deepspeed==0.19.8' $(TORCH_PIN)
 	touch $@
 
+# The peers the conformance runner holds to the reference (besides DeepSpeed above): DCP ships with
+# torch; megatron-core and awex come without their dependencies (which would replace torch), then
+# what their planners import, under a constraint that keeps torch at the pin.
+PEER_PKGS := 'megatron-core==0.16.1' 'awex==0.9.0'
+PEER_DEPS := 'packaging' 'transformers==5.24.0' 'requests' 'aiohttp' 'psutil'
+
+$(VENV)/.peers: $(VENV)/.test
+	$(PIP) install -q --no-deps $(PEER_PKGS)
+	echo '$(TORCH_PIN)' > $(VENV)/peer-constraints.txt
+	$(PIP) install -q -c $(VENV)/peer-constraints.txt $(PEER_DEPS)
+	$(PY) -c "import megatron.core.resharding.planner, awex.transfer.transfer_plan" 2>/dev/null
+	touch $@
+
+peers: $(VENV)/.peers
+
 demo: $(VENV)/.base
 	$(VENV)/bin/refplan demo
 	$(VENV)/bin/refplan sync --nproc 4 --backend gloo --model demo
 
-lint: $(VENV)/.test
+lint: $(VENV)/.peers
 	$(VENV)/bin/ruff check refplan tests proofs fuzz
 	$(VENV)/bin/mypy refplan
 

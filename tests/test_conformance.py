@@ -53,7 +53,7 @@ def refplan_report(cases: list[Case]) -> Any:
 def test_corpus_size_and_coverage(cases: list[Case]) -> None:
     assert len(cases) >= 150
     families = Counter(c.family for c in cases)
-    assert set(families) == {"rules", "layouts", "replicas", "answers", "batches"}
+    assert set(families) == {"rules", "layouts", "replicas", "answers", "batches", "peers"}
     tags = {t for c in cases for t in c.tags}
     missing_rules = [f"R{i}" for i in range(0, 33) if f"R{i}" not in tags]
     assert missing_rules == [], missing_rules
@@ -163,7 +163,7 @@ def test_cmd_planner_wrapping_refplan_passes(cases: list[Case]) -> None:
     chosen = select_cases(cases, SAMPLE)
     assert len(chosen) == len(SAMPLE)
     report = run_conformance(f'cmd:"{PY} {DATA / "refplan_planner.py"}"', chosen)
-    assert report.counts() == {"pass": len(SAMPLE), "fail": 0, "unsupported": 0, "error": 0}, report.table()
+    assert report.counts() == {"pass": len(SAMPLE), "fail": 0, "unsupported": 0, "error": 0, "quality": 0}, report.table()
 
 
 def test_module_planner_wrapping_refplan_passes(cases: list[Case], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -251,7 +251,7 @@ def test_judge_names_each_kind_of_failure(cases: list[Case]) -> None:
             seg["source"][0] = 0  # both replicas are identical, so this is still a correct plan
     balance = by_id["batches/balance-spans-two-parameters"]
     verdict, reason, _ = judge(balance, Outcome("accept", plans=lopsided), adapter)
-    assert verdict == "fail" and "busiest sender" in reason
+    assert verdict == "quality" and "busiest sender" in reason  # correct but over the bound: quality, not fail
 
 
 def _flipped(case: Case) -> Case:

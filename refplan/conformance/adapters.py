@@ -66,8 +66,9 @@ class Outcome:
     """What a planner did with a case.
 
     ``kind`` is ``accept`` (``plans``: name -> plan dict), ``refuse`` (``error``: class name,
-    ``message``), ``unsupported`` (``message``: why) or ``error`` (the adapter or planner crashed;
-    ``message`` says how).
+    ``message``), ``unsupported`` (``message``: why), ``crash`` (a peer planner raised something
+    that is not a deliberate refusal: ``error`` its class, ``message`` its text; judged a failure)
+    or ``error`` (the adapter itself broke; ``message`` says how).
     """
 
     kind: str
@@ -83,6 +84,8 @@ class Outcome:
             return f"accept ({segments} seg)"
         if self.kind == "refuse":
             return f"refuse {self.error}"
+        if self.kind == "crash":
+            return f"crash {self.error}"
         return self.kind
 
 
@@ -411,8 +414,15 @@ def make_adapter(spec: str, *, timeout: float = 60.0) -> Adapter:
             return DeepSpeedAdapter()
         except Exception as exc:  # ImportError, or whatever its torch import raises here
             raise ValueError(f"planner 'deepspeed': DeepSpeed is not importable ({exc})") from None
+    if spec in ("dcp", "dcp-lowest", "megatron", "awex"):
+        from .peers import make_peer_adapter
+
+        return make_peer_adapter(spec)
     if spec.startswith("cmd:"):
         return CommandAdapter(spec[4:], timeout=timeout)
     if ":" in spec:
         return ModuleAdapter(spec)
-    raise ValueError(f"planner {spec!r}: expected refplan, deepspeed, module:callable or cmd:\"<command>\"")
+    raise ValueError(
+        f"planner {spec!r}: expected refplan, deepspeed, dcp, dcp-lowest, megatron, awex, module:callable or "
+        "cmd:\"<command>\""
+    )

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..box import row_major_strides, volume
 from ..maps import (
     AffinePiece,
     ParamAffineMap,
@@ -924,9 +925,121 @@ def batches() -> Family:
 
 
 # ---------------------------------------------------------------------------------------------
+# peers: layouts the planners people run can express (DCP, Megatron-Core, Awex), and one minimal
+# reproduction per finding about them.
 
 
-FAMILIES: tuple[Callable[[], Family], ...] = (rules, layouts, replicas, answers, batches)
+def _stacked(shape: Sequence[int], rows: Sequence[int], holders: Sequence[int]) -> ParamAffineMap:
+    """Every holder keeps the whole tensor as separate row chunks of the given sizes (one piece
+    each, stacked in its shard): several chunks per rank, as a DCP save of a sharded tensor has."""
+    shape = tuple(shape)
+    cols = volume(shape[1:])
+    strides = tuple(row_major_strides(shape))
+    pieces: list[AffinePiece] = []
+    start = 0
+    for r in rows:
+        pieces.append(piece((r, *shape[1:]), start * cols, strides, start * cols, strides, holders))
+        start += r
+    return pmap(shape, {h: shape for h in holders}, {h: list(pieces) for h in holders})
+
+
+def _experts(hidden: int, ffn: int, experts: int, ep: int, dp: int) -> dict[str, ParamAffineMap]:
+    """Per-expert weights under EP x DP: expert ``e`` lives on EP rank ``e // (experts/ep)`` of
+    every DP replica (locations ``copy * ep + ep_rank``)."""
+    per = experts // ep
+    out: dict[str, ParamAffineMap] = {}
+    for e in range(experts):
+        owners = [c * ep + e // per for c in range(dp)]
+        out[f"experts.{e}.w1"] = pmap((ffn, hidden), {o: (ffn, hidden) for o in owners},
+                                      {o: [piece((ffn, hidden), 0, (hidden, 1), 0, (hidden, 1), owners)]
+                                       for o in owners})
+    return out
+
+
+def peers() -> Family:
+    f = Family("peers", "Realistic trainer -> engine layouts that DCP, Megatron-Core and Awex can express (pure DP, "
+               "TPxDP on either axis, interleaved fused weights, EP experts, PP stages, uneven TP, replicated "
+               "parameters), and one minimal reproduction per finding about those planners.")
+    h, ffn = 16, 32
+    for tp_s, dp_s, tp_t in ((1, 4, 4), (1, 2, 2), (2, 2, 4), (2, 2, 2), (4, 2, 2), (2, 4, 8), (4, 1, 2), (8, 1, 4)):
+        for axis, shape in ((0, (ffn, h)), (1, (h, ffn))):
+            src = replicate(contiguous_split_map(shape, split(shape[axis], tp_s), axis), dp_s)
+            tgt = contiguous_split_map(shape, split(shape[axis], tp_t), axis)
+            f.add(f"tp{tp_s}xdp{dp_s}-to-tp{tp_t}-axis{axis}", f"Trainer TP={tp_s} x DP={dp_s} -> engine TP={tp_t}, "
+                  f"both split on axis {axis} ({'column-parallel' if axis == 0 else 'row-parallel'} weight)",
+                  ["peers", "layout", "replicas"], (tgt, src), accept())
+    for tp_s, dp_s in ((1, 2), (2, 2), (1, 4)):
+        src = replicate(replicated_map((h,), 1), tp_s * dp_s)
+        f.add(f"layernorm-{tp_s}x{dp_s}-to-tp4", f"A replicated parameter (layer norm) on TP={tp_s} x DP={dp_s} -> "
+              "replicated on 4 engine ranks", ["peers", "replicated"], (replicated_map((h,), 4), src), accept())
+    for stride, tp_s, tp_t in ((2, 2, 4), (2, 4, 2), (3, 2, 1), (3, 1, 2)):
+        size = 3 * 2 * 4 * 4
+        def fused(tp: int, st: int = stride, n: int = size) -> ParamAffineMap:
+            unit = n // (tp * st)
+            shards = {r: (unit * st, h) for r in range(tp)}
+            pieces = {r: [piece((unit, h), (k * tp + r) * unit * h, (h, 1), k * unit * h, (h, 1), [r])
+                          for k in range(st)] for r in range(tp)}
+            return pmap((n, h), shards, pieces)
+        f.add(f"fused-stride{stride}-tp{tp_s}-to-tp{tp_t}", f"A fused weight interleaved {stride} ways (gate/up or "
+              f"QKV, Megatron's partition_stride={stride}) on TP={tp_s} -> TP={tp_t}", ["peers", "fused"],
+              (fused(tp_t), fused(tp_s)), accept())
+    for ep_s, dp_s, ep_t in ((2, 2, 4), (4, 1, 2), (2, 1, 1)):
+        src_e = _experts(h, ffn, 4, ep_s, dp_s)
+        tgt_e = _experts(h, ffn, 4, ep_t, 1)
+        f.add(f"experts-ep{ep_s}xdp{dp_s}-to-ep{ep_t}", f"Four experts, EP={ep_s} x DP={dp_s} -> EP={ep_t}: each "
+              "expert a parameter of its own, read from one of its DP copies", ["peers", "experts", "replicas"],
+              {n: (tgt_e[n], src_e[n]) for n in sorted(src_e)}, accept())
+    def stage(i: int) -> ParamAffineMap:
+        return relabel(contiguous_split_map((ffn, h), [16, 16], 0), {0: 2 * (i // 2), 1: 2 * (i // 2) + 1})
+
+    stages = {f"layers.{i}.w": (contiguous_split_map((ffn, h), [8] * 4, 0), stage(i)) for i in range(4)}
+    f.add("pp2-stages-to-tp4", "Four layers in two PP stages on disjoint locations (0-1, 2-3), TP=2 each -> "
+          "one TP=4 engine", ["peers", "pp"], stages, accept())
+    for shape, s, t in (((10, 8), 3, 2), ((10, 8), 4, 3), ((7, 5), 2, 3)):
+        f.add(f"uneven-tp{s}-to-tp{t}-{shape[0]}x{shape[1]}", f"Uneven TP: {shape[0]} rows over {s} -> {t} ranks "
+              "(torch's chunking leaves a short last shard)", ["peers", "uneven"],
+              (contiguous_split_map(shape, split(shape[0], t), 0), contiguous_split_map(shape, split(shape[0], s), 0)),
+              accept())
+    # Findings, one minimal reproduction each.
+    rows = [8, 1, 1, 1, 1, 1, 1]
+    f.add("finding-dcp-dedup-counts-items", "Two replicas each save chunks of 8,1,1,1,1,1,1 rows: a byte-balanced "
+          "choice sends at most 8 of the 14 rows from one holder (DCP's dedup weighs every chunk as the whole "
+          "tensor and sends 11)", ["peers", "finding", "dcp", "balance"],
+          (full((14, 4)), _stacked((14, 4), rows, [0, 1])), accept(max_sender_load=8 * 4))
+    half = pmap((8, 4), {0: (4, 4)}, {0: [piece((4, 4), 0, (4, 1), 0, (4, 1), [0])]})
+    f.add("finding-dcp-one-plan-skips-coverage", "One source location holds only half of the tensor; DCP's global "
+          "plan check tests coverage only when there is more than one plan", ["peers", "finding", "dcp", "R25"],
+          (full((8, 4)), half), refuse(IME))
+    f.add("finding-megatron-pure-dp-reads-one-rank", "Pure data parallel source (TP=1, DP=4) -> TP=4: four holders "
+          "can each send a quarter (Megatron's one-DP-group fast path reads everything from the first)",
+          ["peers", "finding", "megatron", "balance"],
+          (contiguous_split_map((ffn, h), [8] * 4, 0), replicated_map((ffn, h), 4)), accept(max_sender_load=8 * h))
+    tp2 = contiguous_split_map((ffn, h), [16, 16], 0)
+    f.add("finding-megatron-tp2dp2-uses-one-replica", "Two parameters, TP=2 x DP=2 -> TP=2 on other ranks: one can "
+          "be read from each replica, so no sender moves more than half a parameter (Megatron reads both from "
+          "replica 0: every DP group holds the first TP group's ranks)", ["peers", "finding", "megatron", "balance"],
+          {"a": (tp2, replicate(tp2, 2)), "b": (tp2, replicate(tp2, 2))}, accept(max_sender_load=16 * h))
+    f.add("finding-awex-one-inference-replica", "Two parameters, two training replicas, one inference replica: "
+          "each training replica can send one parameter (Awex pairs inference replica i with training replica "
+          "i mod T, so replica 0 sends both)", ["peers", "finding", "awex", "balance"],
+          {"a": (full((ffn, h)), replicated_map((ffn, h), 2)), "b": (full((ffn, h)), replicated_map((ffn, h), 2))},
+          accept(max_sender_load=ffn * h))
+    overlap = pmap((8, 4), {0: (6, 4), 1: (4, 4)}, {0: [piece((6, 4), 0, (4, 1), 0, (4, 1), [0])],
+                                                    1: [piece((4, 4), 16, (4, 1), 0, (4, 1), [1])]})
+    f.add("finding-awex-overlapping-shards", "Source shards [0,6) and [4,8) overlap without being equal (and "
+          "declare one holder each): refused (Awex reads rows 4-5 twice, a double write)",
+          ["peers", "finding", "awex", "R20"], (full((8, 4)), overlap), refuse(IME))
+    f.add("finding-awex-shape-mismatch", "The two sides disagree on the logical shape ((8,4) vs (4,8)): refused "
+          "with a clear error (Awex plans the (4,4) intersection and leaves the rest unwritten; with a different "
+          "number of axes it crashes with IndexError)", ["peers", "finding", "awex", "R0"],
+          (full((8, 4)), full((4, 8))), refuse(IME))
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+FAMILIES: tuple[Callable[[], Family], ...] = (rules, layouts, replicas, answers, batches, peers)
 
 
 def build_corpus() -> dict[str, str]:
