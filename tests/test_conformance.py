@@ -163,7 +163,8 @@ def test_cmd_planner_wrapping_refplan_passes(cases: list[Case]) -> None:
     chosen = select_cases(cases, SAMPLE)
     assert len(chosen) == len(SAMPLE)
     report = run_conformance(f'cmd:"{PY} {DATA / "refplan_planner.py"}"', chosen)
-    assert report.counts() == {"pass": len(SAMPLE), "fail": 0, "unsupported": 0, "error": 0, "quality": 0}, report.table()
+    expected = {"pass": len(SAMPLE), "fail": 0, "unsupported": 0, "error": 0, "quality": 0}
+    assert report.counts() == expected, report.table()
 
 
 def test_module_planner_wrapping_refplan_passes(cases: list[Case], monkeypatch: pytest.MonkeyPatch) -> None:
