@@ -67,6 +67,31 @@ PEER_PINS = {"dcp": "torch==2.13.0", "megatron": "megatron-core==0.16.1", "awex"
 
 PEER_SPECS = ("dcp", "dcp-lowest", "megatron", "awex")
 
+PEER_NOTES = {
+    "dcp": (
+        "Called as a DCP save and load would: every source location is one rank's `SavePlan` (one SHARD "
+        "`WriteItem` per piece), `DefaultSavePlanner(flatten_state_dict=False).create_global_plan` deduplicates "
+        "replicas (DCP's only replica choice: by planned bytes, or to the lowest rank for `dcp-lowest`) and "
+        "writes the `Metadata`, and `create_read_items_for_chunk_list` gives each target location's reads. "
+        "Expressible: pieces that are boxes of the logical tensor (any placement in the rank's memory); not: "
+        "flattened or transposed views, scaled pieces, endpoints, scripted answers, budgets."
+    ),
+    "megatron": (
+        "Called as rank 0 of `build_centralized_reshard_plan` does: one `ParameterMetadata` per rank and "
+        "parameter (source locations are global ranks 0.., target locations follow them), then for every "
+        "destination rank and parameter `select_src_metadata_balanced` and `_determine_source_ranks_for_dst_param`. "
+        "Expressible: an even TP split along one axis (with `partition_stride` interleaving) replicated over DP, "
+        "and fully replicated parameters; not: uneven splits, several boxes per rank outside the stride pattern."
+    ),
+    "awex": (
+        "Called as its weight sync does: `TransferPlanBuilder(infer_world, train_world)."
+        "build_weights_mapping_operations` on one `ParameterMeta` per parameter and side, with replicas "
+        "(replica c: the c-th holder of every box). Expressible: one dense box per rank per parameter; not: "
+        "several boxes per rank (fused weights), boxes with unequal numbers of holders."
+    ),
+}
+"""How each peer is called and what it can express, for the generated ``docs/conformance.md``."""
+
 _DELIBERATE = (ValueError, RuntimeError, AssertionError, NotImplementedError)
 """Exception classes a peer raises on purpose when it refuses; anything else is a crash."""
 

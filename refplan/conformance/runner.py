@@ -462,14 +462,30 @@ def _repro(case_id: str) -> str:
     return f" Reproduce with the peer alone: `python {_REPRO_DIR}/{path.name}`." if path.exists() else ""
 
 
+def _quality_lines(report: Report) -> list[str]:
+    """The quality findings of a report: correct plans whose busiest sender exceeds the case's bound."""
+    quality = [r for r in report.results if r.verdict == "quality"]
+    if not quality:
+        return []
+    lines = ["### Quality (correct plans, busiest sender over the case's bound)", ""]
+    for r in quality:
+        ratio = "" if r.load_ratio is None else f" ({r.load_ratio:.2f}x the LP lower bound)"
+        lines.append(f"- `{r.case_id}` ({_md(r.why)}): {_md(r.reason)}{ratio}." + _repro(r.case_id))
+    return [*lines, ""]
+
+
 def _peer_section(report: Report) -> list[str]:
     """One peer's section: counts, every failure with its case and the oracle's counterexample,
     every quality finding with its load, and the unsupported cases grouped by reason."""
     c = report.counts()
     expressible = len(report.results) - c["unsupported"]
+    from .peers import PEER_NOTES
+
+    note = next((text for key, text in PEER_NOTES.items() if report.planner.startswith(key)), "")
     lines = [
         f"## {report.planner}",
         "",
+        *([note, ""] if note else []),
         f"Expresses {expressible} of the {len(report.results)} cases: {c['pass']} pass, {c['fail']} fail, "
         f"{c['quality']} quality, {c['error']} errors. {report.quality_line()[0].upper()}{report.quality_line()[1:]}.",
         "",
@@ -481,13 +497,7 @@ def _peer_section(report: Report) -> list[str]:
             lines.append(f"- `{r.case_id}` ({_md(r.why)}): expected {r.expected}, got {r.got}. {_md(r.reason)}"
                          + _repro(r.case_id))
         lines.append("")
-    quality = [r for r in report.results if r.verdict == "quality"]
-    if quality:
-        lines += ["### Quality (correct plans, busiest sender over the case's bound)", ""]
-        for r in quality:
-            ratio = "" if r.load_ratio is None else f" ({r.load_ratio:.2f}x the LP lower bound)"
-            lines.append(f"- `{r.case_id}` ({_md(r.why)}): {_md(r.reason)}{ratio}." + _repro(r.case_id))
-        lines.append("")
+    lines += _quality_lines(report)
     noted = [r for r in report.results if r.verdict == "pass" and r.notes]
     if noted:
         lines += [f"### Passing with a note ({len(noted)})", ""]
@@ -619,6 +629,7 @@ def write_markdown(
                     for r in chosen:
                         lines.append(f"- `{r.case_id}`: expected {r.expected}, got {r.got}. {_md(r.reason)}")
                 lines.append("")
+        lines += _quality_lines(peer)
         if peer_budget is not None:
             lines += ["### Other differences (not failures)", "", *budget_notes(peer.planner, peer_budget), ""]
         noted = [r for r in peer.results if r.verdict == "pass" and r.notes]
