@@ -446,11 +446,6 @@ def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], 
     """
     where = f"{key} on rank {rank}"
     local = _shape(meta.shape, f"{where}: shape")
-    if getattr(meta, "partition_sizes", None) is not None:
-        raise UnsupportedLayoutError(
-            f"{where}: partition_sizes {meta.partition_sizes!r} is not read by megatron-core 0.16.1's "
-            "planner, so its meaning is not pinned here"
-        )
     if getattr(meta, "is_ep", False) and getattr(meta, "global_expert_index", None) is None:
         ep = getattr(meta, "expert_parallel_group_ranks", None) or []
         if len(ep) > 1:
@@ -481,12 +476,40 @@ def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], 
             f"{where}: the local extent {local[dim]} on partition_dim {dim} does not divide into "
             f"partition_stride={stride} equal segments"
         )
-    segment = local[dim] // stride
     logical = list(local)
     logical[dim] = local[dim] * width
     axes: list[tuple[Run, ...]] = [((0, n),) if n else () for n in logical]
+    blocks = getattr(meta, "partition_sizes", None)
+    if blocks is not None:
+        axes[dim] = _join(_block_runs(_shape(blocks, f"{where}: partition_sizes"), local[dim], width, position,
+                                      stride, where))
+        return tuple(logical), tuple(axes)
+    segment = local[dim] // stride
     axes[dim] = _join([((position + k * width) * segment, segment)] for k in range(stride))
     return tuple(logical), tuple(axes)
+
+
+def _block_runs(sizes: tuple[int, ...], local: int, width: int, position: int, stride: int, where: str) -> list[
+        tuple[Run, ...]]:
+    """Block-interleaved TP (``partition_sizes``, newer Megatron-Core; e.g. Mamba ``in_proj``).
+
+    The partition axis is packed components of ``sizes[i] * width`` elements each, every one split
+    evenly over the TP group; a rank stores its slice of each component in order. That is how the
+    newer planner's block layout reads the field (one block per component, stride 1), so a stride
+    other than 1 beside it has no agreed meaning and is refused.
+    """
+    if stride != 1:
+        raise UnsupportedLayoutError(f"{where}: partition_sizes {list(sizes)} together with partition_stride={stride}")
+    if sum(sizes) != local:
+        raise InvalidMapError(
+            f"{where}: partition_sizes {list(sizes)} sum to {sum(sizes)}, the local extent is {local}"
+        )
+    out: list[tuple[Run, ...]] = []
+    start = 0
+    for size in sizes:
+        out.append(((start + position * size, size),))
+        start += size * width
+    return out
 
 
 def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
@@ -501,12 +524,14 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
     its holders.
 
     Expressed exactly: replicated parameters, TP splits along ``partition_dim`` with any
-    ``partition_stride`` that divides the local extent (interleaved segments), per-expert
-    parameters (whose ``resolved_name`` is global), any TP group order, ranks on disjoint PP
-    stages. Refused with ``UnsupportedLayoutError`` naming parameter and rank: a fused expert
-    tensor over more than one EP rank, a TP parameter without TP group ranks, a stride that does
-    not divide the local extent, ``partition_sizes`` (not part of 0.16.1's planner). Refused with
+    ``partition_stride`` that divides the local extent (interleaved segments), block-interleaved
+    ``partition_sizes`` where present (newer Megatron-Core; 0.16.1's metadata has no such field),
+    per-expert parameters (whose ``resolved_name`` is global), any TP group order, ranks on
+    disjoint PP stages. Refused with ``UnsupportedLayoutError`` naming parameter and rank: a fused
+    expert tensor over more than one EP rank, a TP parameter without TP group ranks, a stride that
+    does not divide the local extent, ``partition_sizes`` beside a stride other than 1. Refused with
     ``InvalidMapError``: ranks disagreeing on the logical shape, a parameter listed twice on a rank,
+    ``partition_sizes`` that do not sum to the local extent,
     an ``owner_rank`` that is not the reporting rank, a TP group member that does not report the
     parameter in the same group.
     """

@@ -649,3 +649,28 @@ def test_megatron_tp_strides_match_routing(tp: int, dp: int, stride: int, rows: 
     normalize(maps["w"], "source", "w")
     if rows:
         _check_against_megatron_routing(maps, metadata)
+
+
+def test_megatron_partition_sizes_are_sub_params() -> None:
+    """Block-interleaved ``partition_sizes`` (a field of newer Megatron-Core, set here on 0.16.1's
+    dataclass) is refplan's sub-parameter layout: each packed component split over the TP group."""
+    from refplan.maps import sub_param_map
+
+    sizes, width = (3, 1, 2), 3
+    metadata = []
+    for r in range(width):
+        meta = _meta(shape=(sum(sizes), 2), owner_rank=r, is_tp=True, tensor_parallel_group_ranks=list(range(width)))
+        meta.partition_sizes = list(sizes)
+        metadata.append([meta])
+    got = from_megatron(metadata)["w"]
+    want = sub_param_map((sum(sizes) * width, 2), [s * width for s in sizes], [[s] * width for s in sizes], 0)
+    assert shard_arrays(got).keys() == shard_arrays(want).keys()
+    for r, shard in shard_arrays(want).items():
+        np.testing.assert_array_equal(shard_arrays(got)[r], shard)
+    bad = _meta(shape=(6, 2), owner_rank=0, is_tp=True, tensor_parallel_group_ranks=[0])
+    bad.partition_sizes = [4, 1]
+    with pytest.raises(InvalidMapError, match="sum to 5"):
+        from_megatron([[bad]])
+    bad.partition_sizes, bad.partition_stride = [4, 2], 2
+    with pytest.raises(UnsupportedLayoutError, match="partition_stride=2"):
+        from_megatron([[bad]])
