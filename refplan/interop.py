@@ -224,7 +224,8 @@ def _mesh_location_lookup(mesh_locations: Any, mesh_shape: tuple[int, ...]) -> d
             if c not in mesh_locations:
                 raise ValueError(f"mesh_locations has no entry for mesh coordinate {c}")
             found[c] = mesh_locations[c]
-        extra = [k for k in mesh_locations if k not in set(coordinates)]
+        known = set(coordinates)
+        extra = [k for k in mesh_locations if k not in known]
         if extra:
             raise ValueError(f"mesh_locations names coordinate {extra[0]!r}, outside a mesh of shape {mesh_shape}")
     else:
@@ -431,6 +432,8 @@ def _ranked(metadata_by_rank: Any) -> Iterator[tuple[int, Any]]:
             raise TypeError(f"rank keys must be integers, got {rank!r}")
         if metas is None:
             continue
+        if isinstance(metas, Mapping):  # the planner's per-rank {resolved_name: metadata} form
+            metas = list(metas.values())
         if isinstance(metas, (str, bytes)) or not isinstance(metas, Iterable):
             raise TypeError(f"rank {rank}: expected a list of ParameterMetadata, got {type(metas).__name__}")
         yield int(rank), metas

@@ -109,6 +109,11 @@ def test_dtensor_basic_layouts() -> None:
     assert tiny.pieces_by_rank[2] == ()
     # Shard(-1) is the last axis.
     assert from_dtensor((4, 6), (2,), [Shard(-1)]).shard_shapes[1] == (4, 3)
+    # A 0-axis tensor can only be replicated.
+    scalar = from_dtensor((), (2,), [Replicate()])
+    assert scalar.shard_shapes == {0: (), 1: ()} and scalar.pieces_by_rank[1][0].locations == frozenset({0, 1})
+    with pytest.raises(ValueError, match="0-axis"):
+        from_dtensor((), (2,), [Shard(0)])
 
 
 def test_dtensor_mesh_locations() -> None:
@@ -602,6 +607,8 @@ def test_megatron_refusals() -> None:
     ok = [[_meta(owner_rank=0, **tp)], [_meta(owner_rank=1, **tp)]]
     assert from_megatron(ok)["w"].logical_shape == (8, 2)
     assert from_megatron({0: ok[0], 1: ok[1]})["w"].to_dict() == from_megatron(ok)["w"].to_dict()
+    keyed = {r: {m.resolved_name: m for m in metas} for r, metas in enumerate(ok)}  # the planner's roster form
+    assert from_megatron(keyed)["w"].to_dict() == from_megatron(ok)["w"].to_dict()
     strided = [[_meta(owner_rank=r, partition_stride=3, **tp)] for r in (0, 1)]
     with pytest.raises(UnsupportedLayoutError, match=r"w on rank 0.*stride"):
         from_megatron(strided)
