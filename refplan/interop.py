@@ -16,7 +16,8 @@ parameter are). Its pieces are the Cartesian products of one run per axis, and a
 ``frames.normalize`` before it is returned, so a returned map is one the planner accepts, and a
 description whose replicas are cut at different boundaries is refused with the validator's message.
 
-torch (and Megatron) are imported only inside the functions, so ``import refplan`` never needs them.
+torch is imported only inside the DTensor and DCP functions, and Megatron-Core never (its metadata
+is read by attribute), so ``import refplan`` needs neither.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def _chunk(size: int, chunks: int, index: int) -> Run:
     return start, max(0, min(step, size - start))
 
 
-def _placement(placement: Any, ndim: int, mesh_axis: int) -> tuple[str, int, int]:
+def _placement(placement: Any, ndim: int, mesh_axis: int, parameter: str) -> tuple[str, int, int]:
     """``("replicate", -1, 1)`` or ``("shard", tensor_axis, split_factor)`` for a torch placement."""
     from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
@@ -163,20 +164,22 @@ def _placement(placement: Any, ndim: int, mesh_axis: int) -> tuple[str, int, int
         return "replicate", -1, 1
     if isinstance(placement, Partial):
         raise UnsupportedLayoutError(
-            f"mesh axis {mesh_axis}: {placement!r} means each coordinate holds a partial "
+            f"{parameter}: mesh axis {mesh_axis}: {placement!r} means each coordinate holds a partial "
             f"{placement.reduce_op} of the tensor, not a slice of it; redistribute it to Replicate or "
             "Shard before asking for a map"
         )
     if isinstance(placement, (Shard, _StridedShard)):
         dim = int(placement.dim)
         if not -ndim <= dim < ndim:
-            raise ValueError(f"mesh axis {mesh_axis}: {placement!r} shards axis {dim} of a {ndim}-axis tensor")
+            raise ValueError(
+                f"{parameter}: mesh axis {mesh_axis}: {placement!r} shards axis {dim} of a {ndim}-axis tensor"
+            )
         factor = int(placement.split_factor) if isinstance(placement, _StridedShard) else 1
         if factor < 1:
-            raise ValueError(f"mesh axis {mesh_axis}: {placement!r} has a split factor below 1")
+            raise ValueError(f"{parameter}: mesh axis {mesh_axis}: {placement!r} has a split factor below 1")
         return "shard", dim % ndim, factor
     raise TypeError(
-        f"mesh axis {mesh_axis}: expected a torch.distributed.tensor placement (Shard, Replicate, "
+        f"{parameter}: mesh axis {mesh_axis}: expected a torch.distributed.tensor placement (Shard, Replicate, "
         f"_StridedShard), got {placement!r}"
     )
 
@@ -287,12 +290,7 @@ def from_dtensor(
         raise ValueError(f"{len(placements)} placements for a mesh of {len(mesh)} axes {mesh}")
     if not shape and any(True for p in placements if not _is_replicate(p)):
         raise ValueError(f"{parameter}: a 0-axis tensor cannot be sharded; got placements {list(placements)}")
-    kinds = []
-    for axis, p in enumerate(placements):
-        try:
-            kinds.append(_placement(p, len(shape), axis))
-        except UnsupportedLayoutError as exc:
-            raise UnsupportedLayoutError(f"{parameter}: {exc}") from None
+    kinds = [_placement(p, len(shape), axis, parameter) for axis, p in enumerate(placements)]
     locations = _mesh_location_lookup(mesh_locations, mesh)
     holdings = {
         locations[c]: _dtensor_holding(shape, mesh, kinds, c) for c in product(*(range(n) for n in mesh))

@@ -163,7 +163,7 @@ def _placement_families(ndim: int, mesh_ndim: int) -> Iterator[tuple[tuple[Any, 
 
 
 def test_dtensor_matches_torch_local_shape_and_offset_enumerated() -> None:
-    """Every coordinate of 1404 (mesh, placements, shape) combinations against torch's arithmetic."""
+    """Every coordinate (22617) of 3562 (mesh, shape, placements) combinations against torch's arithmetic."""
     meshes = [(1,), (2,), (3,), (5,), (2, 2), (2, 3), (3, 2), (4, 1), (2, 2, 2), (3, 1, 2)]
     shapes = [(0,), (1,), (7,), (12,), (5, 3), (2, 9), (0, 4)]
     combos = coordinates = 0
@@ -186,7 +186,7 @@ def test_dtensor_matches_torch_local_shape_and_offset_enumerated() -> None:
                         assert want == t_off[axis], (mesh, shape, kinds, coord, axis)
                     coordinates += 1
                 combos += 1
-    assert combos > 1000 and coordinates > 5000, (combos, coordinates)
+    assert (combos, coordinates) == (3562, 22617)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,6 +368,7 @@ def test_dcp_metadata_from_save_planner_matches_dtensor() -> None:
         run_plan(plan_transfer(whole, stored), whole, stored).assert_exact()
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # no_dist=True says so on purpose
 def test_dcp_real_save_no_dist(tmp_path: Any) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
