@@ -1,0 +1,579 @@
+"""Maps from the layouts other systems already describe: DTensor placements, DCP checkpoint metadata
+and Megatron-Core parameter metadata.
+
+Users of those systems should not have to hand-write DeepSpeed-style map dicts to ask refplan a
+question, and a hand-written map is exactly where a wrong row offset hides. Each function here
+reads the other system's own description and builds the map it implies, *exactly*: a layout that
+the description does not pin down element for element (a fused expert tensor under expert
+parallelism, a partial sum, a stride that does not divide the shard) is refused with
+``UnsupportedLayoutError`` naming the parameter and the rank, never approximated.
+
+All three share one construction. A location's holdings are, per axis of F, the list of F indices
+it holds *in local order*, kept as runs of consecutive indices; the shard is the row-major tensor
+of those indices (so it is contiguous, as a DTensor's local tensor, a DCP chunk and a Megatron
+parameter are). Its pieces are the Cartesian products of one run per axis, and a piece's
+``locations`` are all the locations whose holdings are identical. Every map is then validated by
+``frames.normalize`` before it is returned, so a returned map is one the planner accepts, and a
+description whose replicas are cut at different boundaries is refused with the validator's message.
+
+torch is imported only inside the DTensor and DCP functions, and Megatron-Core never (its metadata
+is read by attribute), so ``import refplan`` needs neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import product
+from typing import Any, Literal
+
+import numpy as np
+
+from .box import row_major_strides, volume
+from .errors import InvalidMapError, UnsupportedLayoutError
+from .frames import normalize
+from .maps import AffinePiece, ParamAffineMap
+
+__all__ = ["dcp_storage_files", "from_dcp_metadata", "from_dtensor", "from_megatron"]
+
+Run = tuple[int, int]
+"""``(start, length)``: F indices ``start .. start+length-1`` on one axis, in this order."""
+
+Holding = tuple[tuple[Run, ...], ...]
+"""Per axis of F, the runs a location holds, in the order its shard stores them."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared construction: holdings -> map.
+
+
+def _take(runs: Sequence[Run], start: int, length: int) -> tuple[Run, ...]:
+    """Local positions ``start .. start+length-1`` of an axis held as ``runs``, again as runs.
+
+    Sharding is applied to what a location *already* holds (the local tensor after the earlier
+    mesh axes), so every step selects positions of the current local axis, not F indices.
+    """
+    out: list[Run] = []
+    position = 0
+    end = start + length
+    for first, size in runs:
+        lo = max(start, position)
+        hi = min(end, position + size)
+        if lo < hi:
+            index = first + (lo - position)
+            if out and out[-1][0] + out[-1][1] == index:
+                out[-1] = (out[-1][0], out[-1][1] + hi - lo)
+            else:
+                out.append((index, hi - lo))
+        position += size
+        if position >= end:
+            break
+    return tuple(out)
+
+
+def _join(parts: Iterable[Sequence[Run]]) -> tuple[Run, ...]:
+    """Concatenate run lists, merging a run that continues the previous one."""
+    out: list[Run] = []
+    for runs in parts:
+        for first, size in runs:
+            if size == 0:
+                continue
+            if out and out[-1][0] + out[-1][1] == first:
+                out[-1] = (out[-1][0], out[-1][1] + size)
+            else:
+                out.append((first, size))
+    return tuple(out)
+
+
+def _extent(runs: Sequence[Run]) -> int:
+    return sum(size for _, size in runs)
+
+
+def _build(logical_shape: tuple[int, ...], holdings: Mapping[int, Holding], parameter: str) -> ParamAffineMap:
+    """The map of ``holdings`` (location -> per-axis runs), validated as a source map.
+
+    Locations with identical holdings are replicas and name each other in ``locations``; the
+    sources of this module guarantee that different holdings are disjoint, and ``normalize``
+    proves it (or refuses, naming the parameter) before anyone plans with the map.
+    """
+    strides = row_major_strides(logical_shape)
+    holders: dict[Holding, list[int]] = {}
+    for location, holding in holdings.items():
+        holders.setdefault(holding, []).append(location)
+    shard_shapes: dict[int, tuple[int, ...]] = {}
+    pieces: dict[int, list[AffinePiece]] = {}
+    for location, holding in holdings.items():
+        shard = tuple(_extent(runs) for runs in holding)
+        shard_shapes[location] = shard
+        pieces[location] = []
+        if volume(shard) == 0:  # an empty shard holds nothing; it stays a (skipped) location
+            continue
+        shard_strides = row_major_strides(shard)
+        local_starts = []
+        for runs in holding:
+            starts, at = [], 0
+            for _, size in runs:
+                starts.append(at)
+                at += size
+            local_starts.append(starts)
+        names = holders[holding]
+        for choice in product(*(range(len(runs)) for runs in holding)):
+            shape = [holding[axis][i][1] for axis, i in enumerate(choice)]
+            source = sum(holding[axis][i][0] * strides[axis] for axis, i in enumerate(choice))
+            dest = sum(local_starts[axis][i] * shard_strides[axis] for axis, i in enumerate(choice))
+            pieces[location].append(AffinePiece(shape, source, strides, dest, shard_strides, names))
+    result = ParamAffineMap(logical_shape, shard_shapes, pieces)
+    normalize(result, "source", parameter)
+    return result
+
+
+def _shape(values: Any, what: str, *, minimum: int = 0) -> tuple[int, ...]:
+    """A tuple of Python ints from a shape-like argument (list, tuple, ``torch.Size``)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{what} must be a sequence of integers, got {type(values).__name__}")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{what} must hold integers, got {v!r}")
+        if int(v) < minimum:
+            raise ValueError(f"{what} {tuple(values)} has {int(v)}; each entry must be at least {minimum}")
+        out.append(int(v))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# DTensor.
+
+
+def _chunk(size: int, chunks: int, index: int) -> Run:
+    """``(start, length)`` of chunk ``index`` when ``torch.chunk`` splits ``size`` into ``chunks``.
+
+    Every chunk but the trailing ones has ``ceil(size / chunks)`` elements; the trailing ones are
+    shorter or empty. That is the rule DTensor's ``Shard`` uses for uneven sizes, so a mesh larger
+    than the axis leaves the last coordinates with empty shards rather than spreading them out.
+    """
+    step = -(-size // chunks)
+    start = min(step * index, size)
+    return start, max(0, min(step, size - start))
+
+
+def _placement(placement: Any, ndim: int, mesh_axis: int, parameter: str) -> tuple[str, int, int]:
+    """``("replicate", -1, 1)`` or ``("shard", tensor_axis, split_factor)`` for a torch placement."""
+    from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+
+    if isinstance(placement, Replicate):
+        return "replicate", -1, 1
+    if isinstance(placement, Partial):
+        raise UnsupportedLayoutError(
+            f"{parameter}: mesh axis {mesh_axis}: {placement!r} means each coordinate holds a partial "
+            f"{placement.reduce_op} of the tensor, not a slice of it; redistribute it to Replicate or "
+            "Shard before asking for a map"
+        )
+    if isinstance(placement, (Shard, _StridedShard)):
+        dim = int(placement.dim)
+        if not -ndim <= dim < ndim:
+            raise ValueError(
+                f"{parameter}: mesh axis {mesh_axis}: {placement!r} shards axis {dim} of a {ndim}-axis tensor"
+            )
+        factor = int(placement.split_factor) if isinstance(placement, _StridedShard) else 1
+        if factor < 1:
+            raise ValueError(f"{parameter}: mesh axis {mesh_axis}: {placement!r} has a split factor below 1")
+        return "shard", dim % ndim, factor
+    raise TypeError(
+        f"{parameter}: mesh axis {mesh_axis}: expected a torch.distributed.tensor placement (Shard, Replicate, "
+        f"_StridedShard), got {placement!r}"
+    )
+
+
+def _dtensor_holding(
+    global_shape: tuple[int, ...], mesh_shape: tuple[int, ...], kinds: Sequence[tuple[str, int, int]],
+    coordinate: tuple[int, ...],
+) -> Holding:
+    """What one mesh coordinate holds: the placements applied to its local tensor, mesh axis 0 first.
+
+    This is the order torch applies them (``_compute_local_shape_and_global_offset``), which is why
+    two mesh axes sharding one tensor axis nest: the later axis splits what the earlier one left.
+    A strided shard with split factor f first cuts the current local axis into f chunks, cuts each
+    of those into one chunk per mesh coordinate, and keeps this coordinate's chunk of each, in
+    order; it describes FSDP2-over-TP, where the TP split really happened first.
+    """
+    axes: list[tuple[Run, ...]] = [((0, n),) if n else () for n in global_shape]
+    for mesh_axis, (kind, dim, factor) in enumerate(kinds):
+        if kind != "shard":
+            continue
+        runs = axes[dim]
+        size = _extent(runs)
+        count = mesh_shape[mesh_axis]
+        index = coordinate[mesh_axis]
+        if factor == 1:
+            start, length = _chunk(size, count, index)
+            axes[dim] = _take(runs, start, length)
+            continue
+        parts = []
+        for outer in range(factor):
+            outer_start, outer_length = _chunk(size, factor, outer)
+            inner_start, inner_length = _chunk(outer_length, count, index)
+            parts.append(_take(runs, outer_start + inner_start, inner_length))
+        axes[dim] = _join(parts)
+    return tuple(axes)
+
+
+def _mesh_location_lookup(mesh_locations: Any, mesh_shape: tuple[int, ...]) -> dict[tuple[int, ...], int]:
+    coordinates = list(product(*(range(n) for n in mesh_shape)))
+    if mesh_locations is None:
+        return {c: i for i, c in enumerate(coordinates)}
+    found: dict[tuple[int, ...], int] = {}
+    if isinstance(mesh_locations, Mapping):
+        for c in coordinates:
+            if c not in mesh_locations:
+                raise ValueError(f"mesh_locations has no entry for mesh coordinate {c}")
+            found[c] = mesh_locations[c]
+        known = set(coordinates)
+        extra = [k for k in mesh_locations if k not in known]
+        if extra:
+            raise ValueError(f"mesh_locations names coordinate {extra[0]!r}, outside a mesh of shape {mesh_shape}")
+    else:
+        try:
+            grid = np.asarray(mesh_locations)
+        except Exception as exc:  # a ragged list, an object numpy cannot read
+            raise TypeError(f"mesh_locations must be a mapping or an array of mesh shape: {exc}") from None
+        if grid.shape != mesh_shape:
+            raise ValueError(f"mesh_locations has shape {grid.shape}, the mesh {mesh_shape}")
+        if grid.size and not np.issubdtype(grid.dtype, np.integer):
+            raise TypeError(f"mesh_locations must hold integers, got dtype {grid.dtype}")
+        found = {c: grid[c] for c in coordinates}
+    out: dict[tuple[int, ...], int] = {}
+    seen: dict[int, tuple[int, ...]] = {}
+    for c, value in found.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"mesh_locations[{c}] must be an integer, got {value!r}")
+        location = int(value)
+        if location in seen:
+            raise ValueError(f"mesh coordinates {seen[location]} and {c} are both location {location}")
+        seen[location] = c
+        out[c] = location
+    return out
+
+
+def from_dtensor(
+    global_shape: Sequence[int],
+    mesh_shape: Sequence[int],
+    placements: Sequence[Any],
+    *,
+    mesh_locations: Mapping[tuple[int, ...], int] | Any | None = None,
+    parameter: str = "dtensor",
+) -> ParamAffineMap:
+    """The map of a DTensor of ``global_shape`` placed by ``placements`` on a mesh of ``mesh_shape``.
+
+    Placements are torch's own objects: ``Shard(d)`` (negative ``d`` counts from the end),
+    ``Replicate()`` and ``_StridedShard(d, split_factor=f)``, one per mesh axis, applied in mesh
+    axis order as torch applies them, so several mesh axes may shard one tensor axis (nested) and
+    uneven sizes leave the trailing coordinates short or empty exactly as torch computes it. Each
+    coordinate's shard is its local tensor: contiguous, row-major, of the local shape; a strided
+    shard's local tensor holds several separate row ranges, so it gets one piece per range.
+
+    The location of a mesh coordinate is its row-major index, or ``mesh_locations[coordinate]``:
+    a mapping from coordinate tuples, or an array of the mesh's shape such as
+    ``device_mesh.mesh`` (whose entries are the global ranks). Coordinates differing only on
+    ``Replicate`` axes hold identical shards and are each other's replicas.
+
+    ``Partial`` placements are refused with ``UnsupportedLayoutError`` (a partial sum is not a
+    slice of the tensor); a placement of another type, a wrong count or a bad shape is a
+    ``TypeError``/``ValueError``. ``parameter`` names the tensor in error messages. Only
+    placements are read: a DTensorSpec with an explicit non-default ``shard_order`` is outside
+    what they describe.
+    """
+    shape = _shape(global_shape, "global_shape")
+    mesh = _shape(mesh_shape, "mesh_shape", minimum=1)
+    if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
+        raise TypeError(f"placements must be a sequence of placements, got {type(placements).__name__}")
+    if len(placements) != len(mesh):
+        raise ValueError(f"{len(placements)} placements for a mesh of {len(mesh)} axes {mesh}")
+    if not shape and any(True for p in placements if not _is_replicate(p)):
+        raise ValueError(f"{parameter}: a 0-axis tensor cannot be sharded; got placements {list(placements)}")
+    kinds = [_placement(p, len(shape), axis, parameter) for axis, p in enumerate(placements)]
+    locations = _mesh_location_lookup(mesh_locations, mesh)
+    holdings = {
+        locations[c]: _dtensor_holding(shape, mesh, kinds, c) for c in product(*(range(n) for n in mesh))
+    }
+    return _build(shape, holdings, parameter)
+
+
+def _is_replicate(placement: Any) -> bool:
+    from torch.distributed.tensor.placement_types import Replicate
+
+    return isinstance(placement, Replicate)
+
+
+# ---------------------------------------------------------------------------------------------
+# DCP.
+
+
+def _storage_paths(metadata: Any) -> dict[tuple[str, tuple[int, ...]], str]:
+    """``(fqn, chunk offsets) -> relative path`` from ``metadata.storage_data``."""
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, Mapping):
+        raise ValueError(
+            "location='file' needs metadata.storage_data (written by FileSystemWriter), but it is "
+            f"{type(storage).__name__}"
+        )
+    paths: dict[tuple[str, tuple[int, ...]], str] = {}
+    for index, info in storage.items():
+        fqn = getattr(index, "fqn", None)
+        path = getattr(info, "relative_path", None)
+        if not isinstance(fqn, str) or not isinstance(path, str):
+            raise UnsupportedLayoutError(
+                f"storage_data entry {index!r} -> {info!r} names no file (expected MetadataIndex -> "
+                "_StorageInfo with relative_path); this storage writer is not file based"
+            )
+        offset = getattr(index, "offset", None)
+        paths[(fqn, tuple(int(v) for v in offset) if offset is not None else ())] = path
+    return paths
+
+
+def dcp_storage_files(metadata: Any) -> list[str]:
+    """The storage files of a DCP checkpoint, sorted: location ``i`` of ``location='file'`` maps is
+    file ``i`` of this list, the same numbering for every tensor so the maps can share endpoints."""
+    return sorted(set(_storage_paths(metadata).values()))
+
+
+def from_dcp_metadata(
+    metadata: Any,
+    *,
+    location: Literal["chunk", "file"] = "chunk",
+    non_tensors: Literal["skip", "refuse"] = "skip",
+) -> dict[str, ParamAffineMap]:
+    """Source maps of the tensors a DCP checkpoint stores, keyed by fully qualified name.
+
+    A stored chunk (``TensorStorageMetadata.chunks[i]``: offsets and sizes) is a box of the tensor
+    saved as one contiguous tensor, so it is a shard of one piece. What a *location* is depends on
+    who will read:
+
+    - ``location="chunk"`` (default): location ``i`` is chunk ``i`` of that tensor, the index DCP's
+      own ``MetadataIndex`` hints at. Each read of a checkpoint addresses one chunk, so this is
+      the granularity a load plan works at; ids are per tensor.
+    - ``location="file"``: location ``i`` is the storage file ``dcp_storage_files(metadata)[i]``
+      (from ``storage_data``, as ``FileSystemWriter`` records it), numbered alike for every tensor,
+      so the maps can be bound to one set of readers, e.g. one per file. A file holding two
+      chunks of one tensor is refused (a location holds one shard).
+
+    Identical chunks stored twice (no dedup) are replicas; chunks that overlap otherwise are
+    refused by the validator. Non-tensor entries (``BytesStorageMetadata``) are skipped, or with
+    ``non_tensors="refuse"`` raise ``UnsupportedLayoutError`` naming the key.
+    """
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+
+    if location not in ("chunk", "file"):
+        raise ValueError(f"location must be 'chunk' or 'file', got {location!r}")
+    if non_tensors not in ("skip", "refuse"):
+        raise ValueError(f"non_tensors must be 'skip' or 'refuse', got {non_tensors!r}")
+    entries = getattr(metadata, "state_dict_metadata", None)
+    if not isinstance(entries, Mapping):
+        raise TypeError(f"expected torch.distributed.checkpoint.metadata.Metadata, got {type(metadata).__name__}")
+    paths: dict[tuple[str, tuple[int, ...]], str] = {}
+    file_ids: dict[str, int] = {}
+    if location == "file":
+        paths = _storage_paths(metadata)
+        file_ids = {path: i for i, path in enumerate(sorted(set(paths.values())))}
+    out: dict[str, ParamAffineMap] = {}
+    for fqn, entry in entries.items():
+        if isinstance(entry, BytesStorageMetadata):
+            if non_tensors == "refuse":
+                raise UnsupportedLayoutError(f"{fqn}: a non-tensor entry (bytes) has no affine layout")
+            continue
+        if not isinstance(entry, TensorStorageMetadata):
+            raise UnsupportedLayoutError(f"{fqn}: unknown storage metadata {type(entry).__name__}")
+        shape = _shape(entry.size, f"{fqn}: size")
+        holdings: dict[int, Holding] = {}
+        for i, chunk in enumerate(entry.chunks):
+            offsets = _shape(chunk.offsets, f"{fqn}: chunk {i} offsets")
+            sizes = _shape(chunk.sizes, f"{fqn}: chunk {i} sizes")
+            if len(offsets) != len(shape) or len(sizes) != len(shape):
+                raise InvalidMapError(
+                    f"{fqn}: chunk {i} (offsets {offsets}, sizes {sizes}) does not have the {len(shape)} axes "
+                    f"of the tensor {shape}"
+                )
+            holding = tuple(((o, s),) if s else () for o, s in zip(offsets, sizes))
+            key = i
+            if location == "file":
+                path = paths.get((fqn, offsets))
+                if path is None:
+                    raise InvalidMapError(f"{fqn}: chunk {i} at offsets {offsets} has no storage_data entry")
+                key = file_ids[path]
+                if key in holdings:
+                    raise UnsupportedLayoutError(
+                        f"{fqn}: file {path!r} holds more than one chunk of the tensor (chunk {i} at "
+                        f"offsets {offsets} among them); a location holds one shard, so use location='chunk'"
+                    )
+            holdings[key] = holding
+        out[fqn] = _build(shape, holdings, fqn)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-Core.
+
+_REQUIRED = ("name", "shape", "is_tp", "partition_dim", "partition_stride", "owner_rank", "tensor_parallel_group_ranks")
+
+
+def _ranked(metadata_by_rank: Any) -> Iterator[tuple[int, Any]]:
+    if isinstance(metadata_by_rank, Mapping):
+        items: Iterable[tuple[Any, Any]] = metadata_by_rank.items()
+    elif isinstance(metadata_by_rank, Sequence) and not isinstance(metadata_by_rank, (str, bytes)):
+        items = enumerate(metadata_by_rank)
+    else:
+        raise TypeError(
+            "metadata_by_rank must be a list indexed by rank (as all_gather_object returns it) or a "
+            f"mapping rank -> list of ParameterMetadata, got {type(metadata_by_rank).__name__}"
+        )
+    for rank, metas in items:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise TypeError(f"rank keys must be integers, got {rank!r}")
+        if metas is None:
+            continue
+        if isinstance(metas, Mapping):  # the planner's per-rank {resolved_name: metadata} form
+            metas = list(metas.values())
+        if isinstance(metas, (str, bytes)) or not isinstance(metas, Iterable):
+            raise TypeError(f"rank {rank}: expected a list of ParameterMetadata, got {type(metas).__name__}")
+        yield int(rank), metas
+
+
+def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], Holding]:
+    """(logical shape, holding) of one rank's parameter, as Megatron's refit planner reads it.
+
+    A TP parameter of local extent ``n`` on ``partition_dim`` with ``W`` group ranks spans ``W*n``.
+    With ``partition_stride`` s, that axis is ``W*s`` equal segments, and group position p holds
+    segments ``p, p+W, p+2W, ...`` in that order (gated-MLP ``[gate; up]`` interleave): the
+    segment-to-owner rule of ``_plan_multi_dim_lcm``. ``n`` must divide by s for that to be exact.
+    """
+    where = f"{key} on rank {rank}"
+    local = _shape(meta.shape, f"{where}: shape")
+    if getattr(meta, "is_ep", False) and getattr(meta, "global_expert_index", None) is None:
+        ep = getattr(meta, "expert_parallel_group_ranks", None) or []
+        if len(ep) > 1:
+            raise UnsupportedLayoutError(
+                f"{where}: a fused expert tensor under expert parallelism ({len(ep)} EP ranks): each EP rank "
+                "holds different experts under one name, and the metadata does not say which axis stacks them"
+            )
+    if not meta.is_tp:
+        return local, tuple(((0, n),) if n else () for n in local)
+    group = meta.tensor_parallel_group_ranks
+    if group is None:
+        raise UnsupportedLayoutError(
+            f"{where}: marked tensor-parallel but has no tensor_parallel_group_ranks, so its TP position is unknown"
+        )
+    group = [int(g) for g in group]
+    if rank not in group:
+        raise InvalidMapError(f"{where}: rank {rank} is not in its own TP group {group}")
+    dim = meta.partition_dim
+    stride = meta.partition_stride
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(local):
+        raise InvalidMapError(f"{where}: partition_dim {dim!r} is not an axis of the local shape {local}")
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise InvalidMapError(f"{where}: partition_stride {stride!r} must be a positive integer")
+    width = len(group)
+    position = group.index(rank)
+    if local[dim] % stride:
+        raise UnsupportedLayoutError(
+            f"{where}: the local extent {local[dim]} on partition_dim {dim} does not divide into "
+            f"partition_stride={stride} equal segments"
+        )
+    logical = list(local)
+    logical[dim] = local[dim] * width
+    axes: list[tuple[Run, ...]] = [((0, n),) if n else () for n in logical]
+    blocks = getattr(meta, "partition_sizes", None)
+    if blocks is not None:
+        axes[dim] = _join(_block_runs(_shape(blocks, f"{where}: partition_sizes"), local[dim], width, position,
+                                      stride, where))
+        return tuple(logical), tuple(axes)
+    segment = local[dim] // stride
+    axes[dim] = _join([((position + k * width) * segment, segment)] for k in range(stride))
+    return tuple(logical), tuple(axes)
+
+
+def _block_runs(sizes: tuple[int, ...], local: int, width: int, position: int, stride: int, where: str) -> list[
+        tuple[Run, ...]]:
+    """Block-interleaved TP (``partition_sizes``, newer Megatron-Core; e.g. Mamba ``in_proj``).
+
+    The partition axis is packed components of ``sizes[i] * width`` elements each, every one split
+    evenly over the TP group; a rank stores its slice of each component in order. That is how the
+    newer planner's block layout reads the field (one block per component, stride 1), so a stride
+    other than 1 beside it has no agreed meaning and is refused.
+    """
+    if stride != 1:
+        raise UnsupportedLayoutError(f"{where}: partition_sizes {list(sizes)} together with partition_stride={stride}")
+    if sum(sizes) != local:
+        raise InvalidMapError(
+            f"{where}: partition_sizes {list(sizes)} sum to {sum(sizes)}, the local extent is {local}"
+        )
+    out: list[tuple[Run, ...]] = []
+    start = 0
+    for size in sizes:
+        out.append(((start + position * size, size),))
+        start += size * width
+    return out
+
+
+def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
+    """Source maps of a Megatron-Core model from the ``ParameterMetadata`` every rank reports.
+
+    ``metadata_by_rank`` is what ``build_centralized_reshard_plan`` gathers: a list indexed by
+    global rank (or a mapping rank -> list) of each rank's ``ParameterMetadata``
+    (``megatron.core.resharding.utils.extract_param_metadata``). Parameters are keyed by
+    ``resolved_name`` (global layer and expert indices, as Megatron matches them; ``name`` where it
+    is unset) and locations are global ranks. Every rank reporting a parameter at the same TP
+    position holds the same data (DP replicas, or expert-DP replicas of one expert), so they are
+    its holders.
+
+    Expressed exactly: replicated parameters, TP splits along ``partition_dim`` with any
+    ``partition_stride`` that divides the local extent (interleaved segments), block-interleaved
+    ``partition_sizes`` where present (newer Megatron-Core; 0.16.1's metadata has no such field),
+    per-expert parameters (whose ``resolved_name`` is global), any TP group order, ranks on
+    disjoint PP stages. Refused with ``UnsupportedLayoutError`` naming parameter and rank: a fused
+    expert tensor over more than one EP rank, a TP parameter without TP group ranks, a stride that
+    does not divide the local extent, ``partition_sizes`` beside a stride other than 1. Refused with
+    ``InvalidMapError``: ranks disagreeing on the logical shape, a parameter listed twice on a rank,
+    ``partition_sizes`` that do not sum to the local extent,
+    an ``owner_rank`` that is not the reporting rank, a TP group member that does not report the
+    parameter in the same group.
+    """
+    held: dict[str, dict[int, Holding]] = {}
+    shapes: dict[str, tuple[tuple[int, ...], int]] = {}
+    groups: dict[str, dict[int, tuple[int, ...] | None]] = {}
+    for rank, metas in _ranked(metadata_by_rank):
+        for index, meta in enumerate(metas):
+            missing = [name for name in _REQUIRED if not hasattr(meta, name)]
+            if missing:
+                raise TypeError(f"rank {rank} entry {index}: not a ParameterMetadata (lacks {missing})")
+            key = getattr(meta, "resolved_name", None) or meta.name
+            if not isinstance(key, str):
+                raise TypeError(f"rank {rank} entry {index}: parameter name {key!r} is not a string")
+            owner = meta.owner_rank
+            if owner not in (-1, None) and owner != rank:
+                raise InvalidMapError(f"{key} on rank {rank}: owner_rank is {owner}, not the reporting rank")
+            per_rank = held.setdefault(key, {})
+            if rank in per_rank:
+                raise InvalidMapError(f"{key} on rank {rank}: the rank lists the parameter twice")
+            logical, holding = _megatron_holding(meta, rank, key)
+            if key in shapes and shapes[key][0] != logical:
+                other_shape, other = shapes[key]
+                raise InvalidMapError(
+                    f"{key}: rank {rank} implies a logical shape {logical}, rank {other} {other_shape}"
+                )
+            shapes.setdefault(key, (logical, rank))
+            per_rank[rank] = holding
+            tp = meta.tensor_parallel_group_ranks
+            groups.setdefault(key, {})[rank] = tuple(int(g) for g in tp) if meta.is_tp and tp is not None else None
+    for key, by_rank in groups.items():
+        for rank, group in sorted(by_rank.items()):
+            for member in group or ():
+                if member not in by_rank:
+                    raise InvalidMapError(
+                        f"{key} on rank {rank}: TP group {list(group or ())} includes rank {member}, which does not "
+                        "report the parameter, so part of it is held nowhere"
+                    )
+                if by_rank[member] != group:
+                    raise InvalidMapError(
+                        f"{key} on rank {rank}: TP group {list(group or ())}, but rank {member} reports TP group "
+                        f"{by_rank[member]}"
+                    )
+    return {key: _build(shapes[key][0], by_rank, key) for key, by_rank in held.items()}
