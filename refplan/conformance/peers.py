@@ -284,6 +284,19 @@ def _rebuild_map(logical: Sequence[int], boxes: Sequence[tuple[int, tuple[int, .
     return ParamAffineMap(logical, shards, pieces)
 
 
+def _relabel(m: ParamAffineMap, shift: int) -> ParamAffineMap:
+    """``m`` with every location (keys and holders) moved by ``shift``."""
+    if not shift:
+        return m
+    return ParamAffineMap(
+        m.logical_shape,
+        {loc + shift: s for loc, s in m.shard_shapes.items()},
+        {loc + shift: [AffinePiece(p.shape, p.source_offset, p.source_strides, p.dest_offset, p.dest_strides,
+                                   sorted(h + shift for h in p.locations), p.scale) for p in ps]
+         for loc, ps in m.pieces_by_rank.items()},
+    )
+
+
 def _dense(m: ParamAffineMap, what: str) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
     """Location -> (origin, shape) for maps where every location holds one box as a whole,
     contiguous, row-major local tensor (what Megatron and Awex describe); ``Inexpressible`` else."""
@@ -702,24 +715,26 @@ class MegatronAdapter(_PeerAdapter):
         return problem
 
     def rebuild(self, problem: Mapping[str, Any]) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+        """Both sides read back by ``interop.from_megatron`` from the ``ParameterMetadata`` alone
+        (target ranks shifted back to target locations), so every translated case also tests it."""
+        from ..interop import from_megatron
+
         out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
         offset = problem["offset"]
+        sides: dict[str, dict[str, ParamAffineMap]] = {}
+        for side_name in ("target", "source"):
+            by_rank: dict[int, list[Any]] = {}
+            for name in problem["names"]:
+                for rank, meta in problem["meta"][side_name][name].items():
+                    by_rank.setdefault(rank, []).append(meta)
+            try:
+                maps = from_megatron(by_rank)
+            except (AffineTransferError, TypeError, ValueError) as exc:
+                raise Inexpressible(f"{side_name}: interop.from_megatron refuses the metadata: {exc}") from None
+            shift = offset if side_name == "target" else 0
+            sides[side_name] = {n: _relabel(m, -shift) for n, m in maps.items()}
         for name in problem["names"]:
-            maps = []
-            for side_name in ("target", "source"):
-                per_rank = problem["meta"][side_name][name]
-                shift = offset if side_name == "target" else 0
-                first = next(iter(per_rank.values()))
-                if first.is_tp:
-                    groups = sorted({tuple(m.tensor_parallel_group_ranks) for m in per_rank.values()})
-                else:
-                    groups = [tuple(sorted(per_rank))]
-                side = _MegatronSide(first.is_tp, first.partition_dim, first.partition_stride,
-                                     tuple(tuple(groups_i) for groups_i in groups))
-                local_of = {r: tuple(m.shape) for r, m in per_rank.items()}
-                maps.append(self._side_map(problem["logical"][name], side, local_of,
-                                           {r: r - shift for r in per_rank}))
-            out[name] = (maps[0], maps[1])
+            out[name] = (sides["target"][name], sides["source"][name])
         return out
 
     def run_peer(self, problem: Mapping[str, Any]) -> dict[str, Any]:
