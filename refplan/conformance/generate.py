@@ -1000,6 +1000,30 @@ def peers() -> Family:
               "(torch's chunking leaves a short last shard)", ["peers", "uneven"],
               (contiguous_split_map(shape, split(shape[0], t), 0), contiguous_split_map(shape, split(shape[0], s), 0)),
               accept())
+    # Layouts as torch places DTensors (refplan.interop.from_dtensor), the form DCP users save and load.
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from ..interop import from_dtensor
+
+    dt: list[tuple[str, tuple[int, ...], tuple[int, ...], list[Any], tuple[int, ...], list[Any], str]] = [
+        ("fsdp4-to-fsdp2", (24, 16), (4,), [Shard(0)], (2,), [Shard(0)], "FSDP2 on 4 ranks -> 2"),
+        ("fsdp3-uneven-to-fsdp4", (10, 8), (3,), [Shard(0)], (4,), [Shard(0)],
+         "FSDP2 over 3 ranks of 10 rows (torch's chunks 4,4,2) -> 4 ranks (3,3,3,1)"),
+        ("fsdp4-empty-shard-to-fsdp2", (3, 8), (4,), [Shard(0)], (2,), [Shard(0)],
+         "3 rows over 4 ranks: the last rank's local tensor is empty"),
+        ("hsdp-2x2-to-tp4", (16, 8), (2, 2), [Replicate(), Shard(0)], (4,), [Shard(1)],
+         "HSDP (2 replicas x FSDP 2) -> TP 4 on columns"),
+        ("fsdp2-tp2-to-tp4", (16, 8), (2, 2), [Shard(0), Shard(1)], (4,), [Shard(1)],
+         "2-D: FSDP 2 on rows x TP 2 on columns -> TP 4 on columns"),
+        ("nested-shard-to-fsdp2", (16, 4), (2, 2), [Shard(0), Shard(0)], (2,), [Shard(0)],
+         "Two mesh axes both sharding rows (nested) -> FSDP 2"),
+        ("tp2-fsdp2-strided-to-tp4", (16, 4), (2, 2), [_StridedShard(0, split_factor=2), Shard(0)], (4,),
+         [Shard(0)], "FSDP2 over TP: rows strided-sharded on the FSDP axis (_StridedShard) -> TP 4"),
+    ]
+    for slug, shape, s_mesh, s_pl, t_mesh, t_pl, why in dt:
+        f.add(f"dtensor-{slug}", f"DTensor layouts: {why}", ["peers", "dtensor"],
+              (from_dtensor(shape, t_mesh, t_pl), from_dtensor(shape, s_mesh, s_pl)), accept())
     # Findings, one minimal reproduction each.
     rows = [8, 1, 1, 1, 1, 1, 1]
     f.add("finding-dcp-dedup-counts-items", "Two replicas each save chunks of 8,1,1,1,1,1,1 rows: a byte-balanced "

@@ -301,6 +301,18 @@ def sender_loads(case: Case, plans: Mapping[str, Any]) -> dict[int, int]:
     return load
 
 
+def _oracle_says(case: Case, outcome: Outcome) -> str:
+    """What the oracle finds in a plan for a case that must be refused: the counterexample (or the
+    map error) that shows why accepting it was wrong; empty when the plans cannot be judged."""
+    try:
+        pairs = {name: (pair["target"], pair["source"]) for name, pair in case.parameters.items()}
+        checked = verify_plans(pairs, dict(outcome.plans or {}))
+    except Exception:  # malformed maps the oracle's loader refuses: the class already says enough
+        return ""
+    bad = [str(v) for v in checked.verdicts.values() if not v.ok]
+    return f"; the oracle: {bad[0]}" if bad else ""
+
+
 def load_ratio(case: Case, plans: Mapping[str, Any]) -> float | None:
     """Busiest sender of ``plans`` over the LP lower bound of the case's requests (``None`` when
     the bound is zero: nothing had to be sent, or the requests cannot be collected)."""
@@ -359,7 +371,8 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
                                        "judge: " + "; ".join(bad)), tuple(notes)
             return "fail", "planned a layout the reference leaves unsupported, wrongly: " + "; ".join(bad), tuple(notes)
         if outcome.kind == "accept":
-            return "fail", f"accepted something that must be refused ({expect.error})", tuple(notes)
+            why = f"accepted something that must be refused ({expect.error}){_oracle_says(case, outcome)}"
+            return "fail", why, tuple(notes)
         if peer:
             notes.append(f"refused with its own {outcome.error}: {outcome.message}")
             return "pass", "", tuple(notes)
