@@ -1021,9 +1021,9 @@ def peers() -> Family:
         ("tp2-fsdp2-strided-to-tp4", (16, 4), (2, 2), [_StridedShard(0, split_factor=2), Shard(0)], (4,),
          [Shard(0)], "FSDP2 over TP: rows strided-sharded on the FSDP axis (_StridedShard) -> TP 4"),
     ]
-    for slug, shape, s_mesh, s_pl, t_mesh, t_pl, why in dt:
+    for slug, gshape, s_mesh, s_pl, t_mesh, t_pl, why in dt:
         f.add(f"dtensor-{slug}", f"DTensor layouts: {why}", ["peers", "dtensor"],
-              (from_dtensor(shape, t_mesh, t_pl), from_dtensor(shape, s_mesh, s_pl)), accept())
+              (from_dtensor(gshape, t_mesh, t_pl), from_dtensor(gshape, s_mesh, s_pl)), accept())
     # Findings, one minimal reproduction each.
     rows = [8, 1, 1, 1, 1, 1, 1]
     f.add("finding-dcp-dedup-counts-items", "Two replicas each save chunks of 8,1,1,1,1,1,1 rows: a byte-balanced "
