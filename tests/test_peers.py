@@ -190,3 +190,46 @@ def test_docs_list_every_peer_with_its_summary(cases: list[Case]) -> None:
         for r in report.results:
             if r.verdict in ("fail", "quality"):
                 assert f"`{r.case_id}`" in text
+
+
+def test_dcp_metadata_reads_back_through_interop(cases: list[Case]) -> None:
+    """``interop.from_dcp_metadata`` on the ``Metadata`` DCP itself wrote for every valid case it
+    saves: one location per stored chunk, and the chunks are exactly the source's distinct boxes."""
+    from refplan.conformance.peers import _chunks
+    from refplan.interop import from_dcp_metadata
+
+    adapter: Any = _adapter("dcp")
+    checked = 0
+    for case in cases:
+        if case.expect.outcome != "accept":
+            continue
+        try:
+            problem = adapter.translate(case)
+            _, metadata = adapter.save(problem)
+        except (Inexpressible, ValueError):
+            continue
+        maps = from_dcp_metadata(metadata)
+        for name, pair in case.parameters.items():
+            source = ParamAffineMap.from_dict(pair["source"])
+            want = {(c.origin, c.shape) for c in _chunks(source, name)}
+            if name not in maps:  # nothing was saved: DCP writes no metadata entry for it
+                assert want == set(), case.id
+                continue
+            m = maps[name]
+            got = set()
+            for loc, pieces in m.pieces_by_rank.items():
+                for p in pieces:
+                    origin = tuple(divmod_all(p.source_offset, m.logical_shape))
+                    got.add((origin, p.shape))
+                    assert m.shard_shapes[loc] == p.shape  # a stored chunk is its own dense tensor
+            assert got == want, case.id
+        checked += 1
+    assert checked >= 60
+
+
+def divmod_all(offset: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for n in reversed(shape):
+        offset, i = divmod(offset, n) if n else (offset, 0)
+        out.append(i)
+    return list(reversed(out))

@@ -520,10 +520,15 @@ class DCPAdapter(_PeerAdapter):
             out[name] = (_rebuild_map(problem.logical[name], tgt), _rebuild_map(problem.logical[name], src))
         return out
 
-    def run_peer(self, problem: _DCPProblem) -> dict[str, Any]:
+    def save(self, problem: _DCPProblem) -> tuple[list[Any], Any]:
+        """DCP's global save planning: (deduplicated plans, ``Metadata``)."""
         planner = self._planner.DefaultSavePlanner(flatten_state_dict=False,
                                                    dedup_save_to_lowest_rank=self.lowest_rank)
         global_plan, metadata = planner.create_global_plan(problem.save_plans)
+        return list(global_plan), metadata
+
+    def run_peer(self, problem: _DCPProblem) -> dict[str, Any]:
+        global_plan, metadata = self.save(problem)
         owners: dict[str, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
         for loc, plan in zip(problem.source_locs, global_plan):
             for item in plan.items:
