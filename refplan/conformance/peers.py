@@ -284,15 +284,13 @@ def _rebuild_map(logical: Sequence[int], boxes: Sequence[tuple[int, tuple[int, .
     return ParamAffineMap(logical, shards, pieces)
 
 
-def _relabel(m: ParamAffineMap, shift: int) -> ParamAffineMap:
-    """``m`` with every location (keys and holders) moved by ``shift``."""
-    if not shift:
-        return m
+def _relabel(m: ParamAffineMap, names: Mapping[int, int]) -> ParamAffineMap:
+    """``m`` with every location (keys and holders) renamed by ``names``."""
     return ParamAffineMap(
         m.logical_shape,
-        {loc + shift: s for loc, s in m.shard_shapes.items()},
-        {loc + shift: [AffinePiece(p.shape, p.source_offset, p.source_strides, p.dest_offset, p.dest_strides,
-                                   sorted(h + shift for h in p.locations), p.scale) for p in ps]
+        {names[loc]: s for loc, s in m.shard_shapes.items()},
+        {names[loc]: [AffinePiece(p.shape, p.source_offset, p.source_strides, p.dest_offset, p.dest_strides,
+                                  sorted(names[h] for h in p.locations), p.scale) for p in ps]
          for loc, ps in m.pieces_by_rank.items()},
     )
 
@@ -573,7 +571,12 @@ class _MegatronSide:
 
 
 class MegatronAdapter(_PeerAdapter):
-    """Megatron-Core's refit planner: one source replica per destination rank and parameter."""
+    """Megatron-Core's refit planner: one source replica per destination rank and parameter.
+
+    Endpoints are Megatron's own world: a refit runs the trainer and the engine on the same global
+    ranks, so a case's processes are the ranks (one shard per rank and parameter and side)."""
+
+    features = frozenset({"multi_parameter", "element_size", "endpoints"})
 
     def __init__(self) -> None:
         self._utils = _import("megatron.core.resharding.utils")
@@ -638,35 +641,8 @@ class MegatronAdapter(_PeerAdapter):
         groups = tuple(tuple(by_rank[j][c] for j in range(world)) for c in range(copies))
         return _MegatronSide(True, dim, stride, groups)
 
-    @staticmethod
-    def _side_map(logical: Sequence[int], side: _MegatronSide, local_of: Mapping[int, tuple[int, ...]],
-                  rank_to_loc: Mapping[int, int]) -> ParamAffineMap:
-        """Megatron's reading of one side: TP rank ``j`` of ``W`` with stride ``s`` holds blocks
-        ``k*W + j`` (``k < s``) of ``W*s`` equal blocks along the partition axis, stacked in order."""
-        entries = []
-        for group in side.tp_groups:
-            world = len(group)
-            for j, rank in enumerate(group):
-                local = local_of[rank]
-                loc = rank_to_loc[rank]
-                if not side.is_tp or (world == 1 and tuple(local) == tuple(logical)):
-                    entries.append((loc, (0,) * len(logical), tuple(local), tuple(local), 0,
-                                    row_major_strides(local)))
-                    continue
-                unit = logical[side.dim] // (world * side.stride)
-                for k in range(side.stride):
-                    origin = [0] * len(logical)
-                    origin[side.dim] = (k * world + j) * unit
-                    shape = list(local)
-                    shape[side.dim] = unit
-                    at = [0] * len(logical)
-                    at[side.dim] = k * unit
-                    off, strides = _dense_offset(at, local)
-                    entries.append((loc, tuple(origin), tuple(shape), tuple(local), off, strides))
-        return _rebuild_map(logical, entries)
-
     def translate(self, case: Case) -> dict[str, Any]:
-        _no_options(case)
+        _no_options(case, allowed=("endpoints",))
         names = sorted(case.parameters)
         maps: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
         for name in names:
@@ -677,10 +653,25 @@ class MegatronAdapter(_PeerAdapter):
                 raise Inexpressible(f"parameter {name!r}: shapes {t.logical_shape} and {s.logical_shape} "
                                     "(the planner matches parameters by name and local shape only)")
             maps[name] = (t, s)
+        # Global ranks: the processes of the endpoints (a refit runs both models on one world), or
+        # without endpoints source locations as ranks 0.. and target locations after them.
+        ends = case.raw.get("endpoints")
         src_locs = {loc for _, s in maps.values() for loc in s.shard_shapes}
         offset = max(src_locs, default=-1) + 1
+        rank_of: dict[str, dict[int, int]] = {"source": {}, "target": {}}
+        for side_name in ("source", "target"):
+            locs = {loc for t, s in maps.values() for loc in (s if side_name == "source" else t).shard_shapes}
+            for loc in locs:
+                if ends is not None:
+                    proc = ends.get(side_name, {}).get(str(loc))
+                    if not isinstance(proc, int):
+                        raise Inexpressible(f"{side_name} location {loc} has no process (a rank holds each shard)")
+                    rank_of[side_name][loc] = proc
+                else:
+                    rank_of[side_name][loc] = loc + (offset if side_name == "target" else 0)
         utils, torch = self._utils, self._torch
         meta: dict[str, dict[str, dict[int, Any]]] = {"source": {}, "target": {}}
+        loc_of: dict[str, dict[str, dict[int, int]]] = {"source": {}, "target": {}}
         for name in names:
             t, s = maps[name]
             t_dims = {d for loc in t.pieces_by_rank for d, (a, b) in
@@ -694,38 +685,43 @@ class MegatronAdapter(_PeerAdapter):
             dtype = getattr(torch, _dtype_name(case, name))
             for side_name, side in sides.items():
                 m = t if side_name == "target" else s
-                shift = offset if side_name == "target" else 0
+                rank = rank_of[side_name]
+                held = [loc for group in side.tp_groups for loc in group]
+                by_rank: dict[int, int] = {}
+                for loc in held:
+                    if rank[loc] in by_rank:
+                        raise Inexpressible(f"parameter {name!r}, {side_name}: locations {by_rank[rank[loc]]} and "
+                                            f"{loc} on one process (Megatron: one shard per rank and parameter)")
+                    by_rank[rank[loc]] = loc
+                loc_of[side_name][name] = by_rank
                 dp_of: dict[int, tuple[int, ...]] = {}
                 for j in range(len(side.tp_groups[0])):
-                    dp = tuple(sorted(g[j] + shift for g in side.tp_groups))
+                    dp = tuple(sorted(rank[g[j]] for g in side.tp_groups))
                     for g in side.tp_groups:
                         dp_of[g[j]] = dp
                 per_rank: dict[int, Any] = {}
                 for group in side.tp_groups:
-                    ranks = [loc + shift for loc in group]
+                    ranks = [rank[loc] for loc in group]
                     for loc in group:
-                        shard = m.shard_shapes[loc]
-                        per_rank[loc + shift] = utils.ParameterMetadata(
-                            name=name, shape=tuple(shard), dtype=dtype, element_size=torch.empty(0, dtype=dtype)
-                            .element_size(), is_tp=side.is_tp, partition_dim=side.dim,
-                            partition_stride=side.stride, owner_rank=loc + shift,
+                        per_rank[rank[loc]] = utils.ParameterMetadata(
+                            name=name, shape=tuple(m.shard_shapes[loc]), dtype=dtype,
+                            element_size=torch.empty(0, dtype=dtype).element_size(), is_tp=side.is_tp,
+                            partition_dim=side.dim, partition_stride=side.stride, owner_rank=rank[loc],
                             tensor_parallel_group_ranks=list(ranks) if side.is_tp else None,
                             data_parallel_group_ranks=list(dp_of[loc]),
                             pipeline_parallel_group_ranks=None, resolved_name=name,
                         )
                 meta[side_name][name] = per_rank
-        problem = {"names": names, "meta": meta, "offset": offset,
+        problem = {"names": names, "meta": meta, "loc_of": loc_of,
                    "logical": {n: maps[n][1].logical_shape for n in names}}
         self._gate(case, problem)
         return problem
 
     def rebuild(self, problem: Mapping[str, Any]) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
         """Both sides read back by ``interop.from_megatron`` from the ``ParameterMetadata`` alone
-        (target ranks shifted back to target locations), so every translated case also tests it."""
+        (global ranks mapped back to the case's locations), so every translated case also tests it."""
         from ..interop import from_megatron
 
-        out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
-        offset = problem["offset"]
         sides: dict[str, dict[str, ParamAffineMap]] = {}
         for side_name in ("target", "source"):
             by_rank: dict[int, list[Any]] = {}
@@ -736,16 +732,13 @@ class MegatronAdapter(_PeerAdapter):
                 maps = from_megatron(by_rank)
             except (AffineTransferError, TypeError, ValueError) as exc:
                 raise Inexpressible(f"{side_name}: interop.from_megatron refuses the metadata: {exc}") from None
-            shift = offset if side_name == "target" else 0
-            sides[side_name] = {n: _relabel(m, -shift) for n, m in maps.items()}
-        for name in problem["names"]:
-            out[name] = (sides["target"][name], sides["source"][name])
-        return out
+            sides[side_name] = {n: _relabel(m, problem["loc_of"][side_name][n]) for n, m in maps.items()}
+        return {name: (sides["target"][name], sides["source"][name]) for name in problem["names"]}
 
     def run_peer(self, problem: Mapping[str, Any]) -> dict[str, Any]:
         select = self._utils.select_src_metadata_balanced
         determine = self._planner._determine_source_ranks_for_dst_param
-        offset = problem["offset"]
+        loc_of = problem["loc_of"]
         src_meta, dst_meta = problem["meta"]["source"], problem["meta"]["target"]
         segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem["names"]}
         dst_ranks = sorted({r for per in dst_meta.values() for r in per})
@@ -764,8 +757,8 @@ class MegatronAdapter(_PeerAdapter):
                         raise ValueError(f"{name}: source slice {s_len} and destination slice {d_len} differ")
                     s_off, s_str = _dense_offset(s_start, src_local)
                     d_off, d_str = _dense_offset(d_start, tuple(dst.shape))
-                    segments[name].append(_segment(d_len, (src_rank, s_off, s_str),
-                                                   (dst_rank - offset, d_off, d_str)))
+                    segments[name].append(_segment(d_len, (loc_of["source"][name][src_rank], s_off, s_str),
+                                                   (loc_of["target"][name][dst_rank], d_off, d_str)))
         return {n: {"logical_shape": list(problem["logical"][n]), "segments": segments[n]} for n in problem["names"]}
 
 
