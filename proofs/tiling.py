@@ -12,9 +12,10 @@ mechanized here, and how far:
   linear queries; the ordering fact is a fourth), plus direct bounded instances as a cross-check.
 * n axes, k = 2 parts, n <= 5; n = 2 axes, k = 3 parts: direct, symbolic coordinates, with the
   disjunction "some axis separates each pair" split into its exhaustive cases.
-* guillotine split, n <= 8 axes, every axis: cutting a box gives two boxes that tile it; with
-  the refinement lemma (an exact cover of the parts of an exact cover is an exact cover of the
-  whole) this proves every guillotine tiling, of any k and any n, by induction over the cut tree.
+* guillotine split, n <= 8 axes, one claim per axis: cutting a positive box strictly inside on
+  that one axis (other extents may be 1) gives two boxes that tile it; with the refinement lemma
+  (an exact cover of the parts of an exact cover is an exact cover of the whole) and induction
+  over the cut tree, which is the paper step, this covers every guillotine tiling, any k, n <= 8.
 * slab tilings (one axis separates every pair), n <= 8 axes, every k: ``slabs.py``.
 * disjointness: "some axis separates" is exactly "no common integer point", n <= 8.
 """
