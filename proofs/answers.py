@@ -1,15 +1,18 @@
 """What ``check_answers`` buys (theorem3.md §3.5, §4): its checks imply an exact tiling.
 
-* ``exact_tiling``: for a split answer, the checks ``check_answers`` makes — every part's location
-  is one of the request's candidates, extents positive, part inside the request box, parts pairwise
-  disjoint, volumes summing to the request's volume — imply that every point of the request is
-  covered by exactly one part, that this part is served by a candidate, and that no part covers a
-  point outside the request. (An ``int`` answer is the one-part case, part = request box.)
+* ``exact_tiling``: for a split answer, the geometric checks ``check_answers`` makes — extents
+  positive, part inside the request box, parts pairwise disjoint, volumes summing to the request's
+  volume — imply that every point of the request is covered by exactly one part and that no part
+  covers a point outside the request. (An ``int`` answer is the one-part case, part = request
+  box.) That each part names a candidate is a membership check of the code, not a theorem.
   Bounds as for the tiling lemma (``tiling.py``), which carries the nonlinear step.
 * ``premise_c``: if the source regions cover F exactly (Premise B plus coverage) and a target
   frame lies inside F, then the frame is covered exactly by its intersections with the regions,
   as ``Box.intersect`` computes them (``boxes.intersect_model``). Linear, pointwise, so the volume
   check ``regions.intersections`` also makes (R28) is a second line of defence, not the argument.
+* ``premise_c_arrays``: the same, for the int64 array arithmetic ``regions.intersections`` runs
+  (pair presence as ``box.overlapping_pair_array`` decides it, part = max origin to min end).
+  ``boxes.array_pair_is_intersect`` shows that arithmetic is ``Box.intersect`` for every n <= 8.
 """
 
 from __future__ import annotations
@@ -18,19 +21,22 @@ import itertools
 from collections.abc import Iterator
 
 import z3
-from boxes import intersect_model
+from boxes import array_part_model, intersect_model, pair_model
 from kit import Claim, SymBox, count, ints, main, pairwise_disjoint, show_boxes
 
 
-def exact_tiling(n: int, k: int, candidates: int = 3) -> Claim:
+def exact_tiling(n: int, k: int) -> Claim:
+    """The geometric checks of a split imply an exact tiling of the request, pointwise.
+
+    Which location serves a part is not part of this claim: "every part names a candidate" is a
+    membership check ``check_answers`` makes (``_candidate``), and restating it as a premise and
+    again as a goal would prove nothing (issue 17). The claim is the geometry alone.
+    """
     request = SymBox("Q", n) if n == 1 else SymBox("Q", n, origin=[z3.IntVal(0)] * n)
     parts = [SymBox(f"P{i}", n) for i in range(k)]
-    location = ints("loc", k)
-    holder = ints("cand", candidates)
     x = ints("x", n)
     premises: dict[str, z3.BoolRef] = {
         "request positive": request.positive(),
-        "locations are candidates": z3.And(*[z3.Or(*[loc == c for c in holder]) for loc in location]),
         "positive extents": z3.And(*[q.positive() for q in parts]),
         "inside the request": z3.And(*[q.inside(request) for q in parts]),
         "disjoint": pairwise_disjoint(parts),
@@ -41,19 +47,16 @@ def exact_tiling(n: int, k: int, candidates: int = 3) -> Claim:
     elif k == 2:
         # WLOG, as in tiling.lemma: the separation case "P0 before P1 on axis 0" stands for all 2n.
         premises["disjoint"] = parts[0].separated(parts[1], 0, True)
-    goal = z3.And(
-        count([q.has(x) for q in parts]) == z3.If(request.has(x), 1, 0),
-        *[z3.Implies(q.has(x), z3.Or(*[loc == c for c in holder])) for q, loc in zip(parts, location)],
-    )
-    essential = ["locations are candidates", "inside the request", "volumes sum to the request's"]
+    goal = count([q.has(x) for q in parts]) == z3.If(request.has(x), 1, 0)
+    essential = ["inside the request", "volumes sum to the request's"]
     if k >= 2:
         essential.append("disjoint")
     if n >= 2:
         essential.append("positive extents")
     return Claim(
         f"answers.exact_tiling[n={n},k={k}]",
-        f"n={n}, k={k}, {candidates} candidates" + (", sorted" if n == 1 else ", wlog P0 before P1 on axis 0"),
-        premises, goal, essential, show_boxes(request, *parts, x=x, loc=location, cand=holder),
+        f"n={n}, k={k}" + (", sorted" if n == 1 else ", wlog P0 before P1 on axis 0"),
+        premises, goal, essential, show_boxes(request, *parts, x=x),
     )
 
 
@@ -74,6 +77,28 @@ def premise_c(n: int, regions: int) -> Claim:
     )
 
 
+def premise_c_arrays(n: int, regions: int) -> Claim:
+    """``premise_c`` for the arithmetic ``regions.intersections`` actually runs: a (frame, region)
+    pair counts when ``overlapping_pair_array`` reports it (``boxes.pair_model``), and its part is
+    ``max`` of the origins to ``min`` of the ends (``boxes.array_part_model``). Frames and regions
+    are positive boxes (validated pieces, their groups)."""
+    logical = SymBox("F", n)
+    region = [SymBox(f"R{i}", n) for i in range(regions)]
+    frame = SymBox("f", n)
+    x = ints("x", n)
+    pieces = [(pair_model(frame, r), array_part_model(frame, r)) for r in region]
+    return Claim(
+        f"answers.premise_c_arrays[n={n},regions={regions}]", f"n={n}, {regions} regions, pointwise",
+        {
+            "regions cover F exactly at x": count([r.has(x) for r in region]) == z3.If(logical.has(x), 1, 0),
+            "frame inside F": frame.inside(logical),
+            "frame and regions positive": z3.And(frame.positive(), *[r.positive() for r in region]),
+        },
+        count([z3.And(reported, part.has(x)) for reported, part in pieces]) == z3.If(frame.has(x), 1, 0),
+        ["regions cover F exactly at x", "frame inside F"], show_boxes(logical, frame, *region, x=x),
+    )
+
+
 def claims() -> Iterator[Claim]:
     for k in (1, 2, 3, 4):
         yield exact_tiling(1, k)
@@ -81,6 +106,7 @@ def claims() -> Iterator[Claim]:
         yield exact_tiling(n, 2)
     for n in (1, 2, 3):
         yield premise_c(n, 4)
+        yield premise_c_arrays(n, 4)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Box algebra: ``Box.intersect`` and ``Box.subtract`` do what their names say (theorem3.md §3.2).
+"""Box algebra: ``Box.intersect`` and ``Box.subtract`` do what their names say (theorem3.md §3.2),
+and the array form of intersection that ``regions.intersections`` runs is ``Box.intersect``.
 
 Both functions are re-encoded here step for step as z3 terms (``intersect_model``,
 ``subtract_model``), then proved correct for every box with symbolic coordinates, for up to
@@ -41,6 +42,28 @@ def overlaps_model(a: SymBox, b: SymBox) -> z3.BoolRef:
         z3.Not(z3.Or(ae <= 0, be <= 0, a0 >= b0 + be, b0 >= a0 + ae))
         for a0, ae, b0, be in zip(a.origin, a.extent, b.origin, b.extent)
     ])
+
+
+def pair_model(a: SymBox, b: SymBox) -> z3.BoolRef:
+    """When ``box.overlapping_pair_array`` reports the pair (a, b), as its code decides it.
+
+    Boxes with a non-positive extent are dropped first (the ``live`` filter); what remains is
+    reported when every axis has ``a.lo < b.hi`` and ``b.lo < a.hi``: the leaf's strict numpy
+    comparison, and the test the sorted interval join applies to its candidates. (That the k-d
+    partition and the join bring every such pair to that test is **[tests]**, exhaustive on small
+    domains in ``tests/test_proofs.py``.)
+    """
+    return z3.And(a.positive(), b.positive(), *[
+        z3.And(a0 < b0 + be, b0 < a0 + ae) for a0, ae, b0, be in zip(a.origin, a.extent, b.origin, b.extent)
+    ])
+
+
+def array_part_model(a: SymBox, b: SymBox) -> SymBox:
+    """The part ``regions.intersections`` computes for a reported pair, on int64 arrays:
+    ``lo = max(origins)``, ``extent = min(ends) - lo``."""
+    lo = [_max(x, y) for x, y in zip(a.origin, b.origin)]
+    hi = [_min(x, y) for x, y in zip(a.end, b.end)]
+    return SymBox(f"{a.name}^{b.name}", a.ndim, lo, [h - o for o, h in zip(lo, hi)])
 
 
 def subtract_model(a: SymBox, b: SymBox) -> list[tuple[z3.BoolRef, SymBox]]:
@@ -88,6 +111,31 @@ def intersect_claims(n: int) -> Iterator[Claim]:
     )
 
 
+def array_pair_claim(n: int) -> Claim:
+    """The array arithmetic of ``regions.intersections`` is ``Box.intersect``, and its pair test is
+    the separation predicate of Lemma T: for positive boxes, the pair is reported exactly when no
+    axis separates them, exactly when ``Box.intersect`` finds a box, and then the array part is
+    that box. The ``live`` filter matters: drop "A positive" and a zero-extent box lying across
+    B's span passes the strict comparison although the two share no point."""
+    a, b = SymBox("A", n), SymBox("B", n)
+    strict = z3.And(*[
+        z3.And(a0 < b0 + be, b0 < a0 + ae) for a0, ae, b0, be in zip(a.origin, a.extent, b.origin, b.extent)
+    ])
+    present, box = intersect_model(a, b)
+    part = array_part_model(a, b)
+    return Claim(
+        f"boxes.array_pair_is_intersect[n={n}]", f"n={n}",
+        # The two premises are what the ``live`` filter establishes before the strict test.
+        {"A positive": a.positive(), "B positive": b.positive()},
+        z3.And(
+            strict == z3.Not(a.disjoint(b)),
+            strict == present,
+            z3.Implies(strict, part.same(box)),
+        ),
+        ["A positive"], show_boxes(a, b),
+    )
+
+
 def subtract_claim(n: int) -> Claim:
     a, b = SymBox("A", n), SymBox("B", n)
     p = ints("p", n)
@@ -108,6 +156,7 @@ def subtract_claim(n: int) -> Claim:
 def claims() -> Iterator[Claim]:
     for n in range(1, MAX_AXES + 1):
         yield from intersect_claims(n)
+        yield array_pair_claim(n)
     for n in range(1, SUBTRACT_AXES + 1):
         yield subtract_claim(n)
 

@@ -593,6 +593,8 @@ def _targets(report: BenchReport) -> list[dict[str, Any]]:
                 f"{mine.plan_seconds:.3f} s vs {peer.plan_seconds:.3f} s = {ratio:.3f}x")
         else:
             add("llama-sync balanced plan <= 1/3 DeepSpeed", None, "DeepSpeed not run")
+    if report.deepspeed is None and mine is not None:  # said, not silently dropped
+        add("moe-gather 4096 plan+verify < 1/3 DeepSpeed@256 (interleaved)", None, "DeepSpeed not run")
     for cross in report.cross:
         label = "moe-gather" if cross["refplan"].startswith("moe-gather") else "(supplementary) moe-reshard"
         add(f"{label} 4096 plan+verify < 1/3 DeepSpeed@256 (interleaved)", cross["ratio"] < TARGET_PLAN_VS_PEER,

@@ -53,6 +53,39 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # ---------------------------------------------------------------------------------------------
+# Property tests that count what they checked.
+
+
+class Reached:
+    """Counts the examples of a property test that reached each of its assertions.
+
+    A property whose assertion sits behind an ``if`` (or after an early ``return``) can pass
+    without ever checking anything. Such tests call ``hit(label)`` where the assertion runs, and
+    the enclosing plain test asserts afterwards, with ``at_least``, that the label was reached.
+    Each hit is also a hypothesis ``event``, so ``--hypothesis-show-statistics`` shows the counts.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def hit(self, label: str) -> None:
+        from hypothesis import event
+
+        self.counts[label] = self.counts.get(label, 0) + 1
+        event(label)
+
+    def at_least(self, label: str, count: int) -> None:
+        got = self.counts.get(label, 0)
+        print(f"reached {label!r}: {got}")  # shown with -s, and with the failure otherwise
+        assert got >= count, f"only {got} example(s) reached {label!r} (want >= {count}); all: {self.counts}"
+
+
+def examples() -> int:
+    """``max_examples`` of the active hypothesis profile (what a ``Reached`` bound scales with)."""
+    return int(settings().max_examples)
+
+
+# ---------------------------------------------------------------------------------------------
 # Map helpers.
 
 
@@ -218,6 +251,51 @@ def run_plan(
     return Execution(targets, expected, writes, reads, (t_before, t_after))
 
 
+def shard_box_origin(offset: int, shape: Sequence[int], shard: Sequence[int]) -> tuple[int, ...] | None:
+    """Where a row-major segment starting at ``offset`` begins in ``shard``, if it is a box there.
+
+    A segment with the shard's row-major strides is a box of the shard exactly when its first
+    element decodes to a coordinate ``c`` of the shard and ``c + shape`` stays inside the shard on
+    every axis. Otherwise the same addresses may still be distinct and in bounds (a run that wraps
+    into the next row), which an execution cannot tell apart from a box, but the oracle needs its
+    element-level fallback for it. Written here by plain division, independently of the library.
+    """
+    rest = offset
+    coord: list[int] = []
+    if volume(shard) == 0:
+        return None  # an empty shard holds no element, so no segment is a box of it
+    for stride in row_major_strides(shard):
+        c, rest = divmod(rest, stride)
+        coord.append(c)
+    if rest != 0 or any(not 0 <= c < n for c, n in zip(coord, shard)):
+        return None
+    if any(c + e > n for c, e, n in zip(coord, shape, shard)):
+        return None
+    return tuple(coord)
+
+
+def assert_segments_are_boxes(plan: Any, target_map: ParamAffineMap, source_map: ParamAffineMap) -> int:
+    """Every segment of a refplan plan is a box in its source shard *and* in its target shard.
+
+    Lemma M's guard (``plan.coalesce``) keeps merged segments boxes on both sides; a merge that
+    checked only one side would still execute exactly but leave the oracle an element-level
+    fallback (``unverifiable`` past its budget). Returns the number of segments checked, so a
+    caller can assert the check saw something.
+    """
+    for i, seg in enumerate(plan.segments):
+        for side, offset, strides, shard in (
+            ("source", seg.source_offset, seg.source_strides, source_map.shard_shapes[seg.source_rank]),
+            ("target", seg.target_offset, seg.target_strides, target_map.shard_shapes[seg.target_rank]),
+        ):
+            assert tuple(strides) == row_major_strides(shard), (
+                f"segment {i}: {side} strides {strides} are not those of shard {shard}"
+            )
+            assert shard_box_origin(offset, seg.shape, shard) is not None, (
+                f"segment {i} ({seg}) is not a box of its {side} shard {shard}"
+            )
+    return len(plan.segments)
+
+
 def _simulator() -> Callable[..., Any] | None:
     try:
         from refplan.simulate import simulate_transfer
@@ -229,9 +307,11 @@ def _simulator() -> Callable[..., Any] | None:
 def assert_executes_exactly(
     plan: Any, target_map: ParamAffineMap, source_map: ParamAffineMap, **kwargs: Any
 ) -> Execution:
-    """Run the plan, assert exactness and volume, and cross-check with ``refplan.simulate`` if any."""
+    """Run the plan, assert exactness, volume and that every segment is a box in both shards, and
+    cross-check with ``refplan.simulate`` if any."""
     run = run_plan(plan, target_map, source_map, **kwargs)
     run.assert_exact()
+    assert_segments_are_boxes(plan, target_map, source_map)
     target_volume = sum(volume(s) for s in target_map.shard_shapes.values())
     assert plan.moved_elements == sum(s.numel for s in plan.segments) == target_volume
     simulate = _simulator()

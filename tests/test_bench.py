@@ -82,9 +82,9 @@ def test_quick_bench_rows_are_sound(quick_report: dict[str, Any]) -> None:
     summaries = {s["name"]: s for s in quick_report["scenarios"]}
     assert summaries["llama-sync"]["parameters"] == 194
     for row in quick_report["rows"]:
-        if row["error"] is not None:
-            assert row["peer"] == "deepspeed"
-            continue
+        if row["peer"] == "deepspeed":
+            continue  # test_quick_bench_deepspeed_rows judges these, and skips visibly if it cannot
+        assert row["error"] is None, row  # refplan itself never refuses a bench scenario
         assert row["oracle"] == "ok", row
         assert row["lower_bound_ratio"] >= 1.0 - 1e-12, row  # nothing beats the bound
         assert row["sync_seconds"] >= summaries[row["scenario"]]["sync_lower_bound_seconds"] * (1 - 1e-12)
@@ -95,11 +95,32 @@ def test_quick_bench_rows_are_sound(quick_report: dict[str, Any]) -> None:
     assert uneven["split_balanced"]["sync_seconds"] <= uneven["balanced"]["sync_seconds"] * (1 + 1e-12)
     assert quick_report["model"]["alpha_network_s"] > 0 and quick_report["model"]["beta_network_Bps"] > 0
     assert [t["target"] for t in quick_report["targets"]]  # evaluated, whatever the machine
-    if quick_report["deepspeed"] is not None:
-        ds = rows(quick_report, "llama-sync")["lowest holder"]
-        assert ds["peer"] == "deepspeed"
-        assert ds["lower_bound_ratio"] == pytest.approx(rows(quick_report, "llama-sync")["first_holder"]
-                                                       ["lower_bound_ratio"])
+
+
+def test_quick_bench_deepspeed_rows(quick_report: dict[str, Any]) -> None:
+    """DeepSpeed's rows: its plans pass the oracle and match refplan's lowest-holder load.
+
+    Skipped, with the reason, when DeepSpeed is not importable or refused a scenario: a row
+    that could not be compared is reported as such, never counted as a pass.
+    """
+    if quick_report["deepspeed"] is None:
+        pytest.skip("DeepSpeed (extra 'peer', deepspeed==0.19.8) is not importable: no peer rows to compare")
+    peer = [r for r in quick_report["rows"] if r["peer"] == "deepspeed"]
+    assert peer, "DeepSpeed is importable but the bench produced no DeepSpeed row"
+    compared = 0
+    for row in peer:
+        if row["error"] is not None:
+            continue
+        assert row["oracle"] == "ok", row
+        assert row["lower_bound_ratio"] >= 1.0 - 1e-12, row
+        mine = rows(quick_report, row["scenario"]).get("first_holder")  # the same lowest-holder rule
+        if mine is not None:
+            assert row["lower_bound_ratio"] == pytest.approx(mine["lower_bound_ratio"]), (row, mine)
+        compared += 1
+    assert any(r["scenario"] == "llama-sync" and r["error"] is None for r in peer), peer
+    refused = [f"{r['scenario']}: {r['error']}" for r in peer if r["error"] is not None]
+    if refused:
+        pytest.skip(f"compared {compared} DeepSpeed row(s); DeepSpeed refused {len(refused)}: " + "; ".join(refused))
 
 
 def test_bench_table_and_options(capsys: pytest.CaptureFixture[str]) -> None:

@@ -84,12 +84,48 @@ def test_overlapping_pairs_matches_brute_force(boxes: list[Box], groups: list[in
     assert pairs.tolist() == [list(p) for p in sorted(expected)]  # sorted (i < j) rows, each pair once
 
 
-@given(st.lists(st.builds(Box, st.tuples(st.integers(0, 9), st.integers(0, 9)),
-                          st.tuples(st.integers(1, 4), st.integers(1, 4))), max_size=12))
-def test_separated_proves_disjointness(boxes: list[Box]) -> None:
+@st.composite
+def slab_layouts(draw: st.DrawFn) -> tuple[list[Box], int, int]:
+    """(boxes, axis, i): slabs along ``axis`` in a shuffled order, each ending where (or before)
+    the next starts, all sharing one cross-section on the other axes, so ``axis`` is the only
+    axis that can separate them; box ``i`` is one of two neighbours that touch."""
+    ndim = draw(st.integers(1, 3))
+    axis = draw(st.integers(0, ndim - 1))
+    widths = draw(st.lists(st.integers(1, 4), min_size=2, max_size=8))
+    gaps = draw(st.lists(st.integers(0, 2), min_size=len(widths), max_size=len(widths)))
+    touching = draw(st.integers(0, len(widths) - 2))
+    gaps[touching + 1] = 0  # slabs ``touching`` and ``touching + 1`` share a face
+    cross_origin = [draw(st.integers(-3, 3)) for _ in range(ndim)]
+    cross_extent = [draw(st.integers(1, 3)) for _ in range(ndim)]
+    boxes: list[Box] = []
+    at = draw(st.integers(-5, 5))
+    for width, gap in zip(widths, gaps):
+        at += gap
+        origin, extent = list(cross_origin), list(cross_extent)
+        origin[axis], extent[axis] = at, width
+        boxes.append(Box(tuple(origin), tuple(extent)))
+        at += width
+    order = draw(st.permutations(range(len(boxes))))
+    return [boxes[k] for k in order], axis, order.index(touching)
+
+
+@given(slab_layouts())
+def test_separated_decides_slab_layouts_both_ways(layout: tuple[list[Box], int, int]) -> None:
+    """``separated`` is ``True`` on slabs that only touch (an end equal to the next start is
+    separation: half-open boxes), and ``False`` once one slab reaches a single coordinate into its
+    neighbour. Both directions run on every example, so an off-by-one either way fails here."""
+    boxes, axis, i = layout
     lo, ext = box_arrays(boxes)
-    if separated(lo, lo + ext):
-        assert not overlapping_pairs(boxes)
+    assert separated(lo, lo + ext)
+    assert not overlapping_pairs(boxes)
+    grown = list(boxes)
+    origin, extent = list(boxes[i].origin), list(boxes[i].extent)
+    extent[axis] += 1
+    grown[i] = Box(tuple(origin), tuple(extent))
+    lo, ext = box_arrays(grown)
+    assert not separated(lo, lo + ext)
+    neighbour = next(j for j, b in enumerate(boxes) if b.origin[axis] == boxes[i].origin[axis] + boxes[i].extent[axis])
+    assert overlapping_pairs(grown) == {(min(i, neighbour), max(i, neighbour))}
 
 
 @given(st.lists(st.builds(Box, st.tuples(st.integers(0, 6), st.integers(0, 6)),

@@ -585,11 +585,18 @@ def test_planner_and_oracle_agree_on_pieces_of_empty_shards() -> None:
         {0: [AffinePiece((0, 4), 0, (4, 1), 0, (4, 1), [0])], 1: [AffinePiece((0, 0, 4), 0, (4, 1), 0, (4, 1), [1])]},
     )
     source = replicated_map((0, 4), 1)
-    try:
-        plan = plan_transfer(target, source)
-    except InvalidMapError:
-        return
-    assert verify_plan(target, source, plan).status == "ok"
+    # A piece with the wrong number of axes is wrong even where it holds no element: the planner
+    # refuses the map, and the oracle, judging any plan for it, calls it an invalid map too.
+    planner_error = refused(InvalidMapError, lambda: plan_transfer(target, source), match="number of axes")
+    verdict = verify_plan(target, source, [])
+    assert verdict.status == "invalid_map", str(verdict)
+    assert "location 1, piece 0" in str(planner_error) and "location 1, piece 0" in str(verdict)
+    # Without that piece both accept: the empty plan is the exact plan of an empty parameter.
+    fixed = ParamAffineMap((0, 4), {0: (0, 4), 1: (0, 4)},
+                           {0: [AffinePiece((0, 4), 0, (4, 1), 0, (4, 1), [0])], 1: []})
+    plan = plan_transfer(fixed, source)
+    assert plan.segments == ()
+    assert verify_plan(fixed, source, plan).status == "ok"
 
 
 class _LyingLength(list):  # type: ignore[type-arg]

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import random
 import re
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from refplan.box import Box
+from refplan.box import Box, overlapping_pair_array
 
 z3 = pytest.importorskip("z3")
 
@@ -155,3 +156,142 @@ def test_encodings_compute_what_refplan_box_computes(encodings: Any) -> None:
         assert _value(boxes.overlaps_model(sa, sb)) == a.overlaps(b), (a, b)
         pieces = [_to_box(s) for guard, s in boxes.subtract_model(sa, sb) if _value(guard)]
         assert pieces == a.subtract(b), (a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# The code the proofs do not reach directly, checked exhaustively on small domains (theorem3.md
+# §3.2): the pair test of ``box.overlapping_pair_array`` (its live filter, the leaf's strict
+# comparison, the k-d partition and the sorted interval join around them) and the int64 array
+# arithmetic of ``regions.intersections``. The reference each is held to is the separation
+# predicate that ``tiling.separated_has_no_common_point`` / ``unseparated_has_common_point`` prove
+# equivalent to "no common point", and plain point sets.
+
+
+def _grid_boxes(ndim: int, origins: range, extents: range) -> list[Box]:
+    axis = [(o, e) for o in origins for e in extents]
+    return [Box(tuple(o for o, _ in pick), tuple(e for _, e in pick)) for pick in itertools.product(axis, repeat=ndim)]
+
+
+def _separated(a: Box, b: Box) -> bool:
+    """``SymBox.disjoint``: some axis has one box end at or before the other starts."""
+    return any(ao + ae <= bo or bo + be <= ao for ao, ae, bo, be in zip(a.origin, a.extent, b.origin, b.extent))
+
+
+def _reported(a: Box, b: Box) -> bool:
+    """What ``boxes.pair_model`` says the code reports: both boxes positive, and not separated."""
+    return all(e > 0 for e in a.extent + b.extent) and not _separated(a, b)
+
+
+def test_separation_predicate_here_is_the_proved_one(encodings: Any) -> None:
+    kit, boxes = encodings
+    rng = random.Random(17)
+    for trial in range(300):
+        ndim = 1 + trial % 3
+        a, b = _random_box(rng, ndim), _random_box(rng, ndim)
+        sa, sb = _concrete(kit, "A", a), _concrete(kit, "B", b)
+        assert _value(sa.disjoint(sb)) == _separated(a, b), (a, b)
+        assert _value(boxes.pair_model(sa, sb)) == _reported(a, b), (a, b)
+        if _reported(a, b):
+            assert _to_box(boxes.array_part_model(sa, sb)) == a.intersect(b), (a, b)
+
+
+def test_overlapping_pair_array_on_every_pair_of_a_small_domain() -> None:
+    """Exhaustive: every pair (and every box with itself) of 2-D boxes with origins -1..1 and
+    extents -1..2 per axis, 144 boxes, zero and negative extents included. Two boxes go through
+    the ``separated`` shortcut and the leaf; the pair must be reported exactly as predicted."""
+    domain = _grid_boxes(2, range(-1, 2), range(-1, 3))
+    for i, a in enumerate(domain):
+        for b in domain[i:]:
+            got = overlapping_pair_array([a, b]).tolist()
+            assert got == ([[0, 1]] if _reported(a, b) else []), (a, b)
+
+
+@pytest.mark.parametrize(("ndim", "origins", "extents"), [
+    (1, range(-2, 6), range(-1, 5)),
+    (2, range(-1, 2), range(-1, 3)),
+    (3, range(0, 2), range(0, 3)),
+])
+def test_overlapping_pair_array_on_a_whole_small_domain_at_once(ndim: int, origins: range, extents: range) -> None:
+    """Exhaustive: every box of a small domain in one call (48, 144 and 216 boxes, so the k-d
+    partition cuts cells), without and with two groups; the reported pairs must be exactly the
+    predicted ones, each once, sorted."""
+    domain = _grid_boxes(ndim, origins, extents)
+    expected = [[i, j] for i, j in itertools.combinations(range(len(domain)), 2) if _reported(domain[i], domain[j])]
+    assert overlapping_pair_array(domain).tolist() == expected
+    groups = [(i * 7) % 3 % 2 for i in range(len(domain))]
+    assert overlapping_pair_array(domain, groups=groups).tolist() == [
+        [i, j] for i, j in expected if groups[i] != groups[j]
+    ]
+
+
+def _tilings(shape: tuple[int, ...]) -> list[list[Box]]:
+    """Every tiling of the box ``[0, shape)`` by boxes, each listed once (a box per step covers
+    the first free cell in row-major order)."""
+    cells = list(itertools.product(*(range(s) for s in shape)))
+    out: list[list[Box]] = []
+
+    def fill(free: frozenset[tuple[int, ...]], chosen: list[Box]) -> None:
+        if not free:
+            out.append(list(chosen))
+            return
+        first = min(free)
+        for extent in itertools.product(*(range(1, s - c + 1) for s, c in zip(shape, first))):
+            box = Box(first, extent)
+            pts = set(itertools.product(*(range(o, o + e) for o, e in zip(first, extent))))
+            if pts <= free:
+                fill(free - pts, [*chosen, box])
+
+    fill(frozenset(cells), [])
+    return out
+
+
+def _tiled_map(shape: tuple[int, ...], tiles: list[Box], first_location: int = 0) -> Any:
+    """Each tile on its own location, as that location's whole shard."""
+    from refplan.box import row_major_strides
+    from refplan.maps import AffinePiece, ParamAffineMap
+
+    strides = row_major_strides(shape)
+    shards: dict[int, tuple[int, ...]] = {}
+    pieces: dict[int, list[AffinePiece]] = {}
+    for k, tile in enumerate(tiles):
+        loc = first_location + k
+        shards[loc] = tile.extent
+        offset = sum(o * s for o, s in zip(tile.origin, strides))
+        pieces[loc] = [AffinePiece(tile.extent, offset, strides, 0, row_major_strides(tile.extent), [loc])]
+    return ParamAffineMap(shape, shards, pieces)
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3), (2, 2, 2)], ids=lambda s: "x".join(map(str, s)))
+def test_intersections_on_every_pair_of_small_tilings(shape: tuple[int, ...]) -> None:
+    """Exhaustive: for every source tiling S and every target tiling T of a small F (each tile
+    on its own location), ``regions.intersections`` returns, in (location, origin) order, one
+    part per (frame, region) pair that shares a point, and that part's points are exactly the
+    common points. That is Premise C for the arithmetic the code runs, on this domain
+    (``answers.premise_c_arrays`` is its z3 form for n <= 3 and 4 regions)."""
+    from refplan.box import WorkCounter
+    from refplan.frames import normalize
+    from refplan.regions import intersections, source_regions
+
+    tilings = _tilings(shape)
+    assert len(tilings) == {(5,): 16, (2, 3): 34, (2, 2, 2): 154}[shape]  # counted by hand for 5 and 2x3
+    targets = [normalize(_tiled_map(shape, tiles), "target", "w") for tiles in tilings]
+    cells = {tile: points(tile) for tiles in tilings for tile in tiles}
+    checked = 0
+    for s_tiles in tilings:
+        regions = source_regions(normalize(_tiled_map(shape, s_tiles), "source", "w"), WorkCounter())
+        for target in targets:
+            got = intersections(target, regions, WorkCounter())
+            want = []
+            for frame in target.frames:  # one frame per location, so location order is frame order
+                for region in regions:
+                    common = cells[frame.box] & cells[region.box]
+                    if common:
+                        want.append((frame.location, region.box, common))
+            want.sort(key=lambda w: (w[0], min(w[2])))
+            assert [(x.target.location, x.region.box, points(x.box)) for x in got] == want, (s_tiles, target)
+            checked += 1
+    assert checked == len(tilings) ** 2
+
+
+def points(box: Box) -> set[tuple[int, ...]]:
+    return set(itertools.product(*(range(o, o + e) for o, e in zip(box.origin, box.extent))))

@@ -633,12 +633,14 @@ def test_a_billion_rows_verify_without_element_work() -> None:
     tgt = contiguous_split_map((rows, 8), [2, 2, 2, 2], 1)
     half = rows // 2
     segs = [TransferSegment(a, 2 * b, (8, 1), b, 2 * half * a, (2, 1), (half, 2)) for a in range(2) for b in range(4)]
-    start = time.perf_counter()
-    assert verify_plan(tgt, src, as_plan(segs, (rows, 8))).ok
+    # "Without element work" is asserted on what the oracle did, not on the clock: it expanded no
+    # element (an expansion of 8·10⁹ elements would not finish at all). Timing is the bench's job.
+    verdict = verify_plan(tgt, src, as_plan(segs, (rows, 8)))
+    assert verdict.ok and verdict.fallback_elements == 0 and verdict.checked_segments == 8, verdict
     segs[5] = dataclasses.replace(segs[5], source_rank=0)  # rows 0.. instead of half..
     verdict = verify_plan(tgt, src, as_plan(segs, (rows, 8)))
     assert verdict.status == "invalid" and verdict.logical_coordinate == (half, 2)
-    assert time.perf_counter() - start < 5
+    assert verdict.fallback_elements == 0
 
 
 def test_coordinates_beyond_int64_are_unverifiable() -> None:

@@ -245,9 +245,22 @@ def _neighbour(box: Span) -> Span:
     return tuple(origin), box[1]
 
 
-def _refused(box: Span, spans: list[Span], rng: random.Random) -> None:
-    with pytest.raises(InvalidReplicaPolicyError):
+def _refused(box: Span, spans: list[Span], rng: random.Random, reason: str | None = None) -> None:
+    with pytest.raises(InvalidReplicaPolicyError, match=reason):
         check([make_request(box)], [as_parts(spans, rng)])
+
+
+ZERO_EXTENT_REASON = "has a zero or negative extent"
+"""The positivity check's message. A zero-extent part is also below any ``min_split_bytes >= 1``,
+so a test that does not pin this reason passes with the positivity check weakened."""
+
+
+def _zero_extent_refused(box: Span, spans: list[Span], rng: random.Random) -> None:
+    """Refused for its extent, at the default floor of the adversary and at ``min_split_bytes=0``
+    (allowed, and where the split floor cannot refuse it first)."""
+    _refused(box, spans, rng, ZERO_EXTENT_REASON)
+    with pytest.raises(InvalidReplicaPolicyError, match=ZERO_EXTENT_REASON):
+        check_answers([make_request(box)], [as_parts(spans, rng)], min_split_bytes=0)
 
 
 ADVERSARIES: dict[str, Callable[[Span], Callable[[Parts], list[Any]]]] = {
@@ -270,9 +283,10 @@ def test_z3_built_almost_right_answers_are_refused(kind: str, box: Span, seed: i
         # Invisible to point counting: the rest tile the box. Only the positive-extent check sees it.
         assert exact
         assert any(0 in e for _, e in spans)
-    else:
-        assert not exact, f"the adversary's answer {spans} should not tile {box}"
-        assert witness is not None
+        _zero_extent_refused(box, spans, rng)
+        return
+    assert not exact, f"the adversary's answer {spans} should not tile {box}"
+    assert witness is not None
     _refused(box, spans, rng)
 
 
@@ -282,7 +296,7 @@ def test_negative_extents_with_a_positive_volume_are_refused(box: Span, seed: in
     spans = construct(len(box[0]), 2 + seed % 2, degenerate_part(box, negative=True), box, seed)
     assert any(sum(e < 0 for e in ext) == 2 for _, ext in spans)
     assert sum(_volume(e) for _, e in spans) == _volume(box[1])
-    _refused(box, spans, random.Random(seed))
+    _zero_extent_refused(box, spans, random.Random(seed))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -299,6 +313,37 @@ def test_a_tiling_of_the_neighbouring_request_is_refused(box: Span, seed: int) -
         check([here], [as_parts(spans, rng)])
     with pytest.raises(InvalidReplicaPolicyError):
         check([here, there], [as_parts(spans, rng), as_parts(spans, rng)])
+
+
+# Past eight parts ``check_answers`` no longer compares all pairs: it asks ``overlapping_pairs``
+# (the k-d partition). The adversary attacks that path too, with 9 and 12 parts.
+MANY_PARTS = (9, 12)
+ROOMY_BOXES = BOXES[1:]  # 24 elements each: room for 12 positive parts
+
+
+@pytest.mark.parametrize("k", MANY_PARTS)
+@pytest.mark.parametrize("box", ROOMY_BOXES, ids=lambda b: f"{len(b[0])}d")
+@pytest.mark.parametrize("kind", sorted(ADVERSARIES))
+def test_z3_built_almost_right_answers_past_eight_parts_are_refused(kind: str, box: Span, k: int) -> None:
+    rng = random.Random(k)
+    spans = construct(len(box[0]), k, ADVERSARIES[kind](box), box, k)
+    assert len(spans) == k > 8
+    if kind == "zero_extent_part":
+        assert z3_judge(box, spans)[0]
+        _zero_extent_refused(box, spans, rng)
+        return
+    assert not z3_judge(box, spans)[0], f"the adversary's answer {spans} should not tile {box}"
+    # Overlap-and-gap parts are inside, positive and of the right total volume: only the
+    # partitioned disjointness check can refuse them, so the reason is pinned.
+    _refused(box, spans, rng, r"parts \d+ and \d+ overlap" if kind == "overlap_and_gap" else None)
+
+
+@pytest.mark.parametrize("k", MANY_PARTS)
+@pytest.mark.parametrize("box", ROOMY_BOXES, ids=lambda b: f"{len(b[0])}d")
+def test_accepted_z3_built_tilings_past_eight_parts_are_exact(box: Span, k: int) -> None:
+    spans = construct(len(box[0]), k, tiling_of(box), box, k)
+    assert len(spans) == k > 8
+    _accepted_and_judged(box, spans, random.Random(k))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,12 +427,15 @@ def mutate(spans: list[Span], rng: random.Random) -> list[Span]:
     return out
 
 
+@pytest.mark.parametrize("cuts", [(0, 6), (8, 14)], ids=["few_parts", "past_eight_parts"])
 @pytest.mark.parametrize("box", BOXES, ids=lambda b: f"{len(b[0])}d")
-def test_check_answers_accepts_exactly_what_the_judge_calls_a_tiling(box: Span) -> None:
+def test_check_answers_accepts_exactly_what_the_judge_calls_a_tiling(box: Span, cuts: tuple[int, int]) -> None:
     rng = random.Random(20261129)
     verdicts = {True: 0, False: 0}
+    past_eight = 0
     for _ in range(60):
-        spans = mutate(guillotine(box, rng.randrange(0, 6), rng), rng)
+        spans = mutate(guillotine(box, rng.randrange(*cuts), rng), rng)
+        past_eight += len(spans) > 8
         positive = all(e > 0 for _, ext in spans for e in ext)
         exact = positive and z3_judge(box, spans)[0]
         try:
@@ -398,3 +446,4 @@ def test_check_answers_accepts_exactly_what_the_judge_calls_a_tiling(box: Span) 
         assert accepted == exact, f"check_answers {'accepted' if accepted else 'refused'} {spans} for {box}"
         verdicts[accepted] += 1
     assert verdicts[True] and verdicts[False], verdicts  # both outcomes were exercised
+    assert (past_eight > 0) == (cuts[0] >= 8), past_eight  # the partitioned path was, where meant
