@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, UnsupportedLayoutError
 from .maps import (
     AffinePiece,
