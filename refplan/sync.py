@@ -39,7 +39,7 @@ import numpy as np
 
 from ._progress import Progress
 from .box import volume
-from .errors import AffineTransferError, InvalidMapError
+from .errors import AffineTransferError, InputFileError, InvalidMapError
 from .maps import ParamAffineMap
 from .policies import POLICIES
 from .requests import TransferEndpoints
@@ -475,7 +475,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         cfg = _config(args)
         pairs, model_endpoints = _load_model(cfg.model)
         endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
-    except AffineTransferError as exc:
+    except (AffineTransferError, InputFileError) as exc:  # InputFileError: --model cannot be read
         print(f"refplan sync: bad input: {exc}", file=sys.stderr)
         return 2
     import torch
