@@ -60,8 +60,3 @@ class Progress:
         if self._shown:
             self._write("")
             self._shown = False
-            try:
-                self.stream.write("\r")
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass

@@ -72,7 +72,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from hypothesis import strategies as st
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # say which extra brings it, not just that an import failed
+    raise ModuleNotFoundError(
+        "refplan.strategies needs hypothesis: pip install 'refplan[hypothesis]'", name="hypothesis"
+    ) from exc
 
 from .box import Box, decode_row_major, row_major_strides, volume
 from .maps import AffinePiece, ParamAffineMap

@@ -92,3 +92,12 @@ def test_wheel_metadata_declares_licence_classifiers_and_extras(built: tuple[Pat
     assert any(r.startswith("matplotlib") and 'extra == "png"' in r for r in requires)
     assert any(r.startswith("deepspeed") and 'extra == "peers"' in r for r in requires)
 
+
+
+def test_strategies_without_hypothesis_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "hypothesis", None)
+    monkeypatch.delitem(sys.modules, "refplan.strategies", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"refplan\[hypothesis\]"):
+        importlib.import_module("refplan.strategies")
