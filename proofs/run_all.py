@@ -15,6 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from refplan._progress import Progress
+
 HERE = Path(__file__).resolve().parent
 
 # Longest first, so two workers finish together.
@@ -38,11 +40,18 @@ def run(script: str) -> tuple[str, int, str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=2, help="scripts run at once (default 2)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress line on the terminal")
     args = parser.parse_args()
     start = time.perf_counter()
+    results: dict[str, tuple[int, str, float]] = {}
+    progress = Progress("proofs", len(SCRIPTS), quiet=args.quiet)  # on a terminal only: z3 runs for minutes
+    progress.update(0, "running " + ", ".join(SCRIPTS[: max(1, args.jobs)]))
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = {name: (code, out, t) for name, code, out, t in pool.map(run, SCRIPTS)}
+        for name, code, out, t in pool.map(run, SCRIPTS):
+            results[name] = (code, out, t)
+            progress.update(len(results), f"{name} done")
+    progress.close()
     proved = checked = 0
     failed: list[str] = []
     for name in sorted(results):

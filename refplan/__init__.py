@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, UnsupportedLayoutError
+__version__ = "0.1.0"
+
+from .errors import (
+    AffineTransferError,
+    InputFileError,
+    InvalidMapError,
+    InvalidReplicaPolicyError,
+    PolicyRaisedError,
+    UnsupportedLayoutError,
+)
 from .maps import (
     AffinePiece,
     ParamAffineMap,
@@ -30,11 +39,13 @@ __all__ = [
     "AffinePiece",
     "AffineTransferError",
     "BatchVerdict",
+    "InputFileError",
     "InvalidMapError",
     "InvalidReplicaPolicyError",
     "ParamAffineMap",
     "PlanBudget",
     "PlanStatistics",
+    "PolicyRaisedError",
     "ReplicaAnswer",
     "ReplicaCandidate",
     "ReplicaPart",

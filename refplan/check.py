@@ -20,6 +20,12 @@ hypotheses, for *any* policy, before a single segment is emitted:
 
 Every failure is an ``InvalidReplicaPolicyError`` naming the answer index, parameter, target
 location and box, and what is wrong.
+
+What a policy returns is read exactly once: each part's origin, shape and location are copied
+into tuples of ``int`` (a snapshot), the snapshot is checked, and only the snapshot is used
+afterwards. A policy's own sequence types could otherwise yield ints to the check and floats or
+numpy integers to the planner. Messages quote policy values with ``maps.describe``, which cannot
+raise, so an object whose ``__repr__`` raises still ends as an ``InvalidReplicaPolicyError``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 from .box import Box, WorkCounter, overlapping_pairs
 from .errors import InvalidReplicaPolicyError
+from .maps import describe
 from .plan import PlanBudget
 from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest
 
@@ -54,16 +61,29 @@ def _fail(index: int, request: ReplicaRequest, what: str) -> InvalidReplicaPolic
     )
 
 
+def _exc_text(exc: BaseException) -> str:
+    """``Class: message`` of an exception a policy's object raised; its ``__str__`` may raise too."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"{type(exc).__name__}: {describe(text)[1:-1]}" if text else type(exc).__name__
+
+
 def _int_tuple(value: Any) -> tuple[int, ...] | None:
-    if not isinstance(value, (tuple, list)) or not all(type(v) is int for v in value):
+    """A snapshot of ``value`` as a tuple of ``int``, or ``None``; ``value`` is iterated once."""
+    if not isinstance(value, (tuple, list)):
         return None
-    return tuple(value)
+    snapshot = tuple(value)
+    if not all(type(v) is int for v in snapshot):
+        return None
+    return snapshot
 
 
 def _candidate(index: int, request: ReplicaRequest, location: Any) -> ReplicaCandidate:
     if type(location) is not int:
         raise _fail(
-            index, request, f"location {location!r} ({type(location).__name__}) is not an int location"
+            index, request, f"location {describe(location)} ({type(location).__name__}) is not an int location"
         )
     for cand in request.candidates:
         if cand.source_rank == location:
@@ -88,8 +108,12 @@ def _check_split(
     for k, part in enumerate(answer):
         if not isinstance(part, ReplicaPart):
             raise _fail(index, request, f"part {k} is a {type(part).__name__}, not a ReplicaPart")
-        origin = _int_tuple(part.logical_origin)
-        shape = _int_tuple(part.shape)
+        try:  # read each field once; a subclass's properties or a field's __iter__ may raise
+            origin = _int_tuple(part.logical_origin)
+            shape = _int_tuple(part.shape)
+            location = part.source_location
+        except Exception as exc:
+            raise _fail(index, request, f"part {k} cannot be read: {type(exc).__name__}") from exc
         if origin is None or shape is None:
             raise _fail(index, request, f"part {k}: origin and shape must be sequences of int")
         if len(origin) != box.ndim or len(shape) != box.ndim:
@@ -99,7 +123,7 @@ def _check_split(
         pbox = Box(origin, shape)
         if not box.contains(pbox):
             raise _fail(index, request, f"part {k} {pbox} lies outside the request's box")
-        parts.append((pbox, _candidate(index, request, part.source_location)))
+        parts.append((pbox, _candidate(index, request, location)))
     total = sum(p.volume for p, _ in parts)
     if total != box.volume:
         raise _fail(index, request, f"parts hold {total} elements but the box has {box.volume} (gap or overlap)")
@@ -155,7 +179,7 @@ def check_answers(
         raise
     except Exception as exc:
         raise InvalidReplicaPolicyError(
-            f"replica policy returned a {type(answers).__name__} that cannot be read: {type(exc).__name__}: {exc}"
+            f"replica policy returned a {type(answers).__name__} that cannot be read: {_exc_text(exc)}"
         ) from exc
     if len(answers) != len(requests):
         raise InvalidReplicaPolicyError(
@@ -184,13 +208,13 @@ def check_answers(
             except InvalidReplicaPolicyError:
                 raise
             except Exception as exc:
-                raise _fail(index, request, f"the split cannot be read: {type(exc).__name__}: {exc}") from exc
+                raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}") from exc
             resolved.append(_check_split(index, request, parts, size, min_split_bytes, budget))
         else:
             raise _fail(
                 index,
                 request,
-                f"answer {answer!r} ({type(answer).__name__}) is neither an int location nor a sequence "
+                f"answer {describe(answer)} ({type(answer).__name__}) is neither an int location nor a sequence "
                 "of ReplicaPart",
             )
         count = parts_per_parameter.get(request.parameter, 0) + len(resolved[-1])

@@ -1,8 +1,11 @@
-"""The ``refplan`` command: ``plan``, ``verify``, ``demo``.
+"""The ``refplan`` command: ``plan``, ``verify``, ``demo``, and ``sync``, ``conformance``,
+``show``, ``bench`` where their modules are present. ``python -m refplan`` is the same command.
 
 Exit codes are part of the interface so CI can branch on them: 0 success, 1 a plan judged
-invalid, 2 bad input (unreadable file, invalid map, refused layout or policy, budget), 3 a plan
-the oracle could not verify. Errors print one line naming the error class, never a traceback.
+invalid, 2 bad input (unreadable file, invalid map, refused layout or policy, budget, a missing
+optional dependency), 3 a plan the oracle could not verify. Errors print one line naming the
+error class, never a traceback. Every sub-command takes ``-q/--quiet`` (only results and errors)
+and ``-v/--verbose`` (more detail), so scripts and people can each get what they need.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ def _write_json(doc: Any, output: str | None) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    # Argument errors are the caller's, not a map's: one line, exit 2, before any file is read.
+    if args.element_size is not None and args.element_size < 1:
+        print(f"refplan plan: --element-size must be at least 1, got {args.element_size}", file=sys.stderr)
+        return 2
+    if args.min_split_bytes is not None and args.min_split_bytes < 0:
+        print(f"refplan plan: --min-split-bytes must be at least 0, got {args.min_split_bytes}", file=sys.stderr)
+        return 2
     batch = read_maps(args.maps)
     endpoints = batch.endpoints
     if args.endpoints is not None:
@@ -47,52 +57,92 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         process_node=batch.process_node if endpoints is not None else None,
     )
     _write_json(dump_plans(plans), args.output)
-    segments = sum(len(p.segments) for p in plans.values())
-    moved = sum(p.moved_elements for p in plans.values())
-    print(
-        f"refplan plan: {len(plans)} parameter(s), {segments} segments, {moved} elements, policy {args.policy}",
-        file=sys.stderr,
-    )
+    if args.verbose:
+        for name in sorted(plans):
+            plan = plans[name]
+            print(f"refplan plan: {name}: {len(plan.segments)} segments, {plan.moved_elements} elements",
+                  file=sys.stderr)
+    if not args.quiet:
+        segments = sum(len(p.segments) for p in plans.values())
+        moved = sum(p.moved_elements for p in plans.values())
+        print(
+            f"refplan plan: {len(plans)} parameter(s), {segments} segments, {moved} elements, policy {args.policy}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .verify import run_verify_cli
 
-    return run_verify_cli(args.maps, args.plans, as_json=args.json)
+    return run_verify_cli(args.maps, args.plans, as_json=args.json, quiet=args.quiet)
 
 
-def _cmd_demo(_args: argparse.Namespace) -> int:
+def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     print(run_demo())
     return 0
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("refplan")
+    except Exception:  # running from a source tree that was never installed
+        from . import __version__
+
+        return __version__
+
+
+def _common() -> argparse.ArgumentParser:
+    """``-q`` / ``-v``, shared by every sub-command (so they go after the command's name)."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="print only results and errors: no summaries, no progress")
+    group.add_argument("-v", "--verbose", action="store_true", help="print more detail (per parameter, per case)")
+    return common
+
+
+_POLICY_HELP = (
+    "replica policy: balanced (default: local copy first, then the least-loaded holder), first_holder "
+    "(lowest holder location), lpt (largest first to the least-loaded holder, no locality), split_balanced "
+    "(may split a region across holders by an alpha-beta cost)"
+)
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="refplan", description="Reference planner for affine resharding transfers")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"refplan {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _common()
 
-    plan = sub.add_parser("plan", help="maps JSON (refplan.maps/1) in, plans JSON (refplan.plans/1) out")
-    plan.add_argument("maps", help="maps batch file")
+    plan = sub.add_parser("plan", parents=[common],
+                          help="maps JSON (refplan.maps/1) in, plans JSON (refplan.plans/1) out")
+    plan.add_argument("maps", help="maps batch file (refplan.maps/1)")
     plan.add_argument("-o", "--output", help="plans file to write (default: stdout)")
-    plan.add_argument("--policy", choices=sorted(POLICIES), default="balanced")
+    plan.add_argument("--policy", choices=sorted(POLICIES), default="balanced", help=_POLICY_HELP)
     plan.add_argument("--endpoints", help="JSON {source: {loc: proc}, target: {loc: proc}}; overrides the maps file")
-    plan.add_argument("--element-size", type=int, help="bytes per element for every parameter")
+    plan.add_argument("--element-size", type=int,
+                      help="bytes per element for every parameter; overrides the maps file")
     plan.add_argument("--min-split-bytes", type=int, help="smallest part of a split (default 8 MiB)")
     plan.set_defaults(func=_cmd_plan)
 
-    verify = sub.add_parser("verify", help="check plans against their maps with the independent oracle")
-    verify.add_argument("maps")
-    verify.add_argument("plans")
+    verify = sub.add_parser("verify", parents=[common],
+                            help="check plans against their maps with the independent oracle")
+    verify.add_argument("maps", help="maps batch file (refplan.maps/1) the plans were made for")
+    verify.add_argument("plans",
+                        help="plans file (refplan.plans/1), or one bare plan dict for a one-parameter maps file")
     verify.add_argument("--json", action="store_true", help="machine-readable report")
     verify.set_defaults(func=_cmd_verify)
 
-    demo = sub.add_parser("demo", help="plan a built-in TPxDP -> TP sync with two policies")
+    demo = sub.add_parser("demo", parents=[common], help="plan a built-in TPxDP -> TP sync with two policies")
     demo.set_defaults(func=_cmd_demo)
 
     for name, module, add_arguments, run, help_text in _OPTIONAL:
-        _optional_command(sub, name, module, add_arguments, run, help_text, load=name == command)
+        _optional_command(sub, common, name, module, add_arguments, run, help_text, load=name == command)
     return parser
 
 
@@ -109,7 +159,8 @@ _OPTIONAL = (
 
 
 def _optional_command(
-    sub: Any, name: str, module: str, add_arguments: str, run: str, help_text: str, *, load: bool
+    sub: Any, common: argparse.ArgumentParser, name: str, module: str, add_arguments: str, run: str,
+    help_text: str, *, load: bool,
 ) -> None:
     """Register a sub-command whose module is imported only when that command runs.
 
@@ -121,11 +172,16 @@ def _optional_command(
 
     if importlib.util.find_spec(module) is None:
         return
-    parser = sub.add_parser(name, help=help_text)
+    parser = sub.add_parser(name, help=help_text, parents=[common])
     if load:
         target = importlib.import_module(module)
         getattr(target, add_arguments)(parser)
         parser.set_defaults(func=getattr(target, run))
+
+
+_EXTRAS = {"torch": "torch", "hypothesis": "hypothesis", "deepspeed": "peers", "matplotlib": "png",
+           "cairosvg": "png"}
+"""A module an optional feature imports -> the extra that installs it."""
 
 
 def _one_line(text: str) -> str:
@@ -139,6 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser(command).parse_args(words)
     try:
         code: int = args.func(args)
+    except ModuleNotFoundError as exc:  # an optional dependency (torch for sync) is not installed
+        missing = (exc.name or "").split(".")[0]
+        if missing not in _EXTRAS:
+            raise
+        print(f"refplan {args.command}: needs {missing}, which is not installed "
+              f"(pip install 'refplan[{_EXTRAS[missing]}]')", file=sys.stderr)
+        return 2
     except AffineTransferError as exc:
         print(_one_line(f"refplan {args.command}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return 2

@@ -7,7 +7,14 @@ budget: the plan was refused because it would be too large, not because anything
 to another path, because the map may describe a corrupt checkpoint. ``UnsupportedLayoutError``
 means the geometry is legitimate but not expressible as strided box copies (a transpose, a
 scale, replicas cut at different boundaries); a caller may rebuild and re-shard instead.
-``InvalidReplicaPolicyError`` means a replica policy answered something the exact checks refuse.
+``InvalidReplicaPolicyError`` means a replica policy answered something the exact checks refuse;
+``PolicyRaisedError`` (one of those) means the policy itself raised, so that a bug in a policy can
+never read as a corrupt map.
+
+Two errors sit outside that family on purpose. ``InputFileError`` (an ``OSError``) is a file that
+cannot be read at all: nothing is known about its maps, so it must not read as a map error. Bad
+*arguments* (a negative ``min_split_bytes``, a zero ``element_size``, a ``bool`` rank) are plain
+``TypeError`` / ``ValueError``: no map or policy is involved, the caller simply called wrongly.
 
 The class names are the same as DeepSpeed's so that the conformance runner can map errors by name.
 """
@@ -16,8 +23,10 @@ from __future__ import annotations
 
 __all__ = [
     "AffineTransferError",
+    "InputFileError",
     "InvalidMapError",
     "InvalidReplicaPolicyError",
+    "PolicyRaisedError",
     "UnsupportedLayoutError",
 ]
 
@@ -36,3 +45,23 @@ class UnsupportedLayoutError(AffineTransferError):
 
 class InvalidReplicaPolicyError(AffineTransferError):
     """A replica policy's answer failed one of the exact checks of ``check_answers``."""
+
+
+class PolicyRaisedError(InvalidReplicaPolicyError):
+    """The replica policy raised instead of answering; ``__cause__`` is what it raised.
+
+    Wrapping matters most when a policy raises one of our own classes: an ``InvalidMapError``
+    escaping a policy would tell the caller "corrupt checkpoint, never fall back" about what is
+    really a bug in the policy.
+    """
+
+
+class InputFileError(OSError):
+    """An input file could not be read (missing, a directory, no permission): not a map error.
+
+    ``str()`` is the whole one-line message (path first); ``errno`` is the operating system's.
+    """
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno

@@ -2,12 +2,19 @@
 
 Maps: ``{"format": "refplan.maps/1", "parameters": {name: {"target": <map>, "source": <map>}},
 "endpoints"?: {"source": {loc: proc}, "target": {loc: proc}}, "process_node"?: {proc: node},
-"element_size"?: {name: bytes}}``. Plans: ``{"format": "refplan.plans/1", "parameters":
+"element_size"?: bytes | {name: bytes}}``. Plans: ``{"format": "refplan.plans/1", "parameters":
 {name: <plan dict>}}``. Map and plan dicts are DeepSpeed's, so either side may come from there.
+
+The loaders are as strict as ``spec/schemas/*.json``: a key the format does not define is refused
+at every level, with its JSON path and the nearest key the format does define, because a
+misspelt optional key (``"endpoint"``) would otherwise be dropped silently and the file planned
+as if it had never been given. A file that cannot be read at all is an ``InputFileError`` (an
+``OSError``), not a map error.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -15,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidMapError
+from .errors import InputFileError, InvalidMapError
 from .maps import ParamAffineMap, describe
 from .plan import MAPS_FORMAT, PLANS_FORMAT, TransferPlan
 from .requests import TransferEndpoints
 
 __all__ = [
     "MapsBatch",
+    "check_keys",
     "dump_maps",
     "dump_plans",
     "load_json",
@@ -87,12 +95,17 @@ def loads_json(text: str | bytes, where: str = "JSON") -> Any:
 
 
 def load_json(path: str | Path) -> Any:
-    """Read a JSON file, turning unreadable or malformed input into ``InvalidMapError``."""
+    """Read a JSON file: ``InputFileError`` if it cannot be read, ``InvalidMapError`` if it is not JSON.
+
+    The two differ on purpose: a missing or unreadable file says nothing about any map, and a
+    caller that treats ``InvalidMapError`` as "the checkpoint may be corrupt" must not be told so
+    about a typo in a path.
+    """
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise InvalidMapError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputFileError(f"{path}: cannot read: {exc.strerror or exc}", exc.errno) from None
     except UnicodeDecodeError as exc:
         raise InvalidMapError(f"{path}: not valid JSON: {exc}") from None
     return loads_json(text, str(path))
@@ -124,6 +137,119 @@ def _int_table(value: Any, where: str) -> dict[int, int]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Unknown keys. One walk over the document before parsing, so that every level is checked the
+# same way and the error names a JSON path the user can find in the file.
+
+_MAPS_FILE_KEYS = ("format", "parameters", "endpoints", "process_node", "element_size")
+_PAIR_KEYS = ("target", "source")
+_MAP_KEYS = ("logical_shape", "ranks")
+_LOCATION_KEYS = ("shard_shape", "pieces")
+_PIECE_KEYS = ("shape", "source", "dest", "locations", "scale")
+_ENDPOINTS_KEYS = ("source", "target")
+_PLANS_FILE_KEYS = ("format", "parameters")
+_PLAN_KEYS = ("logical_shape", "segments")
+_SEGMENT_KEYS = ("shape", "source", "target")
+_PIECE_SET = frozenset(_PIECE_KEYS)
+_SEGMENT_SET = frozenset(_SEGMENT_KEYS)
+
+
+def _path_key(path: str, key: Any) -> str:
+    """``path`` extended by an object key: ``.name`` for identifiers, ``["..."]`` otherwise."""
+    text = str(key)
+    if text.isidentifier() and text.isascii():
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text)[:80]}]"
+
+
+def _quote(text: str) -> str:
+    """A key as JSON writes it (so it can be searched for in the file), bounded in length."""
+    return json.dumps(text) if len(text) <= 80 else describe(text)
+
+
+def _known(value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
+    """Refuse a key of the object ``value`` outside ``allowed`` (and a missing ``required`` one).
+
+    Non-objects are left alone: the parser that follows names the wrong type.
+    """
+    if not isinstance(value, Mapping):
+        return
+    for key in value:
+        if key not in allowed:
+            text = str(key)
+            near = difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean {json.dumps(near[0])}?)" if near else f"; expected one of {', '.join(allowed)}"
+            raise InvalidMapError(f"{path}: unknown key {_quote(text)}{hint}")
+    for key in required:
+        if key not in value:
+            raise InvalidMapError(f"{path}: missing key {_quote(key)}")
+
+
+def _check_map_keys(value: Any, path: str) -> None:
+    _known(value, path, _MAP_KEYS)
+    ranks = value.get("ranks") if isinstance(value, Mapping) else None
+    if not isinstance(ranks, Mapping):
+        return
+    for key, location in ranks.items():
+        where = _path_key(f"{path}.ranks", key)
+        _known(location, where, _LOCATION_KEYS, required=_LOCATION_KEYS)
+        pieces = location.get("pieces") if isinstance(location, Mapping) else None
+        if isinstance(pieces, (list, tuple)):
+            for i, piece in enumerate(pieces):
+                if isinstance(piece, Mapping) and not piece.keys() <= _PIECE_SET:  # a set test per piece
+                    _known(piece, f"{where}.pieces[{i}]", _PIECE_KEYS)
+
+
+def check_keys(doc: Any, kind: str) -> None:
+    """Refuse any key of a ``kind`` document that its format does not define.
+
+    ``kind`` is ``"maps"`` (a ``refplan.maps/1`` file), ``"plans"`` (a ``refplan.plans/1`` file),
+    ``"map"`` / ``"plan"`` (one parameter's dict) or ``"endpoints"``. Raises ``InvalidMapError``
+    naming the JSON path, the key and the nearest defined key; the set of keys is exactly the
+    one ``spec/schemas/*.json`` allows.
+    """
+    if kind == "maps":
+        _known(doc, "$", _MAPS_FILE_KEYS)
+        if not isinstance(doc, Mapping):
+            return
+        params = doc.get("parameters")
+        if isinstance(params, Mapping):
+            for name, pair in params.items():
+                where = _path_key("$.parameters", name)
+                _known(pair, where, _PAIR_KEYS)
+                if isinstance(pair, Mapping):
+                    for side in _PAIR_KEYS:
+                        _check_map_keys(pair.get(side), f"{where}.{side}")
+        check_keys(doc.get("endpoints"), "endpoints")
+        sizes = doc.get("element_size")
+        if isinstance(sizes, Mapping) and isinstance(params, Mapping):
+            names = tuple(str(n) for n in params)
+            _known(sizes, "$.element_size", names)
+    elif kind == "map":
+        _check_map_keys(doc, "$")
+    elif kind == "endpoints":
+        _known(doc, "$.endpoints", _ENDPOINTS_KEYS)
+    elif kind in ("plans", "plan"):
+        plans: Any = {}
+        if kind == "plans":
+            _known(doc, "$", _PLANS_FILE_KEYS)
+            plans = doc.get("parameters") if isinstance(doc, Mapping) else None
+        else:
+            plans = {None: doc}
+        if not isinstance(plans, Mapping):
+            return
+        for name, plan in plans.items():
+            where = "$" if name is None else _path_key("$.parameters", name)
+            _known(plan, where, _PLAN_KEYS)
+            segments = plan.get("segments") if isinstance(plan, Mapping) else None
+            if isinstance(segments, (list, tuple)):
+                for i, seg in enumerate(segments):
+                    if isinstance(seg, Mapping) and not seg.keys() <= _SEGMENT_SET:
+                        _known(seg, f"{where}.segments[{i}]", _SEGMENT_KEYS)
+    else:
+        raise ValueError(f"check_keys: unknown document kind {kind!r}")
+
+
 def parse_endpoints(doc: Any) -> TransferEndpoints:
     """``{"source": {loc: proc}, "target": {loc: proc}}``, with integer keys and values.
 
@@ -131,6 +257,7 @@ def parse_endpoints(doc: Any) -> TransferEndpoints:
     refused instead of silently binding the later process, and keys must be ASCII decimal
     integers ("1_0" and non-ASCII digits are refused).
     """
+    check_keys(doc, "endpoints")
     if not isinstance(doc, Mapping) or set(doc) != {"source", "target"}:
         raise InvalidMapError("endpoints: expected {\"source\": {...}, \"target\": {...}}")
     return TransferEndpoints(
@@ -158,8 +285,13 @@ def _names(value: Mapping[Any, Any], what: str) -> list[tuple[str, Any]]:
 
 
 def parse_maps(doc: Any) -> MapsBatch:
+    """A ``refplan.maps/1`` document; ``InvalidMapError`` for any key or value it does not define.
+
+    ``element_size`` is one integer for every parameter, or an object naming each parameter.
+    """
     if not isinstance(doc, Mapping) or doc.get("format") != MAPS_FORMAT:
         raise InvalidMapError(f"maps file: expected an object with \"format\": \"{MAPS_FORMAT}\"")
+    check_keys(doc, "maps")
     params = doc.get("parameters")
     if not isinstance(params, Mapping):
         raise InvalidMapError("maps file: \"parameters\" must be an object of name -> {target, source}")
@@ -173,15 +305,30 @@ def parse_maps(doc: Any) -> MapsBatch:
         )
     endpoints = parse_endpoints(doc["endpoints"]) if doc.get("endpoints") is not None else None
     process_node = _int_table(doc["process_node"], "process_node") if doc.get("process_node") is not None else None
-    element_size = None
-    if doc.get("element_size") is not None:
-        raw = doc["element_size"]
-        if not isinstance(raw, Mapping) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in raw.values()
-        ):
-            raise InvalidMapError("element_size: expected an object of name -> positive integer bytes")
-        element_size = {name: int(v) for name, v in _names(raw, "element_size")}
+    element_size = _element_size(doc.get("element_size"), pairs)
     return MapsBatch(pairs, endpoints, process_node, element_size)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _element_size(raw: Any, pairs: Mapping[str, Any]) -> dict[str, int] | None:
+    """``element_size`` of a maps file: one int for every parameter, or name -> int for each."""
+    if raw is None:
+        return None
+    if _positive_int(raw):
+        return dict.fromkeys(pairs, int(raw))
+    if not isinstance(raw, Mapping) or not all(_positive_int(v) for v in raw.values()):
+        raise InvalidMapError(
+            f"element_size: expected positive integer bytes, for every parameter (2) or per parameter "
+            f"({{\"name\": 2}}), got {describe(raw)}"
+        )
+    sizes = {name: int(v) for name, v in _names(raw, "element_size")}
+    missing = [name for name in pairs if name not in sizes]
+    if missing:
+        raise InvalidMapError(f"element_size: no size for parameter {describe(missing[0])}")
+    return sizes
 
 
 def dump_maps(batch: MapsBatch) -> dict[str, Any]:
@@ -206,6 +353,7 @@ def parse_plans(doc: Any) -> dict[str, TransferPlan]:
     params = doc.get("parameters")
     if not isinstance(params, Mapping):
         raise InvalidMapError("plans file: \"parameters\" must be an object of name -> plan")
+    check_keys(doc, "plans")
     return {
         name: TransferPlan.from_dict(entry, f"plans[{_label(name)}]") for name, entry in _names(params, "plans file")
     }

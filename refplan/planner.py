@@ -17,7 +17,7 @@ from typing import Any
 
 from ._gc import cycle_collection_paused
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
-from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError
+from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
 from .frames import NormalizedMap, normalize, pair_budget
 from .maps import AffinePiece, ParamAffineMap
 from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
@@ -209,16 +209,30 @@ def _detached(request: ReplicaRequest) -> ReplicaRequest:
     return clone
 
 
+def _exception_text(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # a policy's exception may not even print
+        text = ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _element_sizes(
     names: list[str], element_size: Mapping[str, int] | None
 ) -> dict[str, int] | None:
     if element_size is None:
         return None
+    if not isinstance(element_size, Mapping):
+        raise TypeError(f"element_size must map parameter name -> bytes, got {type(element_size).__name__}")
     out: dict[str, int] = {}
     for name in names:
         size = element_size.get(name)
-        if type(size) is not int or size <= 0:
-            raise InvalidMapError(f"parameter {name!r}: element_size must give a positive int, got {size!r}")
+        if size is None:
+            raise ValueError(f"parameter {name!r}: element_size gives no size for it")
+        if type(size) is not int:
+            raise TypeError(f"parameter {name!r}: element_size must be an int, got {type(size).__name__}")
+        if size <= 0:
+            raise ValueError(f"parameter {name!r}: element_size must be positive, got {size}")
         out[name] = size
     return out
 
@@ -241,8 +255,10 @@ def _prepare_batch(
         raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
     sizes = _element_sizes(names, element_size)
     split_floor = DEFAULT_MIN_SPLIT_BYTES if min_split_bytes is None else min_split_bytes
-    if type(split_floor) is not int or split_floor < 0:
-        raise InvalidReplicaPolicyError(f"min_split_bytes must be a non-negative int, got {min_split_bytes!r}")
+    if type(split_floor) is not int:  # bool included: True is not a byte count
+        raise TypeError(f"min_split_bytes must be an int, got {type(split_floor).__name__}")
+    if split_floor < 0:
+        raise ValueError(f"min_split_bytes must be non-negative, got {split_floor}")
     prepared: list[_Prepared] = []
     memo: _Memo = {}
     for name in names:
@@ -297,8 +313,11 @@ def plan_transfers(
     binds processes to nodes (it needs ``endpoints``), ``element_size`` gives bytes per element
     per parameter, ``min_split_bytes`` bounds split parts (default 8 MiB, the executor's staging
     budget). ``limits`` applies per parameter. Returns plans keyed and ordered by name; raises
-    (``InvalidMapError``, ``UnsupportedLayoutError``, ``InvalidReplicaPolicyError``,
-    ``AffineTransferError`` for budgets) without returning any plan when anything is wrong.
+    (``InvalidMapError``, ``UnsupportedLayoutError``, ``InvalidReplicaPolicyError`` — its
+    subclass ``PolicyRaisedError`` when the policy itself raised — ``AffineTransferError`` for
+    budgets) without returning any plan when anything is wrong. Bad arguments (a non-positive or
+    missing ``element_size``, a negative or non-int ``min_split_bytes``) are ``ValueError`` /
+    ``TypeError``: no map or policy is at fault.
     """
     with cycle_collection_paused():
         # The work happens in a function so that its intermediates (frames, intersections,
@@ -326,10 +345,11 @@ def _plan_batch(
         # The policy gets its own copies: even one that forces a frozen field with
         # object.__setattr__ cannot change the requests the answers are checked against.
         answers: Any = policy(tuple(map(_detached, requests)))
-    except AffineTransferError:
-        raise
-    except Exception as exc:  # a policy bug must surface as a policy error, never as a partial plan
-        raise InvalidReplicaPolicyError(f"replica policy raised {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        # A policy bug must surface as a policy error, never as a partial plan, and never as one
+        # of our other classes: an InvalidMapError from a policy would tell the caller "corrupt
+        # checkpoint, do not fall back" about a bug in the policy. The original is __cause__.
+        raise PolicyRaisedError(f"replica policy raised {_exception_text(exc)}") from exc
     resolved = check_answers(
         requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget
     )

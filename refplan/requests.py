@@ -13,6 +13,7 @@ for the source and the target side.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,8 +49,8 @@ class TransferEndpoints:
     target: Mapping[int, int]
 
     def __init__(self, source: Mapping[int, int], target: Mapping[int, int]) -> None:
-        object.__setattr__(self, "source", {int(k): int(v) for k, v in source.items()})
-        object.__setattr__(self, "target", {int(k): int(v) for k, v in target.items()})
+        object.__setattr__(self, "source", _rank_table(source, "source"))
+        object.__setattr__(self, "target", _rank_table(target, "target"))
 
     def to_dict(self) -> dict[str, dict[str, int]]:
         return {
@@ -62,6 +63,33 @@ class TransferEndpoints:
         if not isinstance(entry, Mapping) or set(entry) != {"source", "target"}:
             raise InvalidMapError("endpoints: expected {\"source\": {...}, \"target\": {...}}")
         return cls(_int_map(entry["source"], "endpoints.source"), _int_map(entry["target"], "endpoints.target"))
+
+
+def _rank(value: Any, what: str) -> int:
+    """An integer location or process; ``TypeError`` for anything else, ``bool`` included.
+
+    ``int(True)`` is 1, so a bool would silently bind location 1; integer-like values
+    (``numpy.int64``) are accepted through ``__index__``, strings and floats are not.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"TransferEndpoints: {what} is a bool ({value}), not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"TransferEndpoints: {what} is a {type(value).__name__}, not an integer (TransferEndpoints.from_dict "
+            "reads JSON string keys)"
+        ) from None
+
+
+def _rank_table(table: Mapping[int, int], side: str) -> dict[int, int]:
+    if not isinstance(table, Mapping):
+        raise TypeError(f"TransferEndpoints: {side} must map location -> process, got {type(table).__name__}")
+    out: dict[int, int] = {}
+    for key, value in table.items():
+        location = _rank(key, f"a {side} location")
+        out[location] = _rank(value, f"the process of {side} location {location}")
+    return out
 
 
 def _int_map(value: Any, where: str) -> dict[int, int]:

@@ -7,11 +7,15 @@ endpoints or element sizes). Without a plans file the maps are planned first wit
 ``--svg FILE`` draws, for every parameter, each target shard as a rectangle (axis 0 down, the
 remaining axes flattened across) with the region each segment writes filled in the colour of the
 source process (or location) that serves it, plus a bar chart of bytes per process. The SVG is
-written by hand, no plotting library needed. ``--png FILE`` renders the same picture with
-``cairosvg`` or ``matplotlib`` when one is importable, and otherwise exits 2 saying so.
+written by hand, no plotting library needed. 1-D shards are drawn to scale: their widths are
+proportional to their lengths within a parameter. ``--png FILE`` renders the same picture with
+``cairosvg`` or ``matplotlib`` when one is importable (``pip install 'refplan[png]'``); without
+one, ``--svg`` is still written and the message says how to get the PNG.
 
-Exit codes: 0 shown; 2 bad input (an unreadable or malformed file, naming the file, the JSON path
-and the problem in one line; a refused plan; no PNG renderer).
+Exit codes: 0 shown; 1 the plans file's plan is invalid (the oracle's verdict is printed and the
+picture still drawn, so the gap can be seen); 2 bad input (an unreadable or malformed file, naming
+the file, the JSON path and the problem in one line; a refused plan; a PNG asked for without a
+renderer and no SVG to fall back on).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 from .analysis import LoadReport, sender_load
 from .box import decode_row_major, row_major_strides, volume
-from .errors import AffineTransferError, InvalidMapError
-from .files import MapsBatch, load_json, parse_maps, parse_plans
+from .errors import AffineTransferError, InputFileError, InvalidMapError
+from .files import MapsBatch, check_keys, load_json, parse_maps, parse_plans
 from .plan import TransferPlan
 from .policies import POLICIES
 
@@ -291,9 +295,13 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
             by_target.setdefault(seg.target_rank, []).append(seg)
         x = 10.0
         row_h = 0.0
+        longest = max((s[0] for _loc, s in shards if len(s) == 1), default=0)
         for loc, shard in shards:
             rows, cols = _view(shard)
             h = SHARD_W * min(max(rows / cols, 0.15), 1.0)
+            # A 1-D shard's only dimension is its length: drawn to scale against the longest one,
+            # so uneven shards look uneven (never thinner than a visible sliver).
+            width = max(SHARD_W * shard[0] / longest, 2.0) if len(shard) == 1 and longest > 0 else SHARD_W
             if x + SHARD_W > 10 + 5 * (SHARD_W + 30):
                 x = 10.0
                 y += row_h + 40
@@ -302,7 +310,7 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
             label = f"target {loc}" + (f" -> process {proc}" if proc is not None else "") + f" {tuple(shard)}"
             canvas.text(x, y + 14, label, size=10)
             top = y + 20
-            canvas.rect(x, top, SHARD_W, h, "#eeeeee", "#555555", f"target location {loc}, shard {tuple(shard)}")
+            canvas.rect(x, top, width, h, "#eeeeee", "#555555", f"target location {loc}, shard {tuple(shard)}")
             for seg in by_target.get(loc, []):
                 key = _source_key(seg.source_rank, batch)
                 for r0, nr, c0, nc in _cells(seg.target_offset, seg.target_strides, seg.shape, shard):
@@ -311,8 +319,8 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
                         continue
                     drawn += 1
                     canvas.rect(
-                        x + SHARD_W * c0 / cols, top + h * r0 / rows,
-                        max(SHARD_W * nc / cols, 0.75), max(h * nr / rows, 0.75), colour[key], "#ffffff",
+                        x + width * c0 / cols, top + h * r0 / rows,
+                        max(width * nc / cols, 0.75), max(h * nr / rows, 0.75), colour[key], "#ffffff",
                         f"{noun} {key} (source location {seg.source_rank}) -> target location {loc}: "
                         f"shape {seg.shape}",
                     )
@@ -379,10 +387,11 @@ def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
                 raise InvalidMapError(f"$: a bare plan needs a maps file with one parameter, this one has "
                                       f"{len(batch.pairs)}")
             (name,) = batch.pairs
+            check_keys(doc, "plan")
             plans = {name: TransferPlan.from_dict(doc, "$")}
         else:
             plans = parse_plans(doc)
-    except AffineTransferError as exc:
+    except (AffineTransferError, InputFileError) as exc:
         raise _BadInput(_prefixed(path, exc)) from None
     for name in sorted(plans):
         if name not in batch.pairs:
@@ -405,16 +414,18 @@ def run_show_cli(args: argparse.Namespace) -> int:
     from .verify import verify_plans
 
     prog = "refplan show"
+    quiet = bool(getattr(args, "quiet", False))
     renderer = None
     if args.png:
         renderer = png_renderer()
-        if renderer is None:
-            print(f"{prog}: --png needs cairosvg or matplotlib and neither is importable; use --svg", file=sys.stderr)
+        if renderer is None and not args.svg:
+            print(f"{prog}: --png needs cairosvg or matplotlib and neither is importable "
+                  "(pip install 'refplan[png]'), or use --svg", file=sys.stderr)
             return 2
     try:
         try:
             batch = parse_maps(load_json(args.maps))
-        except AffineTransferError as exc:
+        except (AffineTransferError, InputFileError) as exc:
             raise _BadInput(_prefixed(args.maps, exc)) from None
         if args.plans:
             plans = _load_plans(args.plans, batch)
@@ -435,22 +446,28 @@ def run_show_cli(args: argparse.Namespace) -> int:
         print("\\n".join(f"{prog}: {exc}".splitlines()), file=sys.stderr)
         return 2
     segments = sum(len(p.segments) for p in plans.values())
-    print(f"{prog}: {len(plans)} parameter(s), {segments} segments, {origin}")
-    print(load_table(batch, plans))
+    if not quiet:
+        print(f"{prog}: {len(plans)} parameter(s), {segments} segments, {origin}")
+        print(load_table(batch, plans))
+    code = 0
     if args.plans:
         verdict = verify_plans(batch.pairs, plans)
         bad = [str(v) for v in verdict.verdicts.values() if not v.ok]
         print(f"oracle: {verdict.status}" + (f" ({bad[0]})" if bad else ""))
+        code = 0 if verdict.ok else verdict.exit_code  # the picture is still drawn: it shows the gap
     title = f"{Path(args.maps).name}: {origin}"
     try:
         if args.svg:
             Path(args.svg).write_text(plan_svg(batch, plans, title), encoding="utf-8")
         if args.png and renderer is not None:
             _write_png(_draw(batch, plans, title), args.png, renderer)
+        elif args.png:
+            print(f"{prog}: no PNG written: it needs cairosvg or matplotlib (pip install 'refplan[png]'); "
+                  f"the SVG is in {args.svg}", file=sys.stderr)
     except OSError as exc:
         print(f"{prog}: cannot write: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    return 0
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -57,8 +57,8 @@ What is drawn:
   refuse; ``.kind`` is one of ``ADVERSARIAL_KINDS``.
 - ``corrupted_plans(plan, source_map)``: a plan with one segment dropped, duplicated, shifted,
   re-sourced to a non-holder, re-targeted, reshaped or re-strided; ``.kind`` is one of
-  ``CORRUPTION_KINDS``. A corruption *usually* breaks the plan; whether it did is for an oracle
-  or the simulator to say.
+  ``CORRUPTION_KINDS``. Every corruption changes what the plan means (never a no-op such as
+  restriding an axis of extent 1), so an oracle must refuse each one drawn from a valid plan.
 
 Helpers: ``collect_requests(target, source, ...)`` and ``collect_batch_requests(pairs, ...)``
 return the requests the planner hands a policy; ``replaying(answers)`` is a policy that answers
@@ -72,7 +72,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from hypothesis import strategies as st
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as exc:  # say which extra brings it, not just that an import failed
+    raise ModuleNotFoundError(
+        "refplan.strategies needs hypothesis: pip install 'refplan[hypothesis]'", name="hypothesis"
+    ) from exc
 
 from .box import Box, decode_row_major, row_major_strides, volume
 from .maps import AffinePiece, ParamAffineMap
@@ -966,9 +972,12 @@ def _corrupt(
                                       seg.target_rank, seg.target_offset, seg.target_strides, shape)
         return done(segs, f"segment {index} shape {seg.shape} -> {shape}")
     if kind == "restrided":
-        if not seg.shape:
+        # Only an axis of extent > 1 ever multiplies its stride: restriding an axis of extent 1
+        # would give a plan that means exactly what the original meant.
+        axes = [a for a, e in enumerate(seg.shape) if e > 1]
+        if not axes:
             return None
-        axis = draw(st.integers(0, len(seg.shape) - 1))
+        axis = draw(st.sampled_from(axes))
         on_source = draw(st.booleans())
         new_strides = list(seg.source_strides if on_source else seg.target_strides)
         old = new_strides[axis]
@@ -991,15 +1000,21 @@ def corrupted_plans(
     *,
     kinds: Sequence[str] = CORRUPTION_KINDS,
 ) -> st.SearchStrategy[CorruptedPlan]:
-    """``plan`` with one segment corrupted (see ``CORRUPTION_KINDS``); ``plan`` must have segments.
+    """``plan`` with one segment corrupted (see ``CORRUPTION_KINDS``); ``plan`` must move something.
+
+    Every draw changes what the plan means (which element is read from where, or which address
+    is written): only segments that move elements are corrupted, and ``restrided`` only changes
+    the stride of an axis of extent > 1. For a plan the oracle accepts, every draw is one the
+    oracle refuses (a property test checks this over thousands of draws).
 
     ``resourced`` needs ``source_map`` (to find a location that holds none of the segment's
     elements); ``retargeted`` uses ``target_map``'s locations, or the plan's own target
     locations. A kind impossible for the drawn segment falls back to ``duplicated``. The result
     is a new ``TransferPlan`` with ``moved_elements`` recomputed.
     """
-    if not plan.segments:
-        raise ValueError("corrupted_plans needs a plan with at least one segment")
+    nonempty = [i for i, s in enumerate(plan.segments) if s.numel > 0]
+    if not nonempty:
+        raise ValueError("corrupted_plans needs a plan with at least one segment that moves an element")
     unknown = [k for k in kinds if k not in CORRUPTION_KINDS]
     if unknown or not kinds:
         raise ValueError(f"unknown or no corruption kinds: {unknown}")
@@ -1008,7 +1023,7 @@ def corrupted_plans(
     @st.composite
     def draw_corrupted(draw: st.DrawFn) -> CorruptedPlan:
         kind = draw(st.sampled_from(list(kinds)))
-        index = draw(st.integers(0, len(plan.segments) - 1))
+        index = draw(st.sampled_from(nonempty))  # an empty segment's corruption would change nothing
         found = _corrupt(draw, kind, plan, source_map, targets, index)
         if found is None:
             found = _corrupt(draw, "duplicated", plan, source_map, targets, index)

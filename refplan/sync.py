@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._progress import Progress
 from .box import volume
-from .errors import AffineTransferError, InvalidMapError
+from .errors import AffineTransferError, InputFileError, InvalidMapError
 from .maps import ParamAffineMap
 from .policies import POLICIES
 from .requests import TransferEndpoints
@@ -432,8 +433,9 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nproc", type=int, default=4, help="processes to launch on this machine (default 4)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo: CPU tensors; nccl: CUDA")
     parser.add_argument("--model", default="demo", help="'demo' (built-in TPxDP -> TP batch) or a maps JSON file")
-    parser.add_argument("--policy", choices=sorted(POLICIES), default="balanced")
-    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="balanced",
+                        help="replica policy (default balanced; see refplan plan --help)")
+    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="element type moved (default bfloat16)")
     parser.add_argument("--budget-bytes", type=int, default=8 << 20, help="staging bytes per peer (default 8 MiB)")
     parser.add_argument(
         "--endpoints",
@@ -473,7 +475,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         cfg = _config(args)
         pairs, model_endpoints = _load_model(cfg.model)
         endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
-    except AffineTransferError as exc:
+    except (AffineTransferError, InputFileError) as exc:  # InputFileError: --model cannot be read
         print(f"refplan sync: bad input: {exc}", file=sys.stderr)
         return 2
     import torch
@@ -496,9 +498,14 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         f"{cfg.nproc} processes ({cfg.backend}), endpoints {how}, budget {_size(cfg.budget_bytes)} per peer"
     )
     launched = time.perf_counter()
-    outcomes = run_ranks(
-        partial(_sync_rank, cfg=cfg), cfg.nproc, backend=cfg.backend, timeout=timedelta(seconds=cfg.timeout_s)
-    )
+    progress = Progress("refplan sync", quiet=bool(getattr(args, "quiet", False)))  # a terminal only
+    progress.status(f"starting {cfg.nproc} processes, planning and moving the batch ...")
+    try:
+        outcomes = run_ranks(
+            partial(_sync_rank, cfg=cfg), cfg.nproc, backend=cfg.backend, timeout=timedelta(seconds=cfg.timeout_s)
+        )
+    finally:
+        progress.close()
     wall = time.perf_counter() - launched
     rejected = [o for o in outcomes if o.error_type == "TransferRejectedError"]
     if rejected:

@@ -62,8 +62,8 @@ import numpy as np
 
 from ._gc import cycle_collection_paused
 from .box import Box, covers, overlapping_pairs, row_major_strides, volume
-from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from .files import load_json, parse_plans, read_maps
+from .errors import AffineTransferError, InputFileError, InvalidMapError, UnsupportedLayoutError
+from .files import check_keys, load_json, parse_plans, read_maps
 from .maps import AffinePiece, ParamAffineMap, piece_arrays
 from .plan import TransferPlan, TransferSegment
 
@@ -1366,17 +1366,18 @@ def _verify_plans(
     return BatchVerdict(_worst(v.status for v in verdicts.values()), verdicts)
 
 
-def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False) -> int:
+def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False, quiet: bool = False) -> int:
     """``refplan verify MAPS.json PLANS.json``: print a report, return the exit code.
 
     Exit 0 ok, 1 invalid, 3 unverifiable, 2 bad input: a file that cannot be read or parsed (one
     line on stderr), or a map that fails validation (reported per parameter as ``invalid_map``).
     The plans file is a ``refplan.plans/1`` batch, or a bare ``{logical_shape, segments}`` plan
-    dict (DeepSpeed's) when the maps file holds exactly one parameter.
+    dict (DeepSpeed's) when the maps file holds exactly one parameter. ``quiet`` prints no text
+    report (the exit code says it all; ``--json`` is still printed, since it was asked for).
     """
     try:
         batch = read_maps(maps_path)
-    except AffineTransferError as exc:
+    except (AffineTransferError, InputFileError) as exc:
         print(f"refplan verify: bad input: {exc}", file=sys.stderr)
         return 2
     try:
@@ -1388,9 +1389,13 @@ def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False) ->
                     f"this one has {len(batch.pairs)}"
                 )
             (name,) = batch.pairs
+            check_keys(doc, "plan")
             plans = {name: TransferPlan.from_dict(doc, f"plans[{name!r}]")}
         else:
             plans = parse_plans(doc)
+    except InputFileError as exc:
+        print(f"refplan verify: bad input: {exc}", file=sys.stderr)
+        return 2
     except AffineTransferError as exc:
         text = str(exc)
         where = text if text.startswith(str(plans_path)) else f"{plans_path}: {text}"
@@ -1399,7 +1404,7 @@ def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False) ->
     result = verify_plans(batch.pairs, plans)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-    else:
+    elif not quiet:
         print(result)
     for name in sorted(result.verdicts):
         verdict = result.verdicts[name]

@@ -37,6 +37,7 @@ from refplan import (
     replicated_map,
 )
 from refplan.cli import main as cli_main
+from refplan.errors import PolicyRaisedError
 from refplan.files import MapsBatch, dump_maps, load_json, loads_json, parse_maps, parse_plans
 from refplan.plan import MAPS_FORMAT, TransferPlan, TransferSegment
 from refplan.planner import plan_transfer, plan_transfers
@@ -479,11 +480,15 @@ def test_policies_that_raise(exc: Exception) -> None:
     refused(InvalidReplicaPolicyError, lambda: _plan_with(policy), match="raised")
 
 
-def test_a_policy_raising_a_refplan_error_passes_it_through() -> None:
-    def policy(_requests: Sequence[ReplicaRequest]) -> Any:
-        raise UnsupportedLayoutError("the policy's own refusal")
+def test_a_policy_raising_a_refplan_error_is_wrapped_as_the_policy_s() -> None:
+    """Issue 14: a refplan class raised by a policy must not read as the layout's or map's error."""
+    raised = UnsupportedLayoutError("the policy's own refusal")
 
-    refused(UnsupportedLayoutError, lambda: _plan_with(policy), match="own refusal")
+    def policy(_requests: Sequence[ReplicaRequest]) -> Any:
+        raise raised
+
+    error = refused(PolicyRaisedError, lambda: _plan_with(policy), match="own refusal")
+    assert not isinstance(error, UnsupportedLayoutError) and error.__cause__ is raised
 
 
 def test_policies_that_try_to_mutate_the_requests_are_refused() -> None:

@@ -39,6 +39,7 @@ referencing = pytest.importorskip("referencing")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "spec" / "schemas"
+PACKAGED_SCHEMAS = ROOT / "refplan" / "schemas"  # installed copies of SCHEMAS (tests/test_packaging.py)
 SHIPPED_DIRS = (ROOT / "spec", ROOT / "refplan", ROOT / "tests" / "data")
 
 FORMATS = {
@@ -83,7 +84,7 @@ def _shipped() -> list[Path]:
     found: list[Path] = []
     for base in SHIPPED_DIRS:
         if base.is_dir():
-            found += [p for p in sorted(base.rglob("*.json")) if p.parent != SCHEMAS]
+            found += [p for p in sorted(base.rglob("*.json")) if p.parent not in (SCHEMAS, PACKAGED_SCHEMAS)]
     return found
 
 

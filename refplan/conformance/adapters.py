@@ -11,9 +11,12 @@ A planner spec names the planner under test:
     Scripted int answers for multi-holder requests become a per-request ``replica_selector``;
     splits, endpoints, element sizes, nodes, split floors, the batch policy and answers only a
     batch policy can be judged on are not expressible there and make a case ``unsupported``.
-``module:callable``
-    ``callable(case_input: dict) -> dict`` speaking the command protocol below in-process; an
-    exception that is a ``ValueError`` counts as a refusal named by its class.
+``pkg.mod:fn`` (also ``pkg.mod.fn``, and either with a ``module:`` prefix)
+    The entry-point form: ``fn(case_input: dict) -> dict`` speaking the command protocol below,
+    in-process; an exception that is a ``ValueError`` counts as a refusal named by its class. The
+    current directory is importable while the module is imported, as under ``python -m``, so a
+    planner in ``./my_planner.py`` is ``my_planner:plan`` with no ``PYTHONPATH``. A plain Python
+    function can also be passed to ``run_conformance`` directly (``FunctionAdapter``).
 ``cmd:<command>``
     A shell command run once per case: the case input (``Case.input_doc()``, format
     ``refplan.conformance-input/1``) on stdin, one JSON object on stdout:
@@ -37,7 +40,9 @@ import dataclasses
 import importlib
 import io
 import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +56,7 @@ __all__ = [
     "Adapter",
     "CommandAdapter",
     "DeepSpeedAdapter",
+    "FunctionAdapter",
     "ModuleAdapter",
     "Outcome",
     "RefplanAdapter",
@@ -332,26 +338,18 @@ def outcome_from_doc(doc: Any, case: Case) -> Outcome:
     return Outcome("accept", plans=dict(plans))
 
 
-class ModuleAdapter(Adapter):
-    """``module:callable``: ``callable(case_input) -> answer dict``, in-process."""
+class FunctionAdapter(Adapter):
+    """A Python callable ``fn(case_input) -> answer dict``, run in-process (the command protocol)."""
 
     features = ALL_FEATURES
 
-    def __init__(self, spec: str) -> None:
-        module_name, _, attr = spec.partition(":")
-        self.name = spec
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"planner {spec!r}: cannot import {module_name!r}: {exc}") from None
-        target: Any = module
-        for part in attr.split("."):
-            if not hasattr(target, part):
-                raise ValueError(f"planner {spec!r}: {module_name!r} has no attribute {attr!r}")
-            target = getattr(target, part)
-        if not callable(target):
-            raise ValueError(f"planner {spec!r}: {attr!r} is not callable")
-        self._fn: Callable[[dict[str, Any]], Any] = target
+    def __init__(self, fn: Callable[[dict[str, Any]], Any], name: str | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"a planner function must be callable, got {type(fn).__name__}")
+        self._fn = fn
+        qualname = getattr(fn, "__qualname__", None) or type(fn).__name__
+        module = getattr(fn, "__module__", None)
+        self.name = name or (f"{module}:{qualname}" if module else str(qualname))
 
     def plan(self, case: Case) -> Outcome:
         try:
@@ -359,6 +357,61 @@ class ModuleAdapter(Adapter):
         except Exception as exc:
             return _exception_outcome(exc)
         return outcome_from_doc(doc, case)
+
+
+def split_entry_point(spec: str) -> tuple[str, str]:
+    """``(module, attribute)`` of ``pkg.mod:fn``, ``pkg.mod.fn`` or either behind ``module:``.
+
+    ``ValueError`` (one line) for anything else. The attribute may be dotted (``mod:Class.method``).
+    """
+    text = spec.strip()
+    if text.startswith("module:"):
+        text = text[len("module:"):]
+    if ":" in text:
+        module, _, attr = text.partition(":")
+    else:
+        module, _, attr = text.rpartition(".")
+    names = [*module.split("."), *attr.split(".")]
+    if not module or not attr or not all(n.isidentifier() for n in names):
+        raise ValueError(
+            f"planner {spec!r}: expected an entry point pkg.module:function (or pkg.module.function), "
+            "refplan, deepspeed or cmd:\"<command>\""
+        )
+    return module, attr
+
+
+def _import_with_cwd(module_name: str) -> Any:
+    """Import ``module_name`` with the current directory importable, as ``python -m`` has it."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+class ModuleAdapter(FunctionAdapter):
+    """An entry point ``pkg.mod:fn`` (see ``split_entry_point``) run as a ``FunctionAdapter``."""
+
+    def __init__(self, spec: str) -> None:
+        module_name, attr = split_entry_point(spec)
+        try:
+            module = _import_with_cwd(module_name)
+        except ImportError as exc:
+            raise ValueError(
+                f"planner {spec!r}: cannot import {module_name!r} (from the current directory or sys.path): {exc}"
+            ) from None
+        target: Any = module
+        for part in attr.split("."):
+            if not hasattr(target, part):
+                raise ValueError(f"planner {spec!r}: {module_name!r} has no attribute {attr!r}")
+            target = getattr(target, part)
+        if not callable(target):
+            raise ValueError(f"planner {spec!r}: {attr!r} is not callable")
+        super().__init__(target, name=spec)
 
 
 class CommandAdapter(Adapter):
@@ -420,9 +473,4 @@ def make_adapter(spec: str, *, timeout: float = 60.0) -> Adapter:
         return make_peer_adapter(spec)
     if spec.startswith("cmd:"):
         return CommandAdapter(spec[4:], timeout=timeout)
-    if ":" in spec:
-        return ModuleAdapter(spec)
-    raise ValueError(
-        f"planner {spec!r}: expected refplan, deepspeed, dcp, dcp-lowest, megatron, awex, module:callable or "
-        "cmd:\"<command>\""
-    )
+    return ModuleAdapter(spec)

@@ -1,8 +1,9 @@
 """Run the conformance corpus against a planner: ``refplan conformance`` and ``python -m refplan.conformance.runner``.
 
 ``run_conformance(planner, cases=None, *, select=None) -> Report`` plans every selected case with
-the planner (see ``adapters`` for the specs ``refplan``, ``deepspeed``, ``module:callable`` and
-``cmd:"<command>"``) and judges the outcome against the case's expectation:
+the planner (a plain function, an ``Adapter``, or one of the specs ``refplan``, ``deepspeed``,
+``pkg.mod:fn`` and ``cmd:"<command>"``, see ``adapters``) and judges the outcome against the
+case's expectation:
 
 - ``pass``: the expected outcome. For ``accept``: every parameter's plan passes the independent
   oracle (``verify_plan``), scripted cases read every listed target region from exactly the
@@ -16,7 +17,11 @@ the planner (see ``adapters`` for the specs ``refplan``, ``deepspeed``, ``module
 
 The report prints as a table (case, expected, got, verdict, time) ending in the summary line
 ``N passed, N failed, N unsupported`` (``, N errors`` when there are any), or as JSON, or as JUnit
-XML; the exit code is 1 when anything failed or errored. ``--markdown FILE`` writes the committed
+XML; the exit code is 1 when anything failed or errored, and also when fewer than
+``--min-supported`` cases (default 1) ran at all: a planner for which every case is
+``unsupported`` checked nothing, and CI must not read that as green. Each FAIL line carries the
+case's ``why``, cut to the terminal's width; ``--dump CASE`` writes a case's planner input (what a
+``cmd:`` planner reads on stdin) for debugging it alone. ``--markdown FILE`` writes the committed
 comparison of refplan and DeepSpeed (``docs/conformance.md``).
 """
 
@@ -25,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
@@ -33,9 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._progress import Progress
 from ..box import Box, decode_row_major, row_major_strides, volume
 from ..verify import verify_plans
-from .adapters import Adapter, Outcome, make_adapter
+from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
 from .corpus import CASES_DIR, Case, CaseFormatError, load_cases, select_cases
 
 __all__ = [
@@ -124,14 +132,27 @@ class Report:
         return c["fail"] == 0 and c["error"] == 0
 
     @property
+    def supported(self) -> int:
+        """Cases that ran (every verdict but ``unsupported``): what the run actually checked."""
+        return len(self.results) - self.counts()["unsupported"]
+
+    def exit_code_for(self, min_supported: int = 1) -> int:
+        """1 on any failure or error, or when fewer than ``min_supported`` cases ran; else 0."""
+        return 0 if self.ok and self.supported >= min_supported else 1
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return self.exit_code_for(1)
 
     def by_id(self) -> dict[str, CaseResult]:
         return {r.case_id: r for r in self.results}
 
-    def table(self, *, reasons: bool = True) -> str:
-        """Fixed-width text: one row per case, then every non-pass reason, then the summary."""
+    def table(self, *, reasons: bool = True, width: int | None = None) -> str:
+        """Fixed-width text: one row per case, then every non-pass reason, then the summary.
+
+        Each reason line names the case and its ``why`` and is wrapped to ``width`` columns (the
+        terminal's, by default) and cut after a few lines; ``--json`` keeps the full text.
+        """
         rows = [("case", "expected", "got", "verdict", "load/LB", "time")]
         for r in self.results:
             ratio = "" if r.load_ratio is None else f"{r.load_ratio:.2f}x"
@@ -142,9 +163,10 @@ class Report:
             cells = [row[i][: widths[i]].ljust(widths[i]) for i in range(5)]
             lines.append("  ".join([*cells, row[5].rjust(9)]).rstrip())
         if reasons:
+            cols = width if width is not None else shutil.get_terminal_size((100, 24)).columns
             for r in self.results:
                 if r.verdict != "pass":
-                    lines.append(f"{r.verdict.upper()} {r.case_id}: {r.reason}")
+                    lines += _reason_lines(r, max(cols, 40))
         lines.append(self.quality_line())
         lines.append(f"{self.planner}: {self.summary_line()} ({self.seconds:.2f} s)")
         return "\n".join(lines)
@@ -183,6 +205,30 @@ class Report:
         suites = ET.Element("testsuites")
         suites.append(suite)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+_REASON_LINES = 4
+_RULE_TAG = re.compile(r"R[0-9]+")
+RULES_DOC = Path(__file__).resolve().parent.parent / "spec" / "validation.md"
+"""The validation rules R0-R32 that case ids and tags name, installed with the package."""
+
+
+def _reason_lines(result: CaseResult, width: int) -> list[str]:
+    """``VERDICT case: why`` then the reason, indented, wrapped to ``width`` and cut short."""
+    head = textwrap.shorten(f"{result.verdict.upper()} {result.case_id}: {result.why}", width, placeholder=" …")
+    body = textwrap.wrap(result.reason, width - 4, break_on_hyphens=False) or [""]
+    if len(body) > _REASON_LINES:
+        suffix = " … (full text: --json)"
+        last = body[_REASON_LINES - 1]
+        room = width - 4 - len(suffix)
+        if len(last) > room:
+            last = last[:room].rsplit(" ", 1)[0] if " " in last[:room] else last[:room]
+        body = [*body[: _REASON_LINES - 1], last + suffix]
+    lines = [head, *("    " + line for line in body)]
+    rules = [t for t in result.tags if _RULE_TAG.fullmatch(t)]
+    if rules:
+        lines.append(f"    rule {', '.join(rules)}: {RULES_DOC}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +472,7 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
 
 
 def run_conformance(
-    planner: str | Adapter,
+    planner: str | Adapter | Callable[[dict[str, Any]], Any],
     cases: str | Path | Sequence[Case] | None = None,
     *,
     select: str | Sequence[str] | None = None,
@@ -434,13 +480,23 @@ def run_conformance(
     progress: Callable[[CaseResult], None] | None = None,
 ) -> Report:
     """Run ``cases`` (default: the packaged corpus; or a case file, directory, glob or list of
-    ``Case``) through ``planner`` (a spec string or an ``Adapter``) and judge each one.
+    ``Case``) through ``planner`` and judge each one.
+
+    ``planner`` is a spec string (``make_adapter``), an ``Adapter``, or a plain function taking a
+    case input dict and returning an answer dict (the ``cmd:`` protocol, in-process).
 
     ``select`` keeps the cases whose id, family prefix or tag matches one of its globs (e.g.
     ``"rules/*"``, ``"R17"``, ``"*billion*"``). Raises ``ValueError`` for an unusable planner spec
     and ``CaseFormatError`` for a malformed case file.
     """
-    adapter = planner if isinstance(planner, Adapter) else make_adapter(planner, timeout=timeout)
+    if isinstance(planner, Adapter):
+        adapter = planner
+    elif isinstance(planner, str):
+        adapter = make_adapter(planner, timeout=timeout)
+    elif callable(planner):
+        adapter = FunctionAdapter(planner)
+    else:
+        raise TypeError(f"planner must be a spec string, an Adapter or a function, got {type(planner).__name__}")
     loaded = list(cases) if isinstance(cases, Sequence) and not isinstance(cases, str) else load_cases(cases)
     chosen = select_cases(loaded, select)
     report = Report(adapter.name)
@@ -682,8 +738,9 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``refplan conformance`` (also ``python -m refplan.conformance.runner``)."""
     parser.add_argument(
         "--planner", default="refplan", metavar="SPEC",
-        help="refplan | deepspeed | dcp | dcp-lowest | megatron | awex | module:callable | cmd:\"<command>\" "
-             "(default: refplan)",
+        help="refplan | deepspeed | dcp | dcp-lowest | megatron | awex (the pinned peers, `make peers`) | "
+             "pkg.module:function (the current directory is importable; 'module:' may prefix it) | "
+             "cmd:\"<command>\" (reads a case on stdin, prints an answer; default: refplan)",
     )
     parser.add_argument("--case", action="append", metavar="GLOB",
                         help="only cases whose id or tag matches (repeatable), e.g. 'rules/*', 'R17', '*1e9*'")
@@ -696,17 +753,40 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
                              "(docs/conformance.md); ignores --planner")
     parser.add_argument("--fail-on-quality", action="store_true",
                         help="exit 1 also when a correct plan loads its busiest sender above the case's bound")
+    parser.add_argument("--min-supported", type=int, default=1, metavar="N",
+                        help="exit 1 unless at least N cases ran (were not unsupported); default 1, so a run "
+                             "that checked nothing fails")
+    parser.add_argument("--dump", metavar="CASE",
+                        help="write CASE's planner input (refplan.conformance-input/1, as a cmd: planner reads it) "
+                             "to stdout and exit")
 
 
 def _one_line(text: str) -> str:
     return "\\n".join(str(text).splitlines())
 
 
+def _dump(cases: Sequence[Case], case_id: str) -> int:
+    """Print one case's planner input, exactly what a ``cmd:`` planner reads on stdin."""
+    found = [c for c in cases if c.id == case_id] or select_cases(cases, case_id)
+    if len(found) != 1:
+        what = "no case" if not found else f"{len(found)} cases ({', '.join(c.id for c in found[:5])}, ...)"
+        print(f"refplan conformance: --dump {case_id}: {what} match; give one case id", file=sys.stderr)
+        return 2
+    print(json.dumps(found[0].input_doc(), indent=1, sort_keys=True))
+    return 0
+
+
 def run_conformance_cli(args: argparse.Namespace) -> int:
-    """0 everything passed (or was unsupported), 1 a failure or error, 2 bad input."""
+    """0 everything passed (or was unsupported, with at least ``--min-supported`` cases run), 1 a
+    failure or error or too few cases run, 2 bad input."""
     prog = "refplan conformance"
+    quiet = bool(getattr(args, "quiet", False))
+    verbose = bool(getattr(args, "verbose", False))
+    min_supported = int(getattr(args, "min_supported", 1))
     try:
         cases = load_cases(args.cases)
+        if getattr(args, "dump", None):
+            return _dump(cases, args.dump)
         if args.markdown:
             from .adapters import DeepSpeedAdapter
 
@@ -737,7 +817,18 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
         if not selected:
             print(f"{prog}: no case matches {args.case}", file=sys.stderr)
             return 2
-        report = run_conformance(args.planner, selected, timeout=args.timeout)
+        progress = Progress(prog, len(selected), quiet=quiet or args.json)
+        done = 0
+
+        def step(result: CaseResult) -> None:
+            nonlocal done
+            done += 1
+            progress.update(done, result.case_id)
+
+        try:
+            report = run_conformance(args.planner, selected, timeout=args.timeout, progress=step)
+        finally:
+            progress.close()
     except (CaseFormatError, ValueError) as exc:
         print(_one_line(f"{prog}: {exc}"), file=sys.stderr)
         return 2
@@ -749,11 +840,21 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
             return 2
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
+    elif quiet:
+        lines = report.table().splitlines()
+        print("\n".join(line for line in lines[len(report.results) + 1:]))  # reasons and the summary
     else:
         print(report.table())
+        if verbose:
+            for r in report.results:
+                for note in r.notes:
+                    print(f"note {r.case_id}: {note}")
+    if report.ok and report.supported < min_supported:
+        print(f"{prog}: only {report.supported} of {len(report.results)} selected cases ran (the rest are "
+              f"unsupported), fewer than --min-supported {min_supported}: nothing to call a pass", file=sys.stderr)
     if getattr(args, "fail_on_quality", False) and report.counts()["quality"]:
         return 1
-    return report.exit_code
+    return report.exit_code_for(min_supported)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -761,6 +862,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m refplan.conformance.runner", description="Hold a planner to the reference's conformance corpus"
     )
     add_conformance_arguments(parser)
+    quiet = parser.add_mutually_exclusive_group()  # `refplan conformance` has these for every command
+    quiet.add_argument("-q", "--quiet", action="store_true", help="no table and no progress: failures and the summary")
+    quiet.add_argument("-v", "--verbose", action="store_true", help="also print every case's notes")
     return run_conformance_cli(parser.parse_args(argv))
 
 

@@ -1,0 +1,339 @@
+"""CLI and conformance-runner conventions (issue 14): what a new user hits first.
+
+``--version``, ``python -m refplan``, ``-q``/``-v`` and help text everywhere, progress only on a
+terminal, ``show`` exiting 1 for an invalid plan, ``sync`` without torch in one line, and the
+runner's planner specs, exit codes, FAIL lines and ``--dump``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import refplan
+from refplan import show
+from refplan._progress import Progress
+from refplan.cli import _OPTIONAL, _parser
+from refplan.cli import main as cli_main
+from refplan.conformance import load_cases, run_conformance, select_cases
+from refplan.conformance.adapters import Adapter, Outcome, make_adapter, split_entry_point
+from refplan.conformance.corpus import Case
+from refplan.conformance.runner import RULES_DOC, CaseResult, Report, add_conformance_arguments, run_conformance_cli
+from refplan.files import MapsBatch, dump_maps, dump_plans
+from refplan.maps import contiguous_split_map, replicated_map
+from refplan.plan import TransferPlan, TransferSegment
+from refplan.policies import POLICIES
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+PY = sys.executable
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_main(argv)
+        except SystemExit as exc:  # argparse's --help and --version
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# --version, python -m refplan, -q / -v and help everywhere.
+
+
+def test_version() -> None:
+    code, out, _ = _cli(["--version"])
+    assert code == 0 and out.strip() == f"refplan {refplan.__version__}"
+
+
+def test_python_dash_m_refplan_is_the_command() -> None:
+    done = subprocess.run([PY, "-m", "refplan", "--version"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0 and done.stdout.strip() == f"refplan {refplan.__version__}", done.stderr
+
+
+def _commands() -> list[str]:
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+def test_every_command_is_offered() -> None:
+    assert {"plan", "verify", "demo"} | {name for name, *_ in _OPTIONAL} == set(_commands())
+
+
+@pytest.mark.parametrize("command", ["plan", "verify", "demo", *(name for name, *_ in _OPTIONAL)])
+def test_every_command_takes_quiet_and_verbose_and_documents_every_argument(command: str) -> None:
+    parser = _parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    own = sub.choices[command]
+    options = {s for a in own._actions for s in a.option_strings}
+    assert {"-q", "--quiet", "-v", "--verbose"} <= options, command
+    undocumented = [a.dest for a in own._actions if not a.help or a.help == argparse.SUPPRESS]
+    assert not undocumented, f"refplan {command}: no help for {undocumented}"
+
+
+def test_readme_lists_every_policy_and_the_planner_forms() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in POLICIES:
+        assert f"`{name}`" in text, name
+    assert "module:pkg.fn" not in text  # the form that never worked
+    assert "pkg.module:function" in text and "--min-supported" in text and "--dump" in text
+
+
+def test_quiet_plan_prints_no_summary_and_verbose_prints_per_parameter(tmp_path: Path) -> None:
+    maps = str(ROOT / "spec" / "examples" / "maps.json")
+    code, _, err = _cli(["plan", maps, "-o", str(tmp_path / "p.json"), "-q"])
+    assert code == 0 and err == ""
+    code, _, err = _cli(["plan", maps, "-o", str(tmp_path / "p.json"), "-v"])
+    assert code == 0 and len(err.strip().splitlines()) == 3  # two parameters, then the summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress: on a terminal only.
+
+
+class _Terminal(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_is_shown_only_on_a_terminal_and_not_when_quiet() -> None:
+    for tty, quiet, shown in ((True, False, True), (False, False, False), (True, True, False)):
+        stream = _Terminal(tty)
+        progress = Progress("work", 3, quiet=quiet, stream=stream)
+        progress.update(1, "case-a")
+        progress.close()
+        assert ("work 1/3 case-a" in stream.getvalue()) is shown, (tty, quiet)
+
+
+def _conformance(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    add_conformance_arguments(parser)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return run_conformance_cli(parser.parse_args(list(argv)))
+
+
+def test_conformance_shows_progress_on_a_terminal(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    terminal = _Terminal(True)
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert _conformance("--case", "rules/R2-*") == 0
+    assert "refplan conformance 2/2" in terminal.getvalue()
+    assert "\r" not in capsys.readouterr().out  # the report itself is untouched
+
+
+def test_conformance_is_silent_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _conformance("--case", "rules/R2-*") == 0
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Planner specs and run_conformance(callable).
+
+
+def test_entry_point_forms() -> None:
+    assert split_entry_point("pkg.mod:fn") == ("pkg.mod", "fn")
+    assert split_entry_point("module:pkg.mod:fn") == ("pkg.mod", "fn")
+    assert split_entry_point("module:pkg.fn") == ("pkg", "fn")
+    assert split_entry_point("pkg.mod.fn") == ("pkg.mod", "fn")
+    assert split_entry_point("mod:Class.method") == ("mod", "Class.method")
+    for bad in ("nonsense", "module:", "a b:c", ":fn", "pkg:"):
+        with pytest.raises(ValueError, match="entry point"):
+            split_entry_point(bad)
+
+
+@pytest.fixture
+def planner_in_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package ``myplanners`` in the current directory, importable only through the cwd."""
+    package = tmp_path / "myplanners"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = (DATA / "refplan_planner.py").read_text(encoding="utf-8")
+    (package / "wrapped.py").write_text(source, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    for name in [m for m in sys.modules if m.startswith("myplanners")]:
+        monkeypatch.delitem(sys.modules, name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("spec", ["myplanners.wrapped:plan", "module:myplanners.wrapped:plan",
+                                  "module:myplanners.wrapped.plan"])
+def test_entry_point_planners_import_from_the_current_directory(planner_in_cwd: Path, spec: str) -> None:
+    report = run_conformance(spec, select_cases(load_cases(), "rules/R2-*"))
+    assert report.counts()["pass"] == 2 and report.planner == spec
+    assert str(planner_in_cwd) not in sys.path  # the cwd is importable for the import only
+
+
+def test_run_conformance_takes_a_plain_function() -> None:
+    sys.path.insert(0, str(DATA))
+    try:
+        from refplan_planner import plan  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(DATA))
+    report = run_conformance(plan, select_cases(load_cases(), "rules/R2-*"))
+    assert report.counts() == {"pass": 2, "fail": 0, "unsupported": 0, "error": 0}
+    assert report.planner.endswith("plan")
+    with pytest.raises(TypeError, match="planner"):
+        run_conformance(42, [])  # type: ignore[arg-type]
+
+
+def test_an_unknown_spec_names_the_forms() -> None:
+    with pytest.raises(ValueError, match=r"pkg\.module:function"):
+        make_adapter("nonsense")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exit codes when nothing ran; --min-supported.
+
+
+class _Nothing(Adapter):
+    """Supports no case that needs any feature, and answers nothing else either."""
+
+    name = "nothing"
+
+    def missing(self, case: Case) -> list[str]:
+        return ["everything"]
+
+    def plan(self, case: Case) -> Outcome:
+        raise AssertionError("never runs")
+
+
+def test_a_run_where_every_case_is_unsupported_fails() -> None:
+    report = run_conformance(_Nothing(), select_cases(load_cases(), "rules/R2-*"))
+    assert report.counts()["unsupported"] == 2 and report.ok
+    assert report.supported == 0 and report.exit_code == 1
+
+
+def test_min_supported(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _conformance("--case", "rules/R2-*", "--min-supported", "2") == 0
+    assert _conformance("--case", "rules/R2-*", "--min-supported", "3") == 1
+    assert "--min-supported 3" in capsys.readouterr().err
+    report = run_conformance("refplan", select_cases(load_cases(), "rules/R2-*"))
+    assert report.exit_code_for(0) == 0 and report.exit_code_for(3) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# FAIL lines: the case's why, cut to the terminal; rule ids point at an installed file; --dump.
+
+
+def test_fail_lines_carry_the_why_and_fit_the_width() -> None:
+    report = run_conformance(f"cmd:{PY} {DATA / 'wrong_planner.py'} accept-all",
+                             select_cases(load_cases(), "rules/R0-*"))
+    (result,) = report.results
+    table = report.table(width=72)
+    fail = [line for line in table.splitlines() if line.startswith("FAIL ")]
+    assert fail and result.why[:20] in fail[0]
+    tail = table.splitlines()[table.splitlines().index(fail[0]):-1]
+    assert all(len(line) <= 72 for line in tail), tail
+    assert any(str(RULES_DOC) in line and "R0" in line for line in tail)
+    assert RULES_DOC.is_file()  # installed with the package, unlike spec/validation.md
+
+
+def test_a_long_reason_is_cut_and_says_where_the_rest_is() -> None:
+    long = CaseResult("x/y", "x", "why " * 40, "accept", "accept", "fail", "word " * 300)
+    text = Report("p", [long]).table(width=80)
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("FAIL x/y"))
+    reason = lines[start + 1:-1]
+    assert 1 < len(reason) <= 4 and all(len(line) <= 80 for line in lines[start:-1])
+    assert reason[-1].endswith("(full text: --json)")
+
+
+def test_dump_writes_the_planner_input(capsys: pytest.CaptureFixture[str]) -> None:
+    case = select_cases(load_cases(), "rules/R2-*")[0]
+    assert _conformance("--dump", case.id) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(case.input_doc()))
+    assert _conformance("--dump", "rules/R2-*") == 2  # two cases: give one
+    assert _conformance("--dump", "no-such-case") == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# refplan show and refplan sync.
+
+
+def _show(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    show.add_show_arguments(parser)
+    return show.run_show_cli(parser.parse_args(list(argv)))
+
+
+def _maps_with_a_gap(tmp_path: Path) -> tuple[Path, Path]:
+    pairs = {"w": (contiguous_split_map((4, 4), [2, 2], 0), replicated_map((4, 4), 1))}
+    maps = tmp_path / "maps.json"
+    maps.write_text(json.dumps(dump_maps(MapsBatch(pairs))))
+    half = TransferPlan((TransferSegment(0, 0, (4, 1), 0, 0, (4, 1), (2, 4)),), (4, 4), 8)  # target 1 unwritten
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps(dump_plans({"w": half})))
+    return maps, plans
+
+
+def test_show_exits_1_for_an_invalid_plan_and_still_draws_it(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    maps, plans = _maps_with_a_gap(tmp_path)
+    svg = tmp_path / "x.svg"
+    assert _show(str(maps), str(plans), "--svg", str(svg)) == 1
+    assert "oracle: invalid" in capsys.readouterr().out and svg.exists()
+
+
+def test_show_svg_and_png_without_a_renderer_writes_the_svg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(show, "png_renderer", lambda: None)
+    maps, _plans = _maps_with_a_gap(tmp_path)
+    svg, png = tmp_path / "x.svg", tmp_path / "x.png"
+    assert _show(str(maps), "--svg", str(svg), "--png", str(png)) == 0
+    err = capsys.readouterr().err
+    assert svg.exists() and not png.exists()
+    assert "refplan[png]" in err and str(svg) in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_dimensional_shards_are_drawn_to_scale(tmp_path: Path) -> None:
+    pairs = {"w": (contiguous_split_map((12,), [3, 9], 0), replicated_map((12,), 1))}
+    batch = MapsBatch(pairs)
+    from refplan.planner import plan_transfers
+
+    svg = show.plan_svg(batch, plan_transfers(pairs))
+    root = ET.fromstring(svg)
+    widths = {}
+    for rect in root.iter("{http://www.w3.org/2000/svg}rect"):
+        title = rect.find("{http://www.w3.org/2000/svg}title")
+        if title is not None and (title.text or "").startswith("target location "):
+            widths[title.text] = float(rect.get("width", "0"))
+    small = widths["target location 0, shard (3,)"]
+    large = widths["target location 1, shard (9,)"]
+    assert large == pytest.approx(3 * small)
+
+
+def test_sync_without_torch_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ModuleNotFoundError
+    code, _out, err = _cli(["sync", "--nproc", "1"])
+    assert code == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "torch" in err and "refplan[torch]" in err
+
+
+def test_a_missing_module_that_is_not_an_extra_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a known optional dependency is reported as missing; anything else is a bug to see."""
+    from refplan import cli
+
+    def broken(_args: Any) -> int:
+        raise ModuleNotFoundError("No module named 'refplan_internal'", name="refplan_internal")
+
+    monkeypatch.setattr(cli, "_cmd_demo", broken)
+    with pytest.raises(ModuleNotFoundError):
+        cli_main(["demo"])
