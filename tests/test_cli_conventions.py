@@ -188,7 +188,7 @@ def test_run_conformance_takes_a_plain_function() -> None:
     finally:
         sys.path.remove(str(DATA))
     report = run_conformance(plan, select_cases(load_cases(), "rules/R2-*"))
-    assert report.counts() == {"pass": 2, "fail": 0, "unsupported": 0, "error": 0}
+    assert report.counts() == {"pass": 2, "fail": 0, "unsupported": 0, "error": 0, "quality": 0}
     assert report.planner.endswith("plan")
     with pytest.raises(TypeError, match="planner"):
         run_conformance(42, [])  # type: ignore[arg-type]
@@ -251,8 +251,8 @@ def test_a_long_reason_is_cut_and_says_where_the_rest_is() -> None:
     text = Report("p", [long]).table(width=80)
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("FAIL x/y"))
-    reason = lines[start + 1:-1]
-    assert 1 < len(reason) <= 4 and all(len(line) <= 80 for line in lines[start:-1])
+    reason = lines[start + 1:-2]  # then the quality line and the summary
+    assert 1 < len(reason) <= 4 and all(len(line) <= 80 for line in lines[start:-2])
     assert reason[-1].endswith("(full text: --json)")
 
 

@@ -92,6 +92,30 @@ PEER_NOTES = {
 }
 """How each peer is called and what it can express, for the generated ``docs/conformance.md``."""
 
+PEER_FINDINGS_OUTSIDE_CORPUS = {
+    "megatron": [
+        (
+            "Expert weights copied from a rank that does not hold the expert (silently wrong weights). "
+            "A corpus map does not say which parameters are experts, but Megatron's metadata does "
+            "(`is_ep`, EP group, local `weightK` names): in a refit from EP=2 to EP=1 on 4 ranks the "
+            "replicated fallback sees equal DP groups and plans a local copy of every expert on every "
+            "rank, e.g. expert 2 on rank 0, which holds experts 0-1; the op names the source's local "
+            "`weight0`, which on rank 0 is expert 0. Found by `tests/test_interop.py::test_megatron_experts` "
+            "(`interop.from_megatron` against Megatron's own routing).",
+            "megatron_expert_misrouted.py",
+        ),
+        (
+            "Weights lose their TP marking without initialization: with `perform_initialization=False` "
+            "(loading from a checkpoint), `ColumnParallelLinear`/`RowParallelLinear` weights never get "
+            "their tensor-parallel attributes, so `extract_param_metadata` reports TP-split weights as "
+            "replicated (`is_tp=False`) on every rank alike, which no consumer of the metadata can detect. "
+            "Seen on CPU in `tests/test_interop.py`.",
+            "",
+        ),
+    ],
+}
+"""Findings about a peer that the corpus cannot state (they need the peer's own richer metadata)."""
+
 _DELIBERATE = (ValueError, RuntimeError, AssertionError, NotImplementedError)
 """Exception classes a peer raises on purpose when it refuses; anything else is a crash."""
 

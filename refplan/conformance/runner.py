@@ -567,6 +567,15 @@ def _peer_section(report: Report) -> list[str]:
                          + _repro(r.case_id))
         lines.append("")
     lines += _quality_lines(report)
+    from .peers import PEER_FINDINGS_OUTSIDE_CORPUS
+
+    extra = next((v for key, v in PEER_FINDINGS_OUTSIDE_CORPUS.items() if report.planner.startswith(key)), [])
+    if extra:
+        lines += ["### Findings outside the corpus", ""]
+        for text, script in extra:
+            repro = f" Reproduce with the peer alone: `python {_REPRO_DIR}/{script}`." if script else ""
+            lines.append(f"- {text}{repro}")
+        lines.append("")
     noted = [r for r in report.results if r.verdict == "pass" and r.notes]
     if noted:
         lines += [f"### Passing with a note ({len(noted)})", ""]
