@@ -172,6 +172,20 @@ class Chunk:
     holders: tuple[int, ...]
 
 
+def _case_maps(case: Case, same_shape: str | None) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+    """(target, source) maps per parameter name; with ``same_shape``, a pair whose sides differ in
+    logical shape is ``Inexpressible`` for that reason (a peer that keys tensors by name alone)."""
+    out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+    for name in sorted(case.parameters):
+        pair = case.parameters[name]
+        t = _map_of(pair["target"], f"parameter {name!r}, target")
+        s = _map_of(pair["source"], f"parameter {name!r}, source")
+        if same_shape is not None and t.logical_shape != s.logical_shape:
+            raise Inexpressible(f"parameter {name!r}: shapes {t.logical_shape} and {s.logical_shape} ({same_shape})")
+        out[name] = (t, s)
+    return out
+
+
 def _map_of(doc: Mapping[str, Any], what: str) -> ParamAffineMap:
     try:
         return ParamAffineMap.from_dict(doc)
@@ -482,13 +496,9 @@ class DCPAdapter(_PeerAdapter):
         shard_shapes: dict[tuple[str, str], dict[int, tuple[int, ...]]] = {}
         targets: dict[str, dict[int, list[Chunk]]] = {}
         src_locs: set[int] = set()
+        pairs = _case_maps(case, "one tensor per fqn")
         for name in names:
-            pair = case.parameters[name]
-            tmap = _map_of(pair["target"], f"parameter {name!r}, target")
-            smap = _map_of(pair["source"], f"parameter {name!r}, source")
-            if tmap.logical_shape != smap.logical_shape:
-                raise Inexpressible(f"parameter {name!r}: one tensor per fqn, but the two sides have shapes "
-                                    f"{tmap.logical_shape} and {smap.logical_shape}")
+            tmap, smap = pairs[name]
             logical[name] = smap.logical_shape
             dtype = getattr(torch, _dtype_name(case, name))
             for side, m in (("source", smap), ("target", tmap)):
@@ -668,15 +678,7 @@ class MegatronAdapter(_PeerAdapter):
     def translate(self, case: Case) -> dict[str, Any]:
         _no_options(case, allowed=("endpoints",))
         names = sorted(case.parameters)
-        maps: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
-        for name in names:
-            pair = case.parameters[name]
-            t = _map_of(pair["target"], f"parameter {name!r}, target")
-            s = _map_of(pair["source"], f"parameter {name!r}, source")
-            if t.logical_shape != s.logical_shape:
-                raise Inexpressible(f"parameter {name!r}: shapes {t.logical_shape} and {s.logical_shape} "
-                                    "(the planner matches parameters by name and local shape only)")
-            maps[name] = (t, s)
+        maps = _case_maps(case, "the planner matches parameters by name and local shape only")
         # Global ranks: the processes of the endpoints (a refit runs both models on one world), or
         # without endpoints source locations as ranks 0.. and target locations after them.
         ends = case.raw.get("endpoints")
@@ -818,8 +820,7 @@ class AwexAdapter(_PeerAdapter):
     def translate(self, case: Case) -> dict[str, Any]:
         _no_options(case)
         names = sorted(case.parameters)
-        maps = {n: (_map_of(case.parameters[n]["target"], f"parameter {n!r}, target"),
-                    _map_of(case.parameters[n]["source"], f"parameter {n!r}, source")) for n in names}
+        maps = _case_maps(case, None)  # Awex takes both shapes as they come: a mismatch is a finding
         train_world = max((loc for _, s in maps.values() for loc in s.shard_shapes), default=-1) + 1
         infer_world = max((loc for t, _ in maps.values() for loc in t.shard_shapes), default=-1) + 1
         infer, train = [], []
