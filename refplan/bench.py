@@ -252,6 +252,55 @@ def uneven_scenario() -> Scenario:
     )
 
 
+def _whole(shape: tuple[int, ...], owners: Sequence[int]) -> ParamAffineMap:
+    """Every owner holds the whole tensor as one dense shard: an expert weight under EP x DP."""
+    return replicate(replicated_map(shape, 1), len(owners), lambda _loc, copy: owners[copy])
+
+
+def moe_model_scenario(moe_layers: int = 58, experts: int = 128, *, name: str = "moe-model") -> Scenario:
+    """``moe-model``: an MoE model's RL weight sync, tens of thousands of small parameters.
+
+    ``moe_layers`` MoE layers of ``experts`` experts with three weights each (w1, w3: (2048, 7168);
+    w2: (7168, 2048)) plus dense parameters (attention qkv/o and a norm per MoE layer, 3 dense MLP
+    layers, embed, lm_head, final norm). Trainer on processes 0-15: experts EP=8 x DP=2 (expert
+    ``e`` on EP rank ``e // (experts/8)`` of both DP copies), dense TP=4 x DP=4. Engine on
+    processes 16-31: experts EP=16, dense TP=8 x 2 replicas. The defaults give 22 458 parameters.
+    """
+    hidden, ffn, dense_ffn, vocab = 7168, 2048, 18432, 129280
+    pairs: Pairs = {}
+    per_src, per_tgt = experts // 8, experts // 16
+    for layer in range(moe_layers):
+        for e in range(experts):
+            src_owners = [copy * 8 + e // per_src for copy in range(2)]
+            tgt_owner = [e // per_tgt]
+            for w, shape in (("w1", (ffn, hidden)), ("w3", (ffn, hidden)), ("w2", (hidden, ffn))):
+                pairs[f"layers.{layer:03d}.experts.{e:03d}.{w}"] = (_whole(shape, tgt_owner), _whole(shape, src_owners))
+
+    def dense(key: str, shape: tuple[int, int], axis: int) -> None:
+        target = replicate(contiguous_split_map(shape, _split(shape[axis], 8), axis), 2)
+        source = replicate(contiguous_split_map(shape, _split(shape[axis], 4), axis), 4)
+        pairs[key] = (target, source)
+
+    for layer in range(moe_layers):
+        dense(f"layers.{layer:03d}.attn.qkv", (3 * hidden, hidden), 0)
+        dense(f"layers.{layer:03d}.attn.o", (hidden, hidden), 1)
+        pairs[f"layers.{layer:03d}.norm"] = (replicated_map((hidden,), 16), replicated_map((hidden,), 16))
+    for layer in range(3):
+        dense(f"dense.{layer}.gate", (dense_ffn, hidden), 0)
+        dense(f"dense.{layer}.up", (dense_ffn, hidden), 0)
+        dense(f"dense.{layer}.down", (hidden, dense_ffn), 1)
+    dense("embed", (vocab, hidden), 0)
+    dense("lm_head", (vocab, hidden), 0)
+    pairs["final_norm"] = (replicated_map((hidden,), 16), replicated_map((hidden,), 16))
+    endpoints = TransferEndpoints({loc: loc for loc in range(16)}, {loc: 16 + loc for loc in range(16)})
+    return Scenario(
+        name,
+        f"MoE {moe_layers} layers x {experts} experts x 3 weights + dense ({len(pairs)} params): experts EP8xDP2, "
+        "dense TP4xDP4 (procs 0-15) -> experts EP16, dense TP8x2 (procs 16-31), bf16",
+        pairs, endpoints, dict.fromkeys(pairs, BF16), policies=("balanced",), repeat=None,
+    )
+
+
 def _at_scale() -> Scenario:
     scale = moe_gather_scenario(PIECES_AT_SCALE)
     return Scenario(scale.name, scale.description, scale.pairs, scale.endpoints, scale.element_size,
@@ -265,10 +314,16 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     **{f"moe-gather-{n}": partial(moe_gather_scenario, n) for n in MOE_BLOCKS},
     f"moe-gather-{PIECES_AT_SCALE}": _at_scale,
     **{f"moe-reshard-{n}": partial(moe_reshard_scenario, n) for n in MOE_RESHARD_BLOCKS},
+    "moe-model": moe_model_scenario,
+    "moe-model-100k": partial(moe_model_scenario, 130, 256, name="moe-model-100k"),
 }
 """Every named scenario, built on demand (the 10⁵-piece map takes seconds to build)."""
 
 QUICK = ("llama-sync", "zero2-sync", "uneven", *(f"moe-gather-{n}" for n in MOE_BLOCKS_QUICK))
+
+DEFAULT = tuple(name for name in SCENARIOS if name != "moe-model-100k")
+"""A plain ``refplan bench``: everything but the 10⁵-parameter batch (about a minute to build and
+plan per contender), which runs when named."""
 
 
 def scenarios(quick: bool = False) -> list[Scenario]:
@@ -423,6 +478,27 @@ def _oracle(scenario: Scenario, plans: Mapping[str, TransferPlan], repeat: int) 
     return best, wall, status
 
 
+OTHER_PEERS = ("dcp", "megatron", "awex")
+"""Peers besides DeepSpeed timed by ``refplan bench`` when installed (``make peers``)."""
+
+
+def _other_peers(scenario: Scenario) -> dict[str, Any]:
+    """Spec -> (name, planning call) or why it cannot run, for DCP, Megatron-Core and Awex on the
+    scenario's maps (translated once, not timed; see ``conformance.peers.bench_contender``)."""
+    from .conformance.peers import bench_contender
+
+    ends = None
+    if scenario.endpoints is not None:
+        ends = {"source": dict(scenario.endpoints.source), "target": dict(scenario.endpoints.target)}
+    return {spec: bench_contender(spec, scenario.pairs, endpoints=ends, element_size=scenario.element_size)
+            for spec in OTHER_PEERS}
+
+
+def _as_plans(plans: dict[str, Any], spec: str) -> dict[str, TransferPlan]:
+    """A peer's plan dicts as ``TransferPlan``s (after timing), so every contender is measured alike."""
+    return {name: TransferPlan.from_dict(p, f"{spec}[{name}]") for name, p in plans.items()}
+
+
 def _policies(names: Sequence[str], min_split_bytes: int, cost: CostModel) -> dict[str, ReplicaPolicy]:
     out: dict[str, ReplicaPolicy] = {}
     for name in names:
@@ -479,6 +555,16 @@ def run_bench(
         contenders: list[tuple[str, Callable[[], Any]]] = []
         if ds is not None and scenario.peer:
             contenders.append(("deepspeed", partial(ds[2], ds[1](scenario.pairs))))
+        peer_names: dict[str, str] = {}
+        peer_convert: dict[str, Callable[[Any], dict[str, Any]]] = {}
+        if peer and scenario.peer:
+            for spec, contender in _other_peers(scenario).items():
+                if isinstance(contender, str):
+                    report.rows.append(Row(scenario.name, spec, spec, None, error=contender))
+                    continue
+                peer_names[spec] = contender[0]
+                peer_convert[spec] = contender[2]
+                contenders.append((spec, contender[1]))  # timed: the peer's own planning call only
         for name, policy in policies.items():
             contenders.append((name, partial(
                 plan_transfers, scenario.pairs, endpoints=scenario.endpoints, element_size=scenario.element_size,
@@ -499,11 +585,14 @@ def run_bench(
         ds_seconds = best.get("deepspeed") if "deepspeed" not in errors else None
         for key, _run in contenders:
             is_ds = key == "deepspeed"
+            who, how = ("deepspeed", "lowest holder") if is_ds else (
+                (key, peer_names[key]) if key in peer_names else ("refplan", key))
             if key in errors:
-                report.rows.append(Row(scenario.name, "deepspeed" if is_ds else "refplan",
-                                       "lowest holder" if is_ds else key, None, error=errors[key]))
+                report.rows.append(Row(scenario.name, who, how, None, error=errors[key]))
                 continue
             plans = plans_of.pop(key)
+            if key in peer_names:
+                plans = _as_plans(peer_convert[key](plans), key)
             measured = _measure(scenario, plans, bound, model)
             oracle_s = oracle_wall = None
             status = None
@@ -511,9 +600,8 @@ def run_bench(
                 oracle_s, oracle_wall, status = _oracle(scenario, plans, runs)
             ratio = best[key] / ds_seconds if ds_seconds and not is_ds else None
             report.rows.append(Row(
-                scenario.name, "deepspeed" if is_ds else "refplan", "lowest holder" if is_ds else key,
-                best[key], oracle_s, status, plan_vs_deepspeed=ratio, plan_wall_seconds=walls[key],
-                oracle_wall_seconds=oracle_wall, **measured,
+                scenario.name, who, how, best[key], oracle_s, status, plan_vs_deepspeed=ratio,
+                plan_wall_seconds=walls[key], oracle_wall_seconds=oracle_wall, **measured,
             ))
             del plans
     if ds is not None and oracle:
@@ -728,6 +816,29 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f}"
 
 
+def _per_parameter(report: BenchReport, s: ScenarioSummary) -> list[str]:
+    """One line per scenario: refplan's default policy's plan and verify per parameter beside
+    every peer's own planning call, and the ratios issue goals are stated in."""
+    rows = [r for r in report.rows if r.scenario == s.name and r.plan_seconds is not None]
+    ours = next((r for r in rows if r.peer == "refplan" and r.policy == "balanced"), None)
+    if ours is None or ours.plan_seconds is None or not s.parameters:
+        return []
+    us = 1e6 / s.parameters
+    parts = [f"refplan:balanced plan {ours.plan_seconds * us:.1f} us"]
+    if ours.oracle_seconds is not None:
+        parts.append(f"verify {ours.oracle_seconds * us:.1f} us")
+    peers = {r.peer: r.plan_seconds for r in rows if r.peer != "refplan" and r.plan_seconds is not None}
+    parts += [f"{peer} {secs * us:.1f} us" for peer, secs in sorted(peers.items())]
+    ratios = []
+    if "deepspeed" in peers and ours.oracle_seconds is not None:
+        both = ours.plan_seconds + ours.oracle_seconds
+        ratios.append(f"plan+verify / deepspeed plan {both / peers['deepspeed']:.2f}x")
+    if peers:
+        fastest = min(peers, key=lambda k: peers[k])
+        ratios.append(f"plan / fastest peer ({fastest}) {ours.plan_seconds / peers[fastest]:.2f}x")
+    return ["  per parameter: " + ", ".join(parts) + ("; " + "; ".join(ratios) if ratios else "")]
+
+
 def format_report(report: BenchReport) -> str:
     """The human-readable table ``refplan bench`` prints."""
     m = report.model
@@ -748,12 +859,14 @@ def format_report(report: BenchReport) -> str:
             f"{_mib(s.lower_bound_bytes)} MiB on the busiest sender, sync >= {s.sync_lower_bound_seconds * 1e3:.2f} ms"
         )
         lines.append(header)
+        lines += _per_parameter(report, s)
         for r in report.rows:
             if r.scenario != s.name:
                 continue
-            label = f"{r.peer}:{r.policy}" if r.peer == "refplan" else f"deepspeed ({r.policy})"
+            label = f"{r.peer}:{r.policy}" if r.peer == "refplan" else f"{r.peer} ({r.policy})"
             if r.error is not None:
-                lines.append(f"  {label:<26}refused: {r.error}")
+                verb = "" if r.error.startswith(("unsupported", "planner")) else "refused: "
+                lines.append(f"  {label:<26}{verb}{r.error[:200]}")
                 continue
             plan = f"{r.plan_seconds:.3f}" if r.plan_seconds is not None else "-"
             vs = f"{r.plan_vs_deepspeed:.2f}" if r.plan_vs_deepspeed is not None else "-"
@@ -811,7 +924,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bench_cli(args: argparse.Namespace) -> int:
     """``refplan bench``: run, print the table (or JSON). Exit 0; 2 on bad options."""
     quick = bool(getattr(args, "quick", False))
-    wanted = getattr(args, "scenario", None) or list(QUICK if quick else SCENARIOS)
+    wanted = getattr(args, "scenario", None) or list(QUICK if quick else DEFAULT)
     unknown = [w for w in wanted if w not in SCENARIOS]
     if unknown:
         print(f"refplan bench: unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)

@@ -425,11 +425,24 @@ class _PeerAdapter(Adapter):
         raise NotImplementedError
 
     def run_peer(self, problem: Any) -> dict[str, Any]:
+        """Plan dicts per parameter: the peer's planning call, then its output turned into segments."""
+        return self.convert(problem, self.call_peer(problem))
+
+    def call_peer(self, problem: Any) -> Any:
+        """Only the peer's own planning routine (what ``refplan bench`` times); returns its output."""
+        raise NotImplementedError
+
+    def convert(self, problem: Any, output: Any) -> dict[str, Any]:
+        """The peer's output as plan dicts (``{logical_shape, segments}``) per parameter."""
         raise NotImplementedError
 
     def rebuild(self, problem: Any) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
         """(target, source) maps per parameter, read back from the peer's input objects alone."""
         raise NotImplementedError
+
+    check_memory = True
+    """Whether the gate also proves each shard tiled element by element (``check_tiled``). The bench
+    turns it off for maps refplan's own builders made (valid by construction, and large)."""
 
     def _gate(self, case: Case, problem: Any) -> None:
         rebuilt = self.rebuild(problem)
@@ -437,7 +450,8 @@ class _PeerAdapter(Adapter):
             pair = case.parameters[name]
             for side, index in (("target", 0), ("source", 1)):
                 original = _map_of(pair[side], f"parameter {name!r}, {side}")
-                check_tiled(original, f"parameter {name!r}, {side}")
+                if self.check_memory:
+                    check_tiled(original, f"parameter {name!r}, {side}")
                 why = maps_differ(original, rebuilt[name][index])
                 if why is not None:
                     raise Inexpressible(f"parameter {name!r}, {side}: the peer's description means another map: {why}")
@@ -559,8 +573,23 @@ class DCPAdapter(_PeerAdapter):
         global_plan, metadata = planner.create_global_plan(problem.save_plans)
         return list(global_plan), metadata
 
-    def run_peer(self, problem: _DCPProblem) -> dict[str, Any]:
+    def call_peer(self, problem: _DCPProblem) -> tuple[list[Any], dict[tuple[str, int], list[Any]]]:
+        """DCP's save-side global planning, then each target location's read items."""
         global_plan, metadata = self.save(problem)
+        reads: dict[tuple[str, int], list[Any]] = {}
+        for name in problem.names:
+            stored = metadata.state_dict_metadata.get(name)
+            for t_loc, chunks in sorted(problem.targets[name].items()):
+                local = [self._md.ChunkStorageMetadata(offsets=self._torch.Size(c.origin),
+                                                       sizes=self._torch.Size(c.shape)) for c in chunks]
+                if stored is None:
+                    raise ValueError(f"{name!r} is not in the checkpoint metadata")
+                reads[(name, t_loc)] = self._helpers.create_read_items_for_chunk_list(name, stored, local)
+        return global_plan, reads
+
+    def convert(self, problem: _DCPProblem, output: tuple[list[Any], dict[tuple[str, int], list[Any]]]
+                ) -> dict[str, Any]:
+        global_plan, reads = output
         owners: dict[str, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
         for loc, plan in zip(problem.source_locs, global_plan):
             for item in plan.items:
@@ -568,14 +597,9 @@ class DCPAdapter(_PeerAdapter):
                 owners.setdefault(item.index.fqn, []).append((loc, tuple(chunk.offsets), tuple(chunk.sizes)))
         plans: dict[str, Any] = {}
         for name in problem.names:
-            stored = metadata.state_dict_metadata.get(name)
             segments: list[dict[str, Any]] = []
             for t_loc, chunks in sorted(problem.targets[name].items()):
-                local = [self._md.ChunkStorageMetadata(offsets=self._torch.Size(c.origin),
-                                                       sizes=self._torch.Size(c.shape)) for c in chunks]
-                if stored is None:
-                    raise ValueError(f"{name!r} is not in the checkpoint metadata")
-                for ri in self._helpers.create_read_items_for_chunk_list(name, stored, local):
+                for ri in reads.get((name, t_loc), ()):
                     s_loc, s_origin, s_shape = owners[name][ri.storage_index.index]
                     s_off, s_strides = problem.placements[(name, s_loc, s_origin, s_shape)]
                     dest = chunks[ri.dest_index.index]
@@ -761,30 +785,38 @@ class MegatronAdapter(_PeerAdapter):
             sides[side_name] = {n: _relabel(m, problem["loc_of"][side_name][n]) for n, m in maps.items()}
         return {name: (sides["target"][name], sides["source"][name]) for name in problem["names"]}
 
-    def run_peer(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+    def call_peer(self, problem: Mapping[str, Any]) -> list[tuple[str, int, Any, list[Any]]]:
+        """Rank 0's loop of ``build_centralized_reshard_plan``: (parameter, destination rank,
+        destination metadata, routed ops) for every destination rank and parameter."""
         select = self._utils.select_src_metadata_balanced
         determine = self._planner._determine_source_ranks_for_dst_param
-        loc_of = problem["loc_of"]
         src_meta, dst_meta = problem["meta"]["source"], problem["meta"]["target"]
-        segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem["names"]}
-        dst_ranks = sorted({r for per in dst_meta.values() for r in per})
-        for dst_rank in dst_ranks:  # rank 0's loop in build_centralized_reshard_plan
+        src_lists = {name: [src_meta[name][r] for r in sorted(src_meta[name])] for name in problem["names"]}
+        out: list[tuple[str, int, Any, list[Any]]] = []
+        for dst_rank in sorted({r for per in dst_meta.values() for r in per}):
             for name in problem["names"]:
                 dst = dst_meta[name].get(dst_rank)
                 if dst is None:
                     continue
-                src_list = [src_meta[name][r] for r in sorted(src_meta[name])]
-                chosen = select(src_list, dst, dst_rank)
-                for src_rank, src_slice, dst_slice in determine(name, chosen, dst, dst_rank):
-                    src_local = tuple(src_meta[name][src_rank].shape)
-                    s_start, s_len = _slices(src_slice, src_local)
-                    d_start, d_len = _slices(dst_slice, tuple(dst.shape))
-                    if s_len != d_len:
-                        raise ValueError(f"{name}: source slice {s_len} and destination slice {d_len} differ")
-                    s_off, s_str = _dense_offset(s_start, src_local)
-                    d_off, d_str = _dense_offset(d_start, tuple(dst.shape))
-                    segments[name].append(_segment(d_len, (loc_of["source"][name][src_rank], s_off, s_str),
-                                                   (loc_of["target"][name][dst_rank], d_off, d_str)))
+                chosen = select(src_lists[name], dst, dst_rank)
+                out.append((name, dst_rank, dst, determine(name, chosen, dst, dst_rank)))
+        return out
+
+    def convert(self, problem: Mapping[str, Any], output: list[tuple[str, int, Any, list[Any]]]) -> dict[str, Any]:
+        loc_of = problem["loc_of"]
+        src_meta = problem["meta"]["source"]
+        segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem["names"]}
+        for name, dst_rank, dst, ops in output:
+            for src_rank, src_slice, dst_slice in ops:
+                src_local = tuple(src_meta[name][src_rank].shape)
+                s_start, s_len = _slices(src_slice, src_local)
+                d_start, d_len = _slices(dst_slice, tuple(dst.shape))
+                if s_len != d_len:
+                    raise ValueError(f"{name}: source slice {s_len} and destination slice {d_len} differ")
+                s_off, s_str = _dense_offset(s_start, src_local)
+                d_off, d_str = _dense_offset(d_start, tuple(dst.shape))
+                segments[name].append(_segment(d_len, (loc_of["source"][name][src_rank], s_off, s_str),
+                                               (loc_of["target"][name][dst_rank], d_off, d_str)))
         return {n: {"logical_shape": list(problem["logical"][n]), "segments": segments[n]} for n in problem["names"]}
 
 
@@ -846,9 +878,12 @@ class AwexAdapter(_PeerAdapter):
     def rebuild(self, problem: Mapping[str, Any]) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
         return {i.name: (self._side_map(i), self._side_map(t)) for i, t in zip(problem["infer"], problem["train"])}
 
-    def run_peer(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+    def call_peer(self, problem: Mapping[str, Any]) -> list[Any]:
         builder = self._plan.TransferPlanBuilder(problem["infer_world"], problem["train_world"], num_infer_engines=1)
-        ops = builder.build_weights_mapping_operations(problem["infer"], problem["train"])
+        ops: list[Any] = builder.build_weights_mapping_operations(problem["infer"], problem["train"])
+        return ops
+
+    def convert(self, problem: Mapping[str, Any], ops: list[Any]) -> dict[str, Any]:
         shapes = {m.name: tuple(m.global_shape) for m in problem["train"]}
         segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem["names"]}
         for op in ops:
@@ -883,3 +918,50 @@ def make_peer_adapter(spec: str) -> Adapter:
                          f"`make peers` installs {pin}") from None
     raise ValueError(f"planner {spec!r}: not a peer ({', '.join(PEER_SPECS)})")
 
+
+def bench_contender(
+    spec: str,
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    *,
+    endpoints: Mapping[str, Mapping[int, int]] | None = None,
+    element_size: Mapping[str, int] | None = None,
+) -> tuple[str, Any, Any] | str:
+    """(peer name, planning call, conversion) for ``refplan bench``, or why the peer cannot run.
+
+    Translation (and its exactness check, minus the element-level memory check) happens here, not
+    timed; the zero-argument call runs only the peer's own planning routine, and the conversion
+    turns its output into plan dicts afterwards (not timed either). Endpoints
+    reach only the peer whose planner reads them (Megatron's global ranks); DCP and Awex plan
+    without them, and the bench accounts loads per process from the plans as for every contender.
+    """
+    try:
+        adapter: Any = make_peer_adapter(spec)
+    except ValueError as exc:
+        return str(exc)
+    adapter.check_memory = False
+    raw: dict[str, Any] = {
+        "id": f"bench/{spec}", "why": "bench", "tags": [],
+        "parameters": {n: {"target": t.to_dict(), "source": s.to_dict()} for n, (t, s) in sorted(pairs.items())},
+        "expect": {"outcome": "accept"},
+    }
+    if endpoints is not None and "endpoints" in adapter.features:
+        raw["endpoints"] = {side: {str(k): v for k, v in endpoints[side].items()} for side in ("source", "target")}
+    if element_size is not None:
+        raw["element_size"] = dict(element_size)
+    from .corpus import Expect
+
+    case = Case(raw["id"], "bench", "bench", (), raw, Expect("accept"))
+    try:
+        problem = adapter.translate(case)
+    except Inexpressible as exc:
+        return f"unsupported: {exc}"
+
+    def run() -> Any:
+        with _quiet():
+            return adapter.call_peer(problem)
+
+    def convert(output: Any) -> dict[str, Any]:
+        plans: dict[str, Any] = adapter.convert(problem, output)
+        return plans
+
+    return adapter.name, run, convert
