@@ -29,10 +29,12 @@ from refplan import TransferEndpoints, TransferSegment, contiguous_split_map, re
 from refplan.execute import (
     StagingBudget,
     TransferRejectedError,
+    chunk_count,
     chunk_segment,
     execute_transfer,
     execute_transfers,
     pack_messages,
+    parse_backend,
     schedule_digest,
 )
 from refplan.files import MapsBatch, dump_maps
@@ -190,6 +192,71 @@ def test_stuck_peer_times_out_instead_of_hanging(dist_results: dict[str, list[An
         assert worker.STUCK_TIMEOUT_S * 0.9 <= res["seconds"] < worker.STUCK_TIMEOUT_S + 8
 
 
+@pytest.mark.parametrize(
+    ("case", "needles"),
+    [
+        ("stride0_with_maps", ("reaches some source element more than once",)),
+        ("stride0", ("reaches some source element more than once",)),
+        ("huge_extent", ("segment", "reaches element")),
+        ("written_twice", ("write", "into the target buffer")),
+    ],
+)
+def test_hostile_plans_refused_before_any_work(
+    dist_results: dict[str, list[Any]], case: str, needles: tuple[str, ...]
+) -> None:
+    """Issue 13, defect 1: a stride-0 segment of extent 2**40 used to be chunked (gigabytes)
+    before the verdict; the processes touching it never joined it and the others timed out."""
+    assert_same_rejection([r[case] for r in scenario(dist_results, "hostile_plans")], *needles)
+
+
+def test_every_torch_dtype_moves_bit_for_bit(dist_results: dict[str, list[Any]]) -> None:
+    """Issue 13, defect 2: complex128 chunks packed after odd-sized ones at 8-byte offsets
+    failed after the verdict; every dtype, 1-byte and complex ones included, must move exactly."""
+    per_process = scenario(dist_results, "all_dtypes")
+    for rank, res in enumerate(per_process):
+        assert res["dtypes"] >= 30, res["dtypes"]  # the whole list, not an empty one
+        assert res["wrong"] == [], f"process {rank}: {res['wrong']}"
+    # Several chunks share a message: the alignment between them is what the test exercises.
+    assert all(r["chunks"] > r["messages"] > 0 for r in per_process)
+    assert_same_rejection([r["quantized"] for r in per_process], "torch.qint8 cannot be moved")
+
+
+def test_unencodable_reason_is_still_a_collective_rejection(dist_results: dict[str, list[Any]]) -> None:
+    """Issue 13, defect 3: a reason with lone surrogates raised UnicodeEncodeError on its process
+    alone; the others waited out their timeout."""
+    per_process = scenario(dist_results, "unencodable_reason")
+    assert_same_rejection(per_process, "process 1:", "cannot read /data/\\udcff\\udcfe.json")
+    assert all(r["processes"] == (1,) for r in per_process)
+
+
+def test_schedule_is_bounded_for_tiny_budgets(dist_results: dict[str, list[Any]]) -> None:
+    """Issue 13, defect 4: a 2-byte budget was accepted and built one chunk per element."""
+    per_process = scenario(dist_results, "schedule_bounds")
+    assert_same_rejection([r["two_bytes"] for r in per_process], "max_chunks=262144", "bytes_per_peer=2")
+    assert_same_rejection([r["rounds"] for r in per_process], "above max_rounds=8")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["roomy"], f"roomy, process {rank}")
+        assert_exact(res["total"], f"total budget, process {rank}")
+        assert res["total"]["rounds"] > res["roomy"]["rounds"]
+
+
+def test_device_mapped_backend_strings(dist_results: dict[str, list[Any]]) -> None:
+    """Issue 13, defect 6: a "cpu:gloo" group was refused as an unsupported backend."""
+    per_process = scenario(dist_results, "backend_strings")
+    for rank, res in enumerate(per_process):
+        assert res["backend"] == "cpu:gloo"
+        assert_exact(res["moved"], f"cpu:gloo group, process {rank}")
+    assert_same_rejection([r["meta"] for r in per_process], "process 2:", "buffers on meta")
+
+
+def test_parse_backend_reads_torch_backend_strings() -> None:
+    assert parse_backend("gloo") == {"cpu": "gloo", "cuda": "gloo"}
+    assert parse_backend("nccl") == {"cuda": "nccl"}
+    assert parse_backend("cpu:gloo") == {"cpu": "gloo"}
+    assert parse_backend("cpu:gloo,cuda:nccl") == {"cpu": "gloo", "cuda": "nccl"}
+    assert parse_backend("CUDA:NCCL, cpu:gloo") == {"cuda": "nccl", "cpu": "gloo"}
+
+
 def test_whole_launch_is_fast(dist_results: dict[str, list[Any]]) -> None:
     per_rank = [sum(v for k, (_s, v) in _items(dist_results, rank) if k.endswith(".seconds")) for rank in range(WORLD)]
     assert max(per_rank) < 90
@@ -269,6 +336,7 @@ def test_single_process_rejections_leave_targets_untouched() -> None:
     assert "not a contiguous" in rejected(target_buffers={0: torch.zeros(16)[::2], 1: targets[1]})
     assert "overlaps" in rejected(target_buffers={0: sources[0], 1: targets[1]})
     assert "cannot stage one element" in rejected(budget=StagingBudget(3))
+    assert "positive ints" in rejected(budget=StagingBudget(8, total_bytes=0))
     assert "endpoint_ranks" in rejected(endpoint_ranks="local")
     with pytest.raises(TransferRejectedError, match="not initialized"):
         execute_transfers({}, {}, {}, endpoints, dtypes={}, group=object())  # type: ignore[arg-type]
@@ -293,6 +361,7 @@ def test_chunks_tile_the_segment_within_budget() -> None:
             pairs += list(zip(_addresses(c.source_offset, s_str, c.shape), _addresses(c.target_offset, t_str, c.shape)))
         want = list(zip(_addresses(seg.source_offset, s_str, shape), _addresses(seg.target_offset, t_str, shape)))
         assert sorted(pairs) == sorted(want) and len(pairs) == len(set(pairs))
+        assert chunk_count(shape, budget.bytes_per_peer // size) == len(chunks)
         if seg.numel * size <= budget.bytes_per_peer:
             assert len(chunks) == 1
     seg = TransferSegment(0, 0, (4, 1), 1, 0, (4, 1), (3, 4))
@@ -303,17 +372,20 @@ def test_chunks_tile_the_segment_within_budget() -> None:
 
 
 def test_messages_pack_consecutive_chunks_within_budget() -> None:
-    assert pack_messages([8, 8, 8], 24) == [[(0, 0), (1, 8), (2, 16)]]
-    assert pack_messages([8, 8, 8], 23) == [[(0, 0), (1, 8)], [(2, 0)]]
-    assert pack_messages([3, 2, 8], 16) == [[(0, 0), (1, 8)], [(2, 0)]]  # offsets are 8-aligned
+    assert pack_messages([8, 8, 8], 24, [8, 8, 8]) == [[(0, 0), (1, 8), (2, 16)]]
+    assert pack_messages([8, 8, 8], 23, [8, 8, 8]) == [[(0, 0), (1, 8)], [(2, 0)]]
+    assert pack_messages([3, 2, 8], 16, [1, 1, 8]) == [[(0, 0), (1, 3), (2, 8)]]  # each for its dtype
+    assert pack_messages([1, 16], 64, [1, 16]) == [[(0, 0), (1, 16)]]  # complex128 after a byte: 16
+    assert pack_messages([1, 16], 64) == [[(0, 0), (1, 16)]]  # default: 16 for every chunk
     rng = random.Random(3)
-    for _ in range(200):
-        budget = rng.randint(1, 64)
-        sizes = [rng.randint(1, budget) for _ in range(rng.randint(0, 12))]
-        messages = pack_messages(sizes, budget)
+    for _ in range(300):
+        budget = rng.randint(16, 96)
+        aligns = [rng.choice((1, 2, 4, 8, 16)) for _ in range(rng.randint(0, 12))]
+        sizes = [a * rng.randint(1, budget // a) for a in aligns]
+        messages = pack_messages(sizes, budget, aligns)
         assert [i for m in messages for i, _ in m] == list(range(len(sizes)))  # FIFO, each once
         for m in messages:
-            assert all(at % 8 == 0 for _, at in m) and m[-1][1] + sizes[m[-1][0]] <= budget
+            assert all(at % aligns[i] == 0 for i, at in m) and m[-1][1] + sizes[m[-1][0]] <= budget
             assert all(a + sizes[i] <= b for (i, a), (_j, b) in pairwise(m))
 
 
