@@ -402,7 +402,7 @@ def s_hostile_plans(me: int, world: int) -> dict[str, Any]:
 
 
 ALL_DTYPES = sorted(
-    {v for v in vars(torch).values() if isinstance(v, torch.dtype) and not str(v).startswith(("torch.q"))},
+    {v for v in vars(torch).values() if isinstance(v, torch.dtype) and not str(v).startswith("torch.q")},
     key=str,
 )
 """Every dtype torch can hold in a plain tensor (quantized ones are refused, see the test)."""
