@@ -85,6 +85,7 @@ __all__ = [
     "execute_transfers",
     "pack_messages",
     "parse_backend",
+    "release_staging",
     "schedule_digest",
 ]
 
@@ -414,20 +415,50 @@ class _Local:
 
 
 @dataclass
-class _Message:
-    """Consecutive chunks of one peer queue sent as one buffer (chunk offsets aligned per dtype).
+class _Piece:
+    """One wire message: a chunk of at least ``_DIRECT_MIN`` bytes alone, or a run of smaller ones.
 
-    ``direct`` is this process's view of the message when it is one chunk contiguous in its own
-    shard: then the bytes go straight from (or into) the shard, with no staging.
+    Both ends cut a round's chunks into pieces by chunk size alone, so they agree on every
+    piece. ``direct`` is this process's view of a one-chunk piece that is contiguous in its own
+    shard: those bytes go straight from (or into) the shard, with no staging copy.
     """
 
-    parts: tuple[tuple[_Op, int], ...]
-    nbytes: int  # bytes on the wire, alignment padding included
+    first: int  # index of the first chunk in the message's parts
+    last: int  # one past the last chunk
+    start: int  # byte range of the piece in the message's staging layout
+    end: int
     direct: torch.Tensor | None = None
+
+
+@dataclass
+class _Message:
+    """Consecutive chunks of one peer queue travelling in one round (chunk offsets aligned per dtype)."""
+
+    parts: tuple[tuple[_Op, int], ...]
+    nbytes: int  # bytes of the staging layout, alignment padding included
+    pieces: list[_Piece] = field(default_factory=list)
 
     @property
     def payload(self) -> int:
         return sum(op.nbytes for op, _at in self.parts)
+
+
+_DIRECT_MIN = 64 << 10
+"""Chunks this large travel as messages of their own (straight from/into a contiguous shard);
+smaller ones share a staged message, where one copy costs less than one more message."""
+
+
+def _pieces(parts: tuple[tuple[_Op, int], ...]) -> list[_Piece]:
+    out: list[_Piece] = []
+    i = 0
+    while i < len(parts):
+        j = i + 1
+        if parts[i][0].nbytes < _DIRECT_MIN:
+            while j < len(parts) and parts[j][0].nbytes < _DIRECT_MIN:
+                j += 1
+        out.append(_Piece(i, j, parts[i][1], parts[j - 1][1] + parts[j - 1][0].nbytes))
+        i = j
+    return out
 
 
 def pack_messages(
@@ -462,7 +493,7 @@ def _messages(ops: list[_Op], limit: int) -> list[_Message]:
     out = []
     for group in pack_messages([op.nbytes for op in ops], limit, [op.itemsize for op in ops]):
         parts = tuple((ops[i], offset) for i, offset in group)
-        out.append(_Message(parts, parts[-1][1] + parts[-1][0].nbytes))
+        out.append(_Message(parts, parts[-1][1] + parts[-1][0].nbytes, _pieces(parts)))
     return out
 
 
@@ -475,7 +506,38 @@ class _Schedule:
     sources: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)  # validated carrier views
     targets: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
     slots: dict[tuple[str, int], list[torch.Tensor]] = field(default_factory=dict)  # (direction, peer)
+    arenas: list[torch.Tensor] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+_POOL: dict[tuple[str, int], list[torch.Tensor]] = {}
+_POOL_LIMIT = 8  # arenas kept per (device, size)
+
+
+def _arena(device: torch.device, nbytes: int) -> torch.Tensor:
+    """Staging memory, reused from an earlier call when one of the same size is free.
+
+    A fresh allocation is zeroed by the kernel page by page on first touch; in a sync loop that
+    costs more than packing. Only a call that finished cleanly returns its arenas
+    (``_recycle``); a failed one keeps them out of the pool for good (``_RETAINED``).
+    """
+    free = _POOL.get((str(device), nbytes))
+    if free:
+        return free.pop()
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _recycle(sched: _Schedule) -> None:
+    for arena in sched.arenas:
+        free = _POOL.setdefault((str(arena.device), arena.numel()), [])
+        if len(free) < _POOL_LIMIT:
+            free.append(arena)
+    sched.arenas.clear()
+
+
+def release_staging() -> None:
+    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase)."""
+    _POOL.clear()
 
 
 # Same-width carriers: copies move bits (NaN payloads, sub-byte and float8 types alike).
@@ -828,7 +890,7 @@ def _prepare(
             "raise the staging budget"
         )
 
-    # Direct messages (one chunk, contiguous in this process's shard); staging for the others.
+    # Direct pieces (one chunk, contiguous in this process's shard); staging for the others.
     sizes: dict[tuple[str, int], int] = {}
     for direction, queues, store in (
         ("send", sched.outgoing, sched.sources),
@@ -836,20 +898,18 @@ def _prepare(
     ):
         for peer, messages in queues.items():
             for message in messages:
-                if len(message.parts) == 1:
-                    message.direct = _direct(store[message.parts[0][0].key], message.parts[0][0])
-                if message.direct is None:
+                for piece in message.pieces:
+                    if piece.last == piece.first + 1:
+                        op = message.parts[piece.first][0]
+                        piece.direct = _direct(store[op.key], op)
+                if any(piece.direct is None for piece in message.pieces):
                     key = (direction, peer)
                     sizes[key] = max(sizes.get(key, 0), message.nbytes)
-                    if message.nbytes > limits[(ctx.me, peer) if direction == "send" else (peer, ctx.me)]:
-                        raise _Refusal(  # pragma: no cover - pack_messages bounds it; kept as the guard
-                            f"a {direction} message with process {peer} needs {message.nbytes} bytes, above "
-                            f"its limit"
-                        )
     try:
         for key, size in sorted(sizes.items()):
             step = -(-size // 64) * 64
-            arena = torch.empty(_SLOTS * step, dtype=torch.uint8, device=device)
+            arena = _arena(device, _SLOTS * step)
+            sched.arenas.append(arena)
             sched.slots[key] = [arena[i * step : i * step + size] for i in range(_SLOTS)]
     except (RuntimeError, MemoryError) as exc:
         raise _Refusal(f"cannot allocate staging: {_describe(exc)}") from None
@@ -965,7 +1025,7 @@ class _Round:
     index: int
     works: list[Any]
     labels: list[str]
-    landing: list[tuple[_Message, torch.Tensor | None, int]]
+    landing: list[tuple[_Message, _Piece, torch.Tensor | None]]
     deadline: float
     buffers: list[torch.Tensor]
 
@@ -986,39 +1046,83 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         )
         return item.nbytes
 
+    def tag(r: int, i: int) -> int:
+        # Unique among the pieces of the two rounds that can be in flight on one pair.
+        return (r % _SLOTS) << 24 | i
+
     def post(r: int) -> _Round:
-        ops: list[dist.P2POp] = []
+        """Post round r: every receive, then every send.
+
+        Over gloo each piece carries a tag, so a send may be posted out of order: direct pieces
+        go out at once and each staged piece as soon as it is packed, overlapping the packing
+        with the transfer. NCCL matches in posting order and needs one grouped batch, so there
+        the whole round is packed first and posted in piece order.
+        """
+        recvs: list[dist.P2POp] = []
         labels: list[str] = []
-        landing: list[tuple[_Message, torch.Tensor | None, int]] = []
+        landing: list[tuple[_Message, _Piece, torch.Tensor | None]] = []
         buffers: list[torch.Tensor] = []
         for peer in peers:
             queue = sched.incoming.get(peer, [])
             if r < len(queue):
                 message = queue[r]
-                stage = None if message.direct is not None else sched.slots[("receive", peer)][r % _SLOTS]
-                wire = message.direct if message.direct is not None else stage[: message.nbytes]  # type: ignore[index]
-                ops.append(dist.P2POp(dist.irecv, wire, to_global[peer], ctx.group))
-                labels.append(f"receive from process {peer}")
-                landing.append((message, stage, peer))
-                buffers.append(wire)
+                slot = sched.slots.get(("receive", peer))
+                stage = slot[r % _SLOTS] if slot is not None else None
+                for i, piece in enumerate(message.pieces):
+                    wire = piece.direct
+                    if wire is None:
+                        assert stage is not None
+                        wire = stage[piece.start : piece.end]
+                    recvs.append(dist.P2POp(dist.irecv, wire, to_global[peer], ctx.group, tag(r, i)))
+                    labels.append(f"receive from process {peer}")
+                    landing.append((message, piece, None if piece.direct is not None else stage))
+                    buffers.append(wire)
+                received[peer] = received.get(peer, 0) + message.payload
+        direct: list[tuple[dist.P2POp, str]] = []
+        staged: list[tuple[tuple[tuple[_Op, int], ...], torch.Tensor, dist.P2POp, str]] = []
         for peer in peers:
             queue = sched.outgoing.get(peer, [])
             if r < len(queue):
                 message = queue[r]
-                if message.direct is not None:
-                    wire = message.direct
-                else:
-                    wire = sched.slots[("send", peer)][r % _SLOTS][: message.nbytes]
-                    for op, at in message.parts:
-                        src = _view(sched.sources[op.key], op.offset, op.shape, op.strides)
-                        wire[at : at + op.nbytes].view(src.dtype).view(op.shape).copy_(src)
-                ops.append(dist.P2POp(dist.isend, wire, to_global[peer], ctx.group))
-                labels.append(f"send to process {peer}")
+                slot = sched.slots.get(("send", peer))
+                stage = slot[r % _SLOTS] if slot is not None else None
+                for i, piece in enumerate(message.pieces):
+                    wire = piece.direct
+                    if wire is None:
+                        assert stage is not None
+                        wire = stage[piece.start : piece.end]
+                    op = dist.P2POp(dist.isend, wire, to_global[peer], ctx.group, tag(r, i))
+                    if piece.direct is not None:
+                        direct.append((op, f"send to process {peer}"))
+                    else:
+                        shifted = tuple((o, at - piece.start) for o, at in message.parts[piece.first : piece.last])
+                        staged.append((shifted, wire, op, f"send to process {peer}"))
+                    buffers.append(wire)
                 sent[peer] = sent.get(peer, 0) + message.payload
-                buffers.append(wire)
+
+        def pack(parts: tuple[tuple[_Op, int], ...], wire: torch.Tensor) -> None:
+            for o, at in parts:
+                src = _view(sched.sources[o.key], o.offset, o.shape, o.strides)
+                wire[at : at + o.nbytes].view(src.dtype).view(o.shape).copy_(src)
+
         deadline = time.monotonic() + timeout.total_seconds()
+        works: list[Any] = []
         try:
-            works = list(dist.batch_isend_irecv(ops)) if ops else []
+            if sched.device.type == "cpu":
+                first = recvs + [op for op, _label in direct]
+                works += dist.batch_isend_irecv(first) if first else []
+                labels += [label for _op, label in direct]
+                for parts, wire, op, label in staged:
+                    pack(parts, wire)
+                    works += dist.batch_isend_irecv([op])
+                    labels.append(label)
+            else:
+                for parts, wire, _op, _label in staged:
+                    pack(parts, wire)
+                sends = direct + [(op, label) for _parts, _wire, op, label in staged]
+                ops = recvs + [op for op, _label in sends]
+                works = list(dist.batch_isend_irecv(ops)) if ops else []
+                labels += [label for _op, label in sends]
         except Exception as exc:
             _RETAINED.append(buffers)
             raise TransferExecutionError(f"round {r} of {rounds}: posting failed: {_describe(exc)}") from exc
@@ -1037,12 +1141,11 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
                     f"round {rnd.index} of {rounds}: {what} failed or timed out (timeout {timeout}); target "
                     f"buffers may be partly written: {_describe(exc)}"
                 ) from exc
-        for message, stage, peer in rnd.landing:
+        for message, piece, stage in rnd.landing:
             if stage is not None:
-                for op, at in message.parts:
+                for op, at in message.parts[piece.first : piece.last]:
                     dst = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
                     dst.copy_(stage[at : at + op.nbytes].view(dst.dtype).view(op.shape))
-            received[peer] = received.get(peer, 0) + message.payload
 
     current = post(0) if rounds else None
     for r in range(rounds):
@@ -1155,10 +1258,11 @@ def execute_transfers(
             _RETAINED.append(sched.slots)
             raise TransferExecutionError(f"moving failed after the verdict: {_describe(exc)}") from exc
         _drain(sched.device, timeout, sched)
+    _recycle(sched)
     done = time.perf_counter()
     queues = (*sched.incoming.values(), *sched.outgoing.values())
     chunks = sum(len(m.parts) for q in queues for m in q)
-    messages = sum(len(q) for q in queues)
+    messages = sum(len(m.pieces) for q in queues for m in q)
     return TransferStats(
         segments=sched.segments,
         chunks=chunks,
@@ -1170,7 +1274,7 @@ def execute_transfers(
         received_bytes=dict(sorted(received.items())),
         seconds=done - started,
         move_seconds=done - moving,
-        direct_messages=sum(1 for q in queues for m in q if m.direct is not None),
+        direct_messages=sum(1 for q in queues for m in q for p in m.pieces if p.direct is not None),
     )
 
 

@@ -101,3 +101,15 @@ def test_sync_under_torchrun_is_one_process_of_the_job() -> None:
     assert done.stdout.count("every target element exact") == 1, done.stdout
     assert "2 processes (gloo, torchrun)" in done.stdout
     assert "process 0:" in done.stdout and "process 1:" in done.stdout
+
+
+def test_bench_sync_compares_with_raw_all_to_all() -> None:
+    """``refplan bench --sync`` measures the executor beside a raw ``all_to_all_single`` of the same
+    per-pair bytes, every target element checked (the ratio itself is the bench's, not a test's)."""
+    from refplan.bench import TARGET_EXECUTOR_VS_RAW, _raw_target, run_sync_raw
+
+    raw = run_sync_raw(runs=1)
+    assert raw["checked_elements"] > 0 and raw["network_bytes"] > 20 << 20  # ~28 MiB bf16, half moved
+    assert raw["ratio"] == pytest.approx(raw["move_seconds"] / raw["raw_seconds"])
+    target = _raw_target(raw)
+    assert target["met"] == (raw["ratio"] <= TARGET_EXECUTOR_VS_RAW)
