@@ -443,6 +443,10 @@ class _Message:
         return sum(op.nbytes for op, _at in self.parts)
 
 
+_ORDERED_BATCHES = False
+"""Post each round as one batch in piece order even over gloo: NCCL's path, which the CPU tests
+take by setting this (the tagged, out-of-order posting is gloo's alone)."""
+
 _DIRECT_MIN = 64 << 10
 """Chunks this large travel as messages of their own (straight from/into a contiguous shard);
 smaller ones share a staged message, where one copy costs less than one more message."""
@@ -1046,9 +1050,12 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         )
         return item.nbytes
 
+    tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
+
     def tag(r: int, i: int) -> int:
-        # Unique among the pieces of the two rounds that can be in flight on one pair.
-        return (r % _SLOTS) << 24 | i
+        # Unique among the pieces of the two rounds that can be in flight on one pair; without
+        # tags (NCCL ignores them anyway) messages match in posting order.
+        return (r % _SLOTS) << 24 | i if tagged else 0
 
     def post(r: int) -> _Round:
         """Post round r: every receive, then every send.
@@ -1080,6 +1087,7 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
                 received[peer] = received.get(peer, 0) + message.payload
         direct: list[tuple[dist.P2POp, str]] = []
         staged: list[tuple[tuple[tuple[_Op, int], ...], torch.Tensor, dist.P2POp, str]] = []
+        in_order: list[tuple[dist.P2POp, str]] = []  # piece order, which NCCL matches by
         for peer in peers:
             queue = sched.outgoing.get(peer, [])
             if r < len(queue):
@@ -1092,6 +1100,7 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
                         assert stage is not None
                         wire = stage[piece.start : piece.end]
                     op = dist.P2POp(dist.isend, wire, to_global[peer], ctx.group, tag(r, i))
+                    in_order.append((op, f"send to process {peer}"))
                     if piece.direct is not None:
                         direct.append((op, f"send to process {peer}"))
                     else:
@@ -1108,7 +1117,7 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         deadline = time.monotonic() + timeout.total_seconds()
         works: list[Any] = []
         try:
-            if sched.device.type == "cpu":
+            if tagged:
                 first = recvs + [op for op, _label in direct]
                 works += dist.batch_isend_irecv(first) if first else []
                 labels += [label for _op, label in direct]
@@ -1119,10 +1128,9 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
             else:
                 for parts, wire, _op, _label in staged:
                     pack(parts, wire)
-                sends = direct + [(op, label) for _parts, _wire, op, label in staged]
-                ops = recvs + [op for op, _label in sends]
+                ops = recvs + [op for op, _label in in_order]
                 works = list(dist.batch_isend_irecv(ops)) if ops else []
-                labels += [label for _op, label in sends]
+                labels += [label for _op, label in in_order]
         except Exception as exc:
             _RETAINED.append(buffers)
             raise TransferExecutionError(f"round {r} of {rounds}: posting failed: {_describe(exc)}") from exc

@@ -123,6 +123,7 @@ def stats_dict(stats: TransferStats) -> dict[str, Any]:
         "chunks": stats.chunks,
         "messages": stats.messages,
         "rounds": stats.rounds,
+        "direct": stats.direct_messages,
         "local_copy_bytes": stats.local_copy_bytes,
         "sent": dict(stats.sent_bytes),
         "received": dict(stats.received_bytes),
@@ -532,6 +533,29 @@ def s_backend_strings(me: int, world: int) -> dict[str, Any]:
     return {"backend": str(dist.get_backend(group)), "moved": moved, "meta": meta}
 
 
+def s_direct_and_ordered(me: int, world: int) -> dict[str, Any]:
+    """Chunks of 64 KiB and more travel alone, straight from/into the shard where contiguous
+    there; the rest is staged. Both posting paths: gloo's tagged one (direct sends first, staged
+    ones as packed) and the one ordered batch per round that NCCL needs (forced here on CPU)."""
+    from refplan import execute
+
+    shape = (256, 512)
+    source = replicate(contiguous_split_map(shape, [128, 128], 0), 2)
+    cols, rows = contiguous_split_map(shape, [128] * 4, 1), contiguous_split_map(shape, [64] * 4, 0)
+    # Staged (strided in the source), direct, staged again: one message mixes both kinds.
+    pairs = {"a_cols": (cols, source), "b_rows": (rows, source), "c_cols": (cols, source), **zero2_pairs()}
+    dtypes = {"a_cols": torch.float32, "b_rows": torch.float32, "c_cols": torch.float32, "rows": torch.bfloat16,
+              "cols": torch.int64}
+    ends = TransferEndpoints({0: 0, 1: 1, 2: 2, 3: 3}, {0: 1, 1: 2, 2: 3, 3: 0})
+    out = {"tagged": run_exact(pairs, ends, dtypes, me, budget=StagingBudget(1 << 18))}
+    execute._ORDERED_BATCHES = True
+    try:
+        out["ordered"] = run_exact(pairs, ends, dtypes, me, budget=StagingBudget(1 << 18))
+    finally:
+        execute._ORDERED_BATCHES = False
+    return out
+
+
 def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
     """Process 3 never posts its messages: the others must fail within the timeout, not hang.
 
@@ -573,6 +597,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("unencodable_reason", s_unencodable_reason),
     ("schedule_bounds", s_schedule_bounds),
     ("backend_strings", s_backend_strings),
+    ("direct_and_ordered", s_direct_and_ordered),
     ("stuck_peer", s_stuck_peer),
 ]
 

@@ -249,6 +249,17 @@ def test_device_mapped_backend_strings(dist_results: dict[str, list[Any]]) -> No
     assert_same_rejection([r["meta"] for r in per_process], "process 2:", "buffers on meta")
 
 
+def test_direct_pieces_and_both_posting_paths(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "direct_and_ordered")
+    for rank, res in enumerate(per_process):
+        for path in ("tagged", "ordered"):
+            assert_exact(res[path], f"{path} posting, process {rank}")
+    for path in ("tagged", "ordered"):
+        assert max(r[path]["rounds"] for r in per_process) >= 2, "two rounds in flight at once"
+        assert sum(r[path]["direct"] for r in per_process) > 0, "no piece went straight from/into a shard"
+        assert any(r[path]["direct"] < r[path]["messages"] for r in per_process), "no staged piece"
+
+
 def test_parse_backend_reads_torch_backend_strings() -> None:
     assert parse_backend("gloo") == {"cpu": "gloo", "cuda": "gloo"}
     assert parse_backend("nccl") == {"cuda": "nccl"}
