@@ -622,13 +622,70 @@ def nccl_pair(me: int, world: int) -> dict[str, Any]:
     endpoints = TransferEndpoints({0: 0, 1: 1, 2: 0, 3: 1}, {0: 1, 1: 0, 2: 1, 3: 0})
     dtypes = {"rows": torch.bfloat16, "cols": torch.float32}
     plans = plan(pairs, endpoints, dtypes, "balanced")
-    buffers = make_buffers(pairs, endpoints, me, dtypes)
-    on_gpu = Buffers(
+    on_gpu = _on(make_buffers(pairs, endpoints, me, dtypes), device)
+    stats = execute_transfers(plans, on_gpu.sources, on_gpu.targets, endpoints, dtypes=dtypes,
+                              budget=StagingBudget(256), timeout=TIMEOUT)
+    return {**verdict(on_gpu), **stats_dict(stats)}
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA checks (tests/test_execute_gpu.py; started with spawn, since CUDA does not survive fork).
+
+
+def _on(buffers: Buffers, device: torch.device) -> Buffers:
+    return Buffers(
         {n: {loc: t.to(device) for loc, t in per.items()} for n, per in buffers.sources.items()},
         {n: {loc: t.to(device) for loc, t in per.items()} for n, per in buffers.targets.items()},
         buffers.expected,
         buffers.source_bits,
     )
-    stats = execute_transfers(plans, on_gpu.sources, on_gpu.targets, endpoints, dtypes=dtypes,
-                              budget=StagingBudget(256), timeout=TIMEOUT)
-    return {**verdict(on_gpu), **stats_dict(stats)}
+
+
+def nccl_single(me: int, world: int) -> dict[str, Any]:
+    """One process, one GPU, an NCCL group (and a device-mapped one): CUDA local copies of every
+    plain dtype, through the backend-string parsing and the bounded CUDA drain."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    ends = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0, 2: 0})
+    out: dict[str, Any] = {"backend": str(dist.get_backend())}
+    for label, group in (("nccl", None), ("mapped", dist.new_group([0], backend="cpu:gloo,cuda:nccl"))):
+        pairs = {"w": (contiguous_split_map((6, 9), [3, 3, 3], 1), contiguous_split_map((6, 9), [3, 3], 0))}
+        dtypes = {"w": torch.bfloat16}
+        plans = plan(pairs, ends, dtypes, "balanced")
+        on_gpu = _on(make_buffers(pairs, ends, me, dtypes), device)
+        stats = execute_transfers(plans, on_gpu.sources, on_gpu.targets, ends, dtypes=dtypes, group=group,
+                                  timeout=TIMEOUT)
+        out[label] = {**verdict(on_gpu), **stats_dict(stats)}
+    return out
+
+
+def cuda_on_gloo(me: int, world: int) -> dict[str, Any]:
+    """Two processes on one GPU over a plain gloo group: CUDA buffers need NCCL, so both refuse,
+    collectively, before anything moves (the verdict travels over gloo on CPU)."""
+    device = torch.device("cuda", 0)
+    pairs = zero2_pairs()
+    ends = TransferEndpoints({0: 0, 1: 1, 2: 0, 3: 1}, {0: 1, 1: 0, 2: 1, 3: 0})
+    dtypes = {"rows": torch.bfloat16, "cols": torch.float32}
+    plans = plan(pairs, ends, dtypes, "balanced")
+    on_gpu = _on(make_buffers(pairs, ends, me, dtypes), device)
+    return expect_rejection(
+        lambda: execute_transfers(plans, on_gpu.sources, on_gpu.targets, ends, dtypes=dtypes, timeout=TIMEOUT),
+        on_gpu,
+    )
+
+
+def mixed_devices(me: int, world: int) -> dict[str, Any]:
+    """A "cpu:gloo,cuda:nccl" group, process 0 with CPU buffers and process 1 with CUDA ones: the
+    verdict (on CPU, over gloo, on both) finds two device types and both refuse identically; no
+    NCCL communicator is ever created, so one GPU is enough."""
+    group = dist.new_group([0, 1], backend="cpu:gloo,cuda:nccl")
+    pairs = zero2_pairs()
+    ends = TransferEndpoints({0: 0, 1: 1, 2: 0, 3: 1}, {0: 1, 1: 0, 2: 1, 3: 0})
+    dtypes = {"rows": torch.bfloat16, "cols": torch.float32}
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    mine = _on(buffers, torch.device("cuda", 0)) if me == 1 else buffers
+    return expect_rejection(
+        lambda: execute_transfers(plans, mine.sources, mine.targets, ends, dtypes=dtypes, group=group,
+                                  timeout=TIMEOUT),
+        mine,
+    )

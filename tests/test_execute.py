@@ -7,7 +7,7 @@ Everything is bounded: process-group and executor timeouts inside, a parent dead
 kills what it started, and pytest-timeout marks outside.
 
 Single-process tests (no process group) cover local copies, chunking, the digest and markers.
-The NCCL test needs two CUDA devices and is skipped, visibly, without them.
+The CUDA and NCCL tests are in ``test_execute_gpu.py``.
 """
 
 from __future__ import annotations
@@ -474,26 +474,4 @@ def test_sync_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "bad input" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------------------------------------
-# CUDA / NCCL.
-
-
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL path needs 2 CUDA devices (none here)")
-def test_nccl_two_processes() -> None:
-    outcomes = run_ranks(worker.nccl_pair, 2, backend="nccl", timeout=timedelta(seconds=60), deadline_s=170)
-    for o in outcomes:
-        assert o.ok, o.error
-        assert_exact(o.value, f"nccl process {o.rank}")
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_single_process_local_copies() -> None:
-    source_map = contiguous_split_map((6, 8), [3, 3], 0)
-    target_map = contiguous_split_map((6, 8), [4, 4], 1)
-    endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
-    plan = plan_transfer(target_map, source_map, endpoints=endpoints)
-    full = torch.arange(48, dtype=torch.float32, device="cuda").reshape(6, 8)
-    sources = {0: full[:3].reshape(-1).clone(), 1: full[3:].reshape(-1).clone()}
-    targets = {0: torch.zeros(24, device="cuda"), 1: torch.zeros(24, device="cuda")}
-    execute_transfer(plan, sources, targets, endpoints, dtype=torch.float32)
-    assert torch.equal(targets[0].view(6, 4), full[:, :4]) and torch.equal(targets[1].view(6, 4), full[:, 4:])
+# CUDA and NCCL checks live in tests/test_execute_gpu.py (scripts/gpu-check.sh runs them).
