@@ -353,6 +353,36 @@ def test_single_process_rejections_leave_targets_untouched() -> None:
         execute_transfers({}, {}, {}, endpoints, dtypes={}, group=object())  # type: ignore[arg-type]
 
 
+class _SwapsAfterFirstRead(dict[int, torch.Tensor]):
+    """A buffer mapping that hands out a decoy once its tensors have been read (checked) once."""
+
+    def __init__(self, real: dict[int, torch.Tensor], decoy: dict[int, torch.Tensor]) -> None:
+        super().__init__(real)
+        self.decoy = decoy
+        self.reads = 0
+
+    def __getitem__(self, key: int) -> torch.Tensor:
+        self.reads += 1
+        return super().__getitem__(key) if self.reads <= len(self) else self.decoy[key]
+
+
+def test_moves_the_validated_tensors_not_a_second_read_of_the_mapping() -> None:
+    """GPU-safe by construction: the movement used to read the caller's mappings again after the
+    checks, so a mapping returning other tensors then made it write what was never checked."""
+    source_map = contiguous_split_map((4, 4), [2, 2], 0)
+    target_map = contiguous_split_map((4, 4), [2, 2], 1)
+    endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
+    plan = plan_transfer(target_map, source_map, endpoints=endpoints)
+    sources = {0: torch.arange(8.0), 1: torch.arange(8.0, 16.0)}
+    real = {0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+    decoy = {0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+    targets = _SwapsAfterFirstRead(real, decoy)
+    execute_transfer(plan, sources, targets, endpoints, dtype=torch.float32)
+    full = torch.arange(16.0).view(4, 4)
+    assert torch.equal(real[0].view(4, 2), full[:, :2]) and torch.equal(real[1].view(4, 2), full[:, 2:])
+    assert all(bool((t == -1).all()) for t in decoy.values()), "an unchecked tensor was written"
+
+
 def test_chunks_tile_the_segment_within_budget() -> None:
     rng = random.Random(5)
     for _ in range(300):
