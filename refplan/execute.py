@@ -1118,12 +1118,14 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         works: list[Any] = []
         try:
             if tagged:
-                first = recvs + [op for op, _label in direct]
-                works += dist.batch_isend_irecv(first) if first else []
+                # gloo has no batching of its own: one isend/irecv per piece costs less than a
+                # batch call per packed piece.
+                for op in recvs + [op for op, _label in direct]:
+                    works.append(op.op(op.tensor, op.peer, op.group, op.tag))
                 labels += [label for _op, label in direct]
                 for parts, wire, op, label in staged:
                     pack(parts, wire)
-                    works += dist.batch_isend_irecv([op])
+                    works.append(op.op(op.tensor, op.peer, op.group, op.tag))
                     labels.append(label)
             else:
                 for parts, wire, _op, _label in staged:
