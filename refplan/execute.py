@@ -762,7 +762,7 @@ def _prepare(
     # Global checks: identical inputs give identical verdicts on every process.
     names = sorted(plans)
     checked: dict[str, tuple[list[TransferSegment], torch.dtype]] = {}
-    pairs: set[tuple[int, int]] = set()
+    widest: dict[tuple[int, int], tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
     for name in names:
         plan = plans[name]
         if not isinstance(plan, TransferPlan):
@@ -777,22 +777,17 @@ def _prepare(
         for seg in segments:
             s_proc = _bound(endpoints.source, seg.source_rank, "source", name, ctx.members)
             t_proc = _bound(endpoints.target, seg.target_rank, "target", name, ctx.members)
-            if s_proc != t_proc:
-                pairs.add((s_proc, t_proc))
+            if s_proc != t_proc and widest.get((s_proc, t_proc), (0, "", dtype))[0] < dtype.itemsize:
+                widest[(s_proc, t_proc)] = (dtype.itemsize, name, dtype)
         checked[name] = (segments, dtype)
-    limits = _queue_limits(pairs, budget)
-    for (sender, receiver), limit in sorted(limits.items()):
-        for name in names:
-            segments, dtype = checked[name]
-            if limit < dtype.itemsize and any(
-                endpoints.source[s.source_rank] == sender and endpoints.target[s.target_rank] == receiver
-                for s in segments
-            ):
-                raise _Refusal(
-                    f"parameter {name!r}: the staging budget (bytes_per_peer={budget.bytes_per_peer}, "
-                    f"total_bytes={budget.total_bytes}) leaves {limit} bytes per message from process {sender} "
-                    f"to process {receiver}, which cannot stage one element ({dtype}, {dtype.itemsize} bytes)"
-                )
+    limits = _queue_limits(set(widest), budget)
+    for (sender, receiver), (size, name, dtype) in sorted(widest.items()):
+        if limits[(sender, receiver)] < size:
+            raise _Refusal(
+                f"parameter {name!r}: the staging budget (bytes_per_peer={budget.bytes_per_peer}, "
+                f"total_bytes={budget.total_bytes}) leaves {limits[(sender, receiver)]} bytes per message from "
+                f"process {sender} to process {receiver}, which cannot stage one element ({dtype}, {size} bytes)"
+            )
 
     # Local buffers: bound to this process, right dtype/layout, no aliasing; carrier views kept.
     device = holds or torch.device("cpu")

@@ -499,7 +499,8 @@ def s_schedule_bounds(me: int, world: int) -> dict[str, Any]:
             buffers,
         )
 
-    out = {"two_bytes": refused(StagingBudget(2)), "rounds": refused(StagingBudget(1 << 12, max_rounds=8))}
+    out = {"two_bytes": refused(StagingBudget(2)), "rounds": refused(StagingBudget(1 << 12, max_rounds=8)),
+           "total_tiny": refused(StagingBudget(1 << 20, total_bytes=4))}
     small = {"w": (contiguous_split_map((24, 20), [5] * 4, 1), contiguous_split_map((24, 20), [6] * 4, 0))}
     ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
     out["roomy"] = run_exact(small, ends, {"w": torch.float32}, me)

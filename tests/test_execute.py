@@ -234,6 +234,8 @@ def test_schedule_is_bounded_for_tiny_budgets(dist_results: dict[str, list[Any]]
     per_process = scenario(dist_results, "schedule_bounds")
     assert_same_rejection([r["two_bytes"] for r in per_process], "max_chunks=262144", "bytes_per_peer=2")
     assert_same_rejection([r["rounds"] for r in per_process], "above max_rounds=8")
+    # Six queues per process share total_bytes=4 over two slots: no room for one bf16 element.
+    assert_same_rejection([r["total_tiny"] for r in per_process], "leaves 0 bytes per message from process")
     for rank, res in enumerate(per_process):
         assert_exact(res["roomy"], f"roomy, process {rank}")
         assert_exact(res["total"], f"total budget, process {rank}")
