@@ -77,8 +77,8 @@ def test_cuda_single_process_local_copies_every_dtype() -> None:
     plan = plan_transfer(target_map, source_map, endpoints=endpoints)
     for dtype in worker.ALL_DTYPES:
         raw = torch.randint(0, 256, (48, dtype.itemsize), dtype=torch.uint8, device="cuda")
-        full = raw.view(dtype).reshape(6, 8)
-        sources = {0: full[:3].reshape(-1).clone(), 1: full[3:].reshape(-1).clone()}
+        # Rows 0-2 and 3-5 of the (6, 8) tensor, built from bytes (clone needs no kernel of the dtype).
+        sources = {0: raw[:24].clone().view(dtype).reshape(-1), 1: raw[24:].clone().view(dtype).reshape(-1)}
         targets = {0: torch.zeros(24 * dtype.itemsize, dtype=torch.uint8, device="cuda").view(dtype),
                    1: torch.zeros(24 * dtype.itemsize, dtype=torch.uint8, device="cuda").view(dtype)}
         execute_transfer(plan, sources, targets, endpoints, dtype=dtype)
