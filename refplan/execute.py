@@ -138,7 +138,9 @@ class TransferExecutionError(RuntimeError):
 class StagingBudget:
     """How much staging, and how large a schedule, one process accepts.
 
-    ``bytes_per_peer``: the largest message (hence chunk) between two processes, per direction.
+    ``bytes_per_peer``: what one process stages for one peer, per direction, at one time. Two
+    messages of a queue are in flight at once (the pipeline), so a message (hence a chunk) holds
+    at most ``bytes_per_peer // 2`` bytes, or one element where that is less.
     ``total_bytes``: all staging of one process at one time — every peer, both directions, both
     pipeline slots. With many peers the per-queue message limit shrinks to
     ``total_bytes // (2 × queues)`` of whichever end has more queues (both ends derive the same
@@ -684,21 +686,25 @@ def _reach(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> int
     return offset + sum((e - 1) * s for e, s in zip(shape, strides))
 
 
-def _queue_limits(
-    pairs: set[tuple[int, int]], budget: StagingBudget
-) -> dict[tuple[int, int], int]:
+def _queue_limits(widest: Mapping[tuple[int, int], int], budget: StagingBudget) -> dict[tuple[int, int], int]:
     """Message byte limit of each (sender, receiver) queue, the same on both ends.
 
-    A process stages at most ``_SLOTS`` messages per queue at once; dividing ``total_bytes`` by
-    the queues of the busier end keeps every process's staging within ``total_bytes``.
+    A process stages at most ``_SLOTS`` messages per queue at once (the pipeline), so a message
+    gets ``bytes_per_peer // _SLOTS`` and a queue's staging stays within ``bytes_per_peer`` — unless
+    that cannot hold one element of the queue's widest dtype (``widest``), where a message holds
+    one element (the least that works). Dividing ``total_bytes`` by the queues of the busier end
+    keeps every process's staging within ``total_bytes``; below one element that is a refusal.
     """
     queues: dict[int, int] = {}
-    for sender, receiver in pairs:
+    for sender, receiver in widest:
         queues[sender] = queues.get(sender, 0) + 1
         queues[receiver] = queues.get(receiver, 0) + 1
     return {
-        (s, r): min(budget.bytes_per_peer, budget.total_bytes // (_SLOTS * max(queues[s], queues[r])))
-        for s, r in pairs
+        (s, r): min(
+            max(budget.bytes_per_peer // _SLOTS, size),
+            budget.total_bytes // (_SLOTS * max(queues[s], queues[r])),
+        )
+        for (s, r), size in widest.items()
     }
 
 
@@ -780,7 +786,7 @@ def _prepare(
             if s_proc != t_proc and widest.get((s_proc, t_proc), (0, "", dtype))[0] < dtype.itemsize:
                 widest[(s_proc, t_proc)] = (dtype.itemsize, name, dtype)
         checked[name] = (segments, dtype)
-    limits = _queue_limits(set(widest), budget)
+    limits = _queue_limits({q: w[0] for q, w in widest.items()}, budget)
     for (sender, receiver), (size, name, dtype) in sorted(widest.items()):
         if limits[(sender, receiver)] < size:
             raise _Refusal(

@@ -279,7 +279,7 @@ def s_budget(me: int, world: int) -> dict[str, Any]:
     dtypes = {"w": torch.float32}
     endpoints = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
     roomy = run_exact(pairs, endpoints, dtypes, me)
-    tight = run_exact(pairs, endpoints, dtypes, me, budget=StagingBudget(20))  # one 5-element row
+    tight = run_exact(pairs, endpoints, dtypes, me, budget=StagingBudget(40))  # messages of one 5-element row
     plans = plan(pairs, endpoints, dtypes, "balanced")
     buffers = make_buffers(pairs, endpoints, me, dtypes)
     tiny = expect_rejection(

@@ -262,6 +262,19 @@ def test_direct_pieces_and_both_posting_paths(dist_results: dict[str, list[Any]]
         assert any(r[path]["direct"] < r[path]["messages"] for r in per_process), "no staged piece"
 
 
+def test_queue_limits_keep_two_messages_within_the_budget() -> None:
+    """Two messages of a queue are staged at once, so each gets half of bytes_per_peer (one
+    element where half holds none), and total_bytes is shared by the busier end's queues."""
+    from refplan.execute import _queue_limits
+
+    assert _queue_limits({(0, 1): 4}, StagingBudget(20)) == {(0, 1): 10}
+    assert _queue_limits({(0, 1): 4}, StagingBudget(6)) == {(0, 1): 4}  # one element, the least that works
+    star = {(0, p): 2 for p in range(1, 5)} | {(1, 0): 2}  # process 0 has 5 queues, the others 1 each
+    limits = _queue_limits(star, StagingBudget(1 << 20, total_bytes=1000))
+    assert set(limits.values()) == {1000 // (2 * 5)}
+    assert 2 * sum(limits[q] for q in star if 0 in q) <= 1000
+
+
 def test_parse_backend_reads_torch_backend_strings() -> None:
     assert parse_backend("gloo") == {"cpu": "gloo", "cuda": "gloo"}
     assert parse_backend("nccl") == {"cuda": "nccl"}
