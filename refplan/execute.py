@@ -21,11 +21,11 @@ Why the protocol looks the way it does:
   timed-out wait is never freed (see ``_RETAINED``).
 - **Rounds with receives before sends.** Each process derives, from the same plans, the same
   global order of chunks; the chunks between two processes form one FIFO queue per direction, and
-  the r-th message of A's queue to B is the r-th of B's queue from A. Round r posts, in one
-  ``batch_isend_irecv``, the receives of every queue's r-th message first and then the sends.
-  Round r+1 is posted before round r is waited on (two staging slots per queue), so packing the
-  next round and unpacking the last overlap the transfer in flight; every posted operation still
-  has its counterpart posted by the peer before either waits, so no cycle of waits can form.
+  the r-th message of A's queue to B is the r-th of B's queue from A. Round r posts the receives
+  of every queue's r-th message first and then the sends. Rounds are posted ahead of the waits
+  as far as the two staging slots per queue allow, so packing, moving and unpacking overlap;
+  a process only waits for rounds that every peer posts without waiting on anything later, so
+  no cycle of waits can form.
 - **Chunks are strided boxes that fit the budget by their real size.** A chunk is a slab of the
   segment along one axis (see ``chunk_segment``), so it stays a strided view on both shards and
   its byte count is exactly elements × element size (the published executor's span formula did
@@ -145,7 +145,7 @@ class StagingBudget:
     pipeline slots. With many peers the per-queue message limit shrinks to
     ``total_bytes // (2 × queues)`` of whichever end has more queues (both ends derive the same
     number from the plans), so memory does not grow with the number of peers.
-    ``max_chunks`` and ``max_rounds`` bound the schedule of one process: a budget so small that a
+    ``max_chunks`` (at most 2**24) and ``max_rounds`` bound the schedule of one process: a budget so small that a
     parameter would become millions of one-element messages is refused, before anything is built,
     instead of spending gigabytes and minutes. A budget that cannot hold one element of some
     parameter is refused the same way. Exhausting ``bytes_per_peer`` makes more rounds, never a
@@ -449,6 +449,9 @@ _ORDERED_BATCHES = False
 """Post each round as one batch in piece order even over gloo: NCCL's path, which the CPU tests
 take by setting this (the tagged, out-of-order posting is gloo's alone)."""
 
+_MAX_IN_FLIGHT = 32  # rounds posted and not yet waited on, at most
+_MAX_CHUNKS = 1 << 24  # message tags hold a piece index below this
+
 _DIRECT_MIN = 64 << 10
 """Chunks this large travel as messages of their own (straight from/into a contiguous shard);
 smaller ones share a staged message, where one copy costs less than one more message."""
@@ -745,6 +748,8 @@ def _prepare(
         for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds)
     ):
         raise _Refusal(f"budget must be a StagingBudget of positive ints, got {budget!r}")
+    if budget.max_chunks > _MAX_CHUNKS:
+        raise _Refusal(f"max_chunks={budget.max_chunks} is above {_MAX_CHUNKS}, the most one process can tag")
     if not isinstance(endpoints, TransferEndpoints):
         raise _Refusal(f"endpoints must be a TransferEndpoints, got {type(endpoints).__name__}")
     if not isinstance(plans, Mapping) or not all(isinstance(k, str) for k in plans):
@@ -1031,7 +1036,6 @@ class _Round:
     works: list[Any]
     labels: list[str]
     landing: list[tuple[_Message, _Piece, torch.Tensor | None]]
-    deadline: float
     buffers: list[torch.Tensor]
 
 
@@ -1054,9 +1058,10 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
     tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
 
     def tag(r: int, i: int) -> int:
-        # Unique among the pieces of the two rounds that can be in flight on one pair; without
-        # tags (NCCL ignores them anyway) messages match in posting order.
-        return (r % _SLOTS) << 24 | i if tagged else 0
+        # Unique among the pieces of the rounds that can be in flight on one pair (fewer than 64;
+        # a message has fewer than 2**24 pieces, as max_chunks is at most that); without tags
+        # (NCCL ignores them anyway) messages match in posting order.
+        return (r % (2 * _MAX_IN_FLIGHT)) << 24 | i if tagged else 0
 
     def post(r: int) -> _Round:
         """Post round r: every receive, then every send.
@@ -1115,7 +1120,6 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
                 src = _view(sched.sources[o.key], o.offset, o.shape, o.strides)
                 wire[at : at + o.nbytes].view(src.dtype).view(o.shape).copy_(src)
 
-        deadline = time.monotonic() + timeout.total_seconds()
         works: list[Any] = []
         try:
             if tagged:
@@ -1137,11 +1141,13 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         except Exception as exc:
             _RETAINED.append(buffers)
             raise TransferExecutionError(f"round {r} of {rounds}: posting failed: {_describe(exc)}") from exc
-        return _Round(r, works, labels, landing, deadline, buffers)
+        return _Round(r, works, labels, landing, buffers)
 
     def finish(rnd: _Round, in_flight: list[_Round]) -> None:
+        # A round posted ahead waits behind earlier ones: its timeout runs from this wait.
+        deadline = time.monotonic() + timeout.total_seconds()
         for i, work in enumerate(rnd.works):
-            left = max(rnd.deadline - time.monotonic(), 0.001)
+            left = max(deadline - time.monotonic(), 0.001)
             try:
                 work.wait(timedelta(seconds=left))
             except Exception as exc:
@@ -1158,16 +1164,36 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
                     dst = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
                     dst.copy_(stage[at : at + op.nbytes].view(dst.dtype).view(op.shape))
 
-    current = post(0) if rounds else None
+    # Post ahead as far as staging allows: round s reuses slot s % 2 of a queue, so it waits only
+    # for an in-flight round of the same parity that stages on a queue that s stages on too (a
+    # message sent straight from/into shards holds no slot). Any such local choice of when to
+    # wait is deadlock-free: a process only waits for rounds every peer has already posted or
+    # will post without waiting on anything later.
+    def staging(r: int) -> set[tuple[str, int]]:
+        used = set()
+        for direction, queues in (("send", sched.outgoing), ("receive", sched.incoming)):
+            for peer, queue in queues.items():
+                if r < len(queue) and any(p.direct is None for p in queue[r].pieces):
+                    used.add((direction, peer))
+        return used
+
+    in_flight: list[tuple[_Round, set[tuple[str, int]]]] = []
     for r in range(rounds):
-        assert current is not None
-        following = post(r + 1) if r + 1 < rounds else None
+        need = staging(r)
+        while in_flight and (
+            len(in_flight) >= _MAX_IN_FLIGHT
+            or any(t.index % _SLOTS == r % _SLOTS and used & need for t, used in in_flight)
+        ):
+            oldest, _used = in_flight.pop(0)
+            finish(oldest, [oldest] + [t for t, _u in in_flight])
+        in_flight.append((post(r), need))
         # Local copies overlap the rounds in flight: an even share of them per round.
         lo, hi = r * len(sched.local) // rounds, (r + 1) * len(sched.local) // rounds
         for item in sched.local[lo:hi]:
             local_bytes += local_copy(item)
-        finish(current, [current] + ([following] if following is not None else []))
-        current = following
+    while in_flight:
+        oldest, _used = in_flight.pop(0)
+        finish(oldest, [oldest] + [t for t, _u in in_flight])
     if rounds == 0:
         for item in sched.local:
             local_bytes += local_copy(item)
