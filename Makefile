@@ -8,7 +8,11 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
+<<<<<<< HEAD
 .PHONY: demo test lint proofs nightly fuzz clean peers
+=======
+.PHONY: demo test lint proofs nightly fuzz clean gpu-check
+>>>>>>> issue-13
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +74,11 @@ $(VENV)/.fuzz: $(VENV)/.test
 # Runs every harness for FUZZ_SECONDS in total and prints executions, coverage and findings.
 fuzz: $(VENV)/.fuzz
 	$(PY) fuzz/run.py all --seconds $(FUZZ_SECONDS)
+
+# On a GPU machine: its own venv (.venv-gpu) with a CUDA build of $(TORCH_PIN), then every CUDA/NCCL
+# check in one command (see the script's header).
+gpu-check:
+	scripts/gpu-check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis fuzz/work fuzz/artifacts

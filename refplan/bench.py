@@ -419,6 +419,7 @@ class BenchReport:
     targets: list[dict[str, Any]] = field(default_factory=list)
     sync_rows: list[dict[str, Any]] = field(default_factory=list)
     cross: list[dict[str, Any]] = field(default_factory=list)
+    sync_raw: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -429,6 +430,7 @@ class BenchReport:
             "rows": [asdict(r) for r in self.rows],
             "targets": self.targets,
             "sync": self.sync_rows,
+            "sync_raw": self.sync_raw,
             "cross": self.cross,
         }
 
@@ -804,6 +806,131 @@ def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str
     return rows
 
 
+TARGET_EXECUTOR_VS_RAW = 1.25
+RAW_LAYOUT = "zero2 DP2 -> TP2 (procs 0-1 -> 2-3)"
+
+
+def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int) -> dict[str, Any]:
+    """One process: the balanced plan through the executor and one raw ``all_to_all_single`` of
+    exactly the same per-pair bytes, alternately first, each after a barrier; every target element
+    of every executor run is checked (outside the timed region)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from .execute import execute_transfers
+    from .simulate import extract_shards
+    from .sync import bits_of, marker_bits, restrict, tensor_from_bits
+
+    dtype = torch.bfloat16
+    world = dist.get_world_size()
+    mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
+    mine_tgt = [loc for loc, p in endpoints.target.items() if p == rank]
+    sources: dict[str, dict[int, torch.Tensor]] = {}
+    expected: dict[str, dict[int, Any]] = {}
+    for name, (target_map, source_map) in sorted(pairs.items()):
+        full = marker_bits(target_map.logical_shape, dtype)
+        src_part = restrict(source_map, mine_src)
+        tgt_part = restrict(target_map, mine_tgt)
+        if src_part is not None:
+            sources[name] = {loc: tensor_from_bits(b, dtype) for loc, b in extract_shards(src_part, full).items()}
+        if tgt_part is not None:
+            expected[name] = extract_shards(tgt_part, full)
+    plans = plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, BF16),
+                           replica_policy=POLICIES["balanced"])
+    dtypes = dict.fromkeys(plans, dtype)
+
+    def fresh() -> dict[str, dict[int, torch.Tensor]]:
+        return {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
+                for name, per in expected.items()}
+
+    def check(targets: dict[str, dict[int, torch.Tensor]]) -> int:
+        checked = 0
+        for name, per in expected.items():
+            for loc, want in per.items():
+                if not np.array_equal(bits_of(targets[name][loc]), want):
+                    raise AssertionError(f"parameter {name!r} location {loc} is wrong")
+                checked += want.size
+        return checked
+
+    warm = execute_transfers(plans, sources, fresh(), endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
+    sends = [warm.sent_bytes.get(p, 0) for p in range(world)]
+    receives = [warm.received_bytes.get(p, 0) for p in range(world)]
+    out_buf = torch.empty(sum(receives), dtype=torch.uint8)
+    in_buf = torch.zeros(sum(sends), dtype=torch.uint8)
+    call: list[float] = []
+    move: list[float] = []
+    raw: list[float] = []
+    checked = 0
+    for i in range(runs):
+        targets = fresh()
+        for which in ("executor", "raw") if i % 2 == 0 else ("raw", "executor"):
+            dist.barrier()
+            if which == "executor":
+                stats = execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes,
+                                          timeout=timedelta(seconds=120))
+                call.append(stats.seconds)
+                move.append(stats.move_seconds)
+            else:
+                started = time.perf_counter()
+                dist.all_to_all_single(out_buf, in_buf, receives, sends)
+                raw.append(time.perf_counter() - started)
+        checked += check(targets)
+    return {"call": call, "move": move, "raw": raw, "checked": checked, "bytes": sum(sends)}
+
+
+def run_sync_raw(runs: int = 9) -> dict[str, Any]:
+    """Executor against raw ``all_to_all_single`` on the ZeRO-2 batch, side by side in one launch.
+
+    Per run, the slowest process's time of each, measured back to back. ``ratio`` is the median
+    over runs of the executor's movement (``move_seconds``: after the verdict, until every target
+    byte landed) over the raw collective of the same run; ``call_ratio`` the same for the whole
+    call (checks and verdict included); ``ratio_of_medians`` the ratio of the two medians.
+    """
+    from .sync import run_ranks
+
+    pairs, endpoints = _sync_layouts()[RAW_LAYOUT]
+
+    def work(rank: int, _world: int) -> dict[str, Any]:
+        return _raw_worker(pairs, endpoints, runs, rank)
+
+    outcomes = run_ranks(work, 4, backend="gloo", timeout=timedelta(seconds=180))
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise AffineTransferError(f"--sync raw comparison: process {failed[0].rank} failed: {failed[0].error}")
+
+    def slowest(key: str) -> list[float]:
+        return [max(o.value[key][i] for o in outcomes) for i in range(runs)]
+
+    moves, calls, raws = (slowest(k) for k in ("move", "call", "raw"))
+    move, call, raw = (statistics.median(v) for v in (moves, calls, raws))
+    paired = [m / r for m, r in zip(moves, raws) if r > 0]
+    paired_calls = [c / r for c, r in zip(calls, raws) if r > 0]
+    return {
+        "layout": RAW_LAYOUT, "policy": "balanced", "runs": runs,
+        "move_seconds": move, "call_seconds": call, "raw_seconds": raw,
+        # Each run times both back to back (order alternating), so the ratio of a pair sees the
+        # same machine load; the median over runs is what the target reads.
+        "ratio": statistics.median(paired) if paired else None,
+        "call_ratio": statistics.median(paired_calls) if paired_calls else None,
+        "ratio_of_medians": move / raw if raw > 0 else None,
+        "checked_elements": sum(o.value["checked"] for o in outcomes),
+        "network_bytes": sum(o.value["bytes"] for o in outcomes),
+    }
+
+
+def _raw_target(raw: dict[str, Any]) -> dict[str, Any]:
+    ratio = raw.get("ratio")
+    return {
+        "target": f"zero2 DP2->TP2 executor <= {TARGET_EXECUTOR_VS_RAW}x raw all_to_all_single",
+        "met": None if ratio is None else ratio <= TARGET_EXECUTOR_VS_RAW,
+        "detail": (f"median per-run ratio x{ratio if ratio is not None else float('nan'):.2f} (move "
+                   f"{raw['move_seconds'] * 1e3:.1f} ms, raw {raw['raw_seconds'] * 1e3:.1f} ms; whole call x"
+                   f"{raw['call_ratio'] if raw['call_ratio'] is not None else float('nan'):.2f}); median of "
+                   f"{raw['runs']} runs, {raw['checked_elements']} target elements checked"),
+    }
+
+
 def volume_bytes(param_map: ParamAffineMap) -> int:
     return param_map.numel * BF16
 
@@ -891,6 +1018,17 @@ def format_report(report: BenchReport) -> str:
                 f"{_mib(row['bytes'])} MiB)   estimate {row['estimate_seconds'] * 1e3:.2f} ms"
                 + (f" x{est:.2f}" if est is not None else "")
             )
+    if report.sync_raw is not None:
+        raw = report.sync_raw
+        lines.append("")
+        lines.append(
+            f"executor vs raw all_to_all_single ({raw['layout']}, {raw['policy']}, "
+            f"{_mib(raw['network_bytes'])} MiB over the network, median of {raw['runs']} runs side by side): "
+            f"move {raw['move_seconds'] * 1e3:.1f} ms, whole call {raw['call_seconds'] * 1e3:.1f} ms, raw "
+            f"{raw['raw_seconds'] * 1e3:.1f} ms -> executor/raw x{raw['ratio']:.2f} (median of per-run ratios; "
+            f"ratio of medians x{raw['ratio_of_medians']:.2f}; whole call x{raw['call_ratio']:.2f}); "
+            f"{raw['checked_elements']} target elements checked"
+        )
     if report.targets:
         lines.append("")
         lines.append("targets:")
@@ -943,7 +1081,10 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         progress=None if as_json else (lambda text: print(text, file=sys.stderr, flush=True)),
     )
     if getattr(args, "sync", False):
-        report.sync_rows = run_sync_rows(max(1, int(getattr(args, "sync_runs", 5))), cost)
+        runs = max(1, int(getattr(args, "sync_runs", 5)))
+        report.sync_raw = run_sync_raw(max(runs, 15))
+        report.targets.append(_raw_target(report.sync_raw))
+        report.sync_rows = run_sync_rows(runs, cost)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:

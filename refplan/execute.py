@@ -3,37 +3,50 @@
 Why the protocol looks the way it does:
 
 - **Nothing moves until everyone agrees.** Every check that can fail (dtypes, devices, endpoint
-  bindings, buffer bounds, aliasing, staging budget on both the sending and the receiving side,
-  the plan against its maps, staging allocation) runs first, on every process, against only what
-  that process can see. Each process then packs its verdict and a digest of the whole schedule
+  bindings, segment shapes and strides, buffer bounds, aliasing, the schedule's size, the staging
+  budget on both the sending and the receiving side, the plan against its maps, staging
+  allocation) runs first, on every process, against only what that process can see. Each process
+  then packs its verdict, the device type of its buffers and a digest of the whole schedule
   (plans, endpoints, budget, dtypes) into one fixed-size int64 tensor, and the processes
-  all-gather it. If any process refused, or the digests differ, *every* process raises the same
-  ``TransferRejectedError`` naming the processes and their reasons, and no byte has moved. A lone
-  raise would strand the peers inside a collective, which is why no check may raise on its own.
+  all-gather it. If any process refused, the digests differ, or the processes hold buffers on
+  different device types, *every* process raises the same ``TransferRejectedError`` naming the
+  processes and their reasons, and no byte has moved. A lone raise would strand the peers inside
+  a collective, which is why no check may raise on its own, and why nothing before the verdict
+  does work proportional to a segment's extents: every segment's addresses are bounded by its
+  buffer, and the number of chunks and rounds is computed arithmetically and bounded before a
+  single chunk is built.
 - **After the verdict, nothing is left that can fail by our own logic**, so the only failures are
   the transport's (a dead or stuck peer). Every wait carries ``timeout``: a stuck round becomes a
-  ``TransferExecutionError`` instead of a hang, and gloo closes the pairs it timed out on, which
-  makes the peers on the other side fail fast as well.
+  ``TransferExecutionError`` instead of a hang. Staging a transport may still write into after a
+  timed-out wait is never freed (see ``_RETAINED``).
 - **Rounds with receives before sends.** Each process derives, from the same plans, the same
   global order of chunks; the chunks between two processes form one FIFO queue per direction, and
-  the r-th chunk of A's queue to B is the r-th of B's queue from A. Round r posts, in one
-  ``batch_isend_irecv``, the receives of every queue's r-th chunk first and then the sends. By
-  induction on r every posted operation has its counterpart posted in the same round, so no
-  cycle of waits can form.
+  the r-th message of A's queue to B is the r-th of B's queue from A. Round r posts the receives
+  of every queue's r-th message first and then the sends. Rounds are posted ahead of the waits
+  as far as the two staging slots per queue allow, so packing, moving and unpacking overlap;
+  a process only waits for rounds that every peer posts without waiting on anything later, so
+  no cycle of waits can form.
 - **Chunks are strided boxes that fit the budget by their real size.** A chunk is a slab of the
   segment along one axis (see ``chunk_segment``), so it stays a strided view on both shards and
   its byte count is exactly elements × element size (the published executor's span formula did
   not bound that product).
-- **Staging is contiguous bytes.** gloo cannot send a non-contiguous tensor (and fails on one side
-  only), so every network chunk is packed into a per-peer uint8 arena; the arenas are allocated
+- **Staging is contiguous bytes, unless the shard already is.** gloo cannot send a non-contiguous
+  tensor (and fails on one side only), so a message is packed into staging; a message of one
+  chunk that is contiguous in this process's shard is sent from (or received into) the shard
+  itself. Every chunk starts in staging at a multiple of its element size, so any dtype (complex128
+  needs 16 bytes) can view its bytes. Staging is bounded per peer and in total, and allocated
   before the verdict so that running out of memory is a refusal, not a stranded peer.
+- **Bits, not values.** Buffers are reinterpreted once, before the verdict, as an integer type of
+  the same width (``complex128`` for 16 bytes), so every dtype torch can view moves bit for bit
+  with the same copy kernels; the movement uses those validated views and never reads the
+  caller's mappings again.
 - **Local copies** (source and target location in the same process) are direct strided copies
-  between the shards, done while a round's messages are in flight.
+  between the shards, spread over the rounds while messages are in flight.
 
 Endpoint values are global ranks by default. ``endpoint_ranks="group"`` makes them ranks of
 ``group``; they are translated with ``get_global_rank`` because ``P2POp`` takes a global peer.
-The transport device follows the group's backend (gloo: CPU, NCCL: the current CUDA device), so a
-process holding no buffer knows it too; every buffer must be on it.
+The transport follows the buffers' device and the group's backend for that device type (torch's
+``"cpu:gloo,cuda:nccl"`` strings included): CPU tensors travel over gloo, CUDA tensors over NCCL.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,10 +79,13 @@ __all__ = [
     "TransferExecutionError",
     "TransferRejectedError",
     "TransferStats",
+    "chunk_count",
     "chunk_segment",
     "execute_transfer",
     "execute_transfers",
     "pack_messages",
+    "parse_backend",
+    "release_staging",
     "schedule_digest",
 ]
 
@@ -77,11 +94,23 @@ EndpointRanks = Literal["global", "group"]
 DEFAULT_TIMEOUT = timedelta(seconds=300)
 """How long one exchange (the verdict, or one round) may wait before it becomes an error."""
 
-_SCHEMA = "refplan.execute/1"
-_MAGIC = 0x7265_6670_6C61_6E31  # "refplan1": a peer running another protocol disagrees, never hangs
+_SCHEMA = "refplan.execute/2"
+_MAGIC = 0x7265_6670_6C61_6E32  # "refplan2": a peer running another protocol disagrees, never hangs
 _REASON_BYTES = 256
-_HEADER_WORDS = 4  # magic, digest, rejected flag, global rank
+_HEADER_WORDS = 5  # magic, digest, rejected flag, global rank, device type of the buffers
 _VERDICT_WORDS = _HEADER_WORDS + _REASON_BYTES // 8
+_SLOTS = 2  # staging slots per queue: round r+1 is packed while round r is in flight
+_DEVICE_CODES = {"cpu": 1, "cuda": 2}
+_TRANSPORTS = {"cpu": "gloo", "cuda": "nccl"}  # the backend the executor drives for each device type
+
+_RETAINED: list[object] = []
+"""Staging (and work handles) of transfers that failed after the verdict.
+
+After a timed-out wait the transport may still write into a posted receive buffer (gloo's I/O
+threads, or kernels queued on a CUDA stream), so freeing it could hand live memory to another
+tensor. It is kept here for the life of the process; the process group should be aborted or
+destroyed (and usually the process restarted) after a ``TransferExecutionError``.
+"""
 
 
 class TransferRejectedError(AffineTransferError):
@@ -107,13 +136,26 @@ class TransferExecutionError(RuntimeError):
 
 @dataclass(frozen=True)
 class StagingBudget:
-    """Bytes one process may stage per peer and per direction at one time.
+    """How much staging, and how large a schedule, one process accepts.
 
-    A chunk never exceeds it; exhausting it makes more rounds, never a larger message. A budget
-    that cannot hold one element of some parameter refuses the transfer before anything moves.
+    ``bytes_per_peer``: what one process stages for one peer, per direction, at one time. Two
+    messages of a queue are in flight at once (the pipeline), so a message (hence a chunk) holds
+    at most ``bytes_per_peer // 2`` bytes, or one element where that is less.
+    ``total_bytes``: all staging of one process at one time — every peer, both directions, both
+    pipeline slots. With many peers the per-queue message limit shrinks to
+    ``total_bytes // (2 × queues)`` of whichever end has more queues (both ends derive the same
+    number from the plans), so memory does not grow with the number of peers.
+    ``max_chunks`` (at most 2**24) and ``max_rounds`` bound the schedule of one process: a budget so small that a
+    parameter would become millions of one-element messages is refused, before anything is built,
+    instead of spending gigabytes and minutes. A budget that cannot hold one element of some
+    parameter is refused the same way. Exhausting ``bytes_per_peer`` makes more rounds, never a
+    larger message.
     """
 
     bytes_per_peer: int = 8 << 20
+    total_bytes: int = 256 << 20
+    max_chunks: int = 1 << 18
+    max_rounds: int = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -121,8 +163,9 @@ class TransferStats:
     """What this process did in one ``execute_transfers`` call.
 
     ``segments`` counts segments with this process on either side, ``chunks`` the network chunks it
-    sent or received, ``messages`` the staging buffers those chunks travelled in (consecutive chunks
-    of one peer queue share a message up to the budget), ``rounds`` the ``batch_isend_irecv`` calls
+    sent or received, ``messages`` the messages those chunks travelled in (consecutive chunks
+    of one peer queue share a message up to the budget), ``direct_messages`` those sent from or
+    received into the shard itself (no staging), ``rounds`` the ``batch_isend_irecv`` calls
     it made. Sent and received bytes count payload (chunk elements × element size, not the
     alignment padding between chunks of a message). Per-peer byte counts are
     keyed by the peer's process id in the endpoints' rank space. ``seconds`` is the whole call
@@ -139,6 +182,7 @@ class TransferStats:
     received_bytes: Mapping[int, int] = field(default_factory=dict)
     seconds: float = 0.0
     move_seconds: float = 0.0
+    direct_messages: int = 0
 
     @property
     def total_sent(self) -> int:
@@ -162,37 +206,32 @@ class Chunk:
         return volume(self.shape)
 
 
-def _max_elements(budget: StagingBudget, element_size: int) -> int:
-    return budget.bytes_per_peer // element_size
-
-
-def chunk_segment(segment: TransferSegment, element_size: int, budget: StagingBudget) -> list[Chunk]:
-    """Cut ``segment`` into boxes of at most ``bytes_per_peer`` bytes, counted element by element.
-
-    With ``M = bytes_per_peer // element_size`` and ``inner(k)`` the element count of one index
-    of axis ``k`` (the product of the extents after ``k``): the split axis is the outermost ``k``
-    with ``inner(k) <= M``. Axes before it are walked one index at a time; axis ``k`` is cut into
-    runs of ``min(extent_k, M // inner(k))`` (the last run may be shorter). So a segment that fits
-    is one chunk; otherwise slabs along the outermost axis are as thick as fit; and if a slab one
-    element thick along an axis does not fit, the split moves to the next axis, down to single
-    elements. Every chunk is a box, hence a strided view with the segment's own strides, and
-    holds ``numel × element_size <= bytes_per_peer`` bytes. ``M < 1`` raises
-    ``TransferRejectedError``. Chunks come in row-major order of their origin.
-    """
-    limit = _max_elements(budget, element_size)
-    if limit < 1:
-        raise TransferRejectedError(
-            f"bytes_per_peer={budget.bytes_per_peer} cannot stage one element of {element_size} bytes"
-        )
-    shape = segment.shape
-    ndim = len(shape)
-    if ndim == 0:
-        return [Chunk(segment.source_offset, segment.target_offset, ())]
-    inner = [1] * ndim
-    for axis in range(ndim - 2, -1, -1):
+def _split_axis(shape: tuple[int, ...], limit: int) -> tuple[int, int]:
+    """(split axis, run length) of ``chunk_segment`` for ``limit >= 1`` elements per chunk."""
+    inner = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
         inner[axis] = inner[axis + 1] * shape[axis + 1]
-    split = next(axis for axis in range(ndim) if inner[axis] <= limit)
-    run = min(shape[split], limit // inner[split])
+    split = next(axis for axis in range(len(shape)) if inner[axis] <= limit)
+    return split, min(shape[split], limit // inner[split])
+
+
+def chunk_count(shape: tuple[int, ...], limit: int) -> int:
+    """How many chunks ``chunk_segment`` makes of ``shape`` at ``limit`` elements, by arithmetic.
+
+    The schedule is bounded with this before any chunk is built, so a hostile extent (2**50) or a
+    one-element budget costs one multiplication, not gigabytes.
+    """
+    if not shape:
+        return 1
+    split, run = _split_axis(shape, limit)
+    return math.prod(shape[:split]) * -(-shape[split] // run)
+
+
+def _chunks(segment: TransferSegment, limit: int) -> list[Chunk]:
+    shape = segment.shape
+    if not shape:
+        return [Chunk(segment.source_offset, segment.target_offset, ())]
+    split, run = _split_axis(shape, limit)
     s_str, t_str = segment.source_strides, segment.target_strides
     out: list[Chunk] = []
     for index in product(*(range(e) for e in shape[:split])):
@@ -208,6 +247,28 @@ def chunk_segment(segment: TransferSegment, element_size: int, budget: StagingBu
                 )
             )
     return out
+
+
+def chunk_segment(segment: TransferSegment, element_size: int, budget: StagingBudget) -> list[Chunk]:
+    """Cut ``segment`` into boxes of at most ``bytes_per_peer`` bytes, counted element by element.
+
+    With ``M = bytes_per_peer // element_size`` and ``inner(k)`` the element count of one index
+    of axis ``k`` (the product of the extents after ``k``): the split axis is the outermost ``k``
+    with ``inner(k) <= M``. Axes before it are walked one index at a time; axis ``k`` is cut into
+    runs of ``min(extent_k, M // inner(k))`` (the last run may be shorter). So a segment that fits
+    is one chunk; otherwise slabs along the outermost axis are as thick as fit; and if a slab one
+    element thick along an axis does not fit, the split moves to the next axis, down to single
+    elements. Every chunk is a box, hence a strided view with the segment's own strides, and
+    holds ``numel × element_size <= bytes_per_peer`` bytes. ``M < 1`` raises
+    ``TransferRejectedError``. Chunks come in row-major order of their origin; there are
+    ``chunk_count(segment.shape, M)`` of them.
+    """
+    limit = budget.bytes_per_peer // element_size
+    if limit < 1:
+        raise TransferRejectedError(
+            f"bytes_per_peer={budget.bytes_per_peer} cannot stage one element of {element_size} bytes"
+        )
+    return _chunks(segment, limit)
 
 
 def schedule_digest(
@@ -226,18 +287,43 @@ def schedule_digest(
     doc = {
         "schema": _SCHEMA,
         "endpoint_ranks": endpoint_ranks,
-        "bytes_per_peer": budget.bytes_per_peer,
+        "budget": [budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds],
         "endpoints": endpoints.to_dict(),
         "parameters": {
             name: {"dtype": str(dtypes.get(name)), "plan": plans[name].to_dict()} for name in sorted(plans)
         },
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "backslashreplace")).digest()[:8], "big", signed=True)
 
 
 # ---------------------------------------------------------------------------------------------
-# Context: who am I, who are my peers, which device carries the bytes.
+# Context: who am I, who are my peers, which backend carries which device type.
+
+
+def parse_backend(text: str) -> dict[str, str]:
+    """Device type → backend name of a torch backend string.
+
+    ``"gloo"`` (torch's own reading: CPU and CUDA), ``"nccl"`` (CUDA), and torch's device-mapped
+    form ``"cpu:gloo,cuda:nccl"``. The executor then drives only the pairs it supports
+    (``cpu:gloo``, ``cuda:nccl``); which one is used follows the buffers' device.
+    """
+    out: dict[str, str] = {}
+    for item in str(text).lower().replace(" ", "").split(","):
+        if not item:
+            continue
+        if ":" in item:
+            device, _colon, backend = item.partition(":")
+            out[device] = backend
+        elif item == "gloo":
+            out.setdefault("cpu", "gloo")
+            out.setdefault("cuda", "gloo")
+        elif item == "nccl":
+            out.setdefault("cuda", "nccl")
+        else:
+            out.setdefault("cpu", item)
+            out.setdefault("cuda", item)
+    return out
 
 
 @dataclass(frozen=True)
@@ -248,31 +334,49 @@ class _Context:
     members: tuple[int, ...]  # valid process ids in the endpoints' rank space, by group rank
     global_ranks: tuple[int, ...]  # global rank of each group rank
     global_rank: int
-    device: torch.device | None  # None: no process group, taken from the buffers
+    backend: str  # the group's backend string, as torch reports it ("" without a group)
+    backends: Mapping[str, str]  # device type -> backend
 
 
 def _context(group: dist.ProcessGroup | None, mode: str) -> _Context:
-    """Resolve ranks and the transport device; raises only where no peer can be waiting on us."""
+    """Resolve ranks and backends; raises only where no peer can be waiting on us."""
     if not (dist.is_available() and dist.is_initialized()):
         if group is not None:
             raise TransferRejectedError("a process group was given but torch.distributed is not initialized")
-        return _Context(None, False, 0, (0,), (0,), 0, None)
+        return _Context(None, False, 0, (0,), (0,), 0, "", {})
     global_ranks = tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
     group_rank = dist.get_rank(group)
     if group_rank < 0:
         # Not a member: no member's collective includes this process, so raising strands nobody.
         raise TransferRejectedError(f"global rank {dist.get_rank()} is not a member of the given process group")
-    backend = str(dist.get_backend(group)).lower()
-    if backend == "gloo":
-        device = torch.device("cpu")
-    elif backend == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    else:
-        # The backend is a property of the group, so every member refuses here, identically.
-        raise TransferRejectedError(f"backend {backend!r} is not supported (gloo for CPU tensors, nccl for CUDA)")
+    try:
+        config = dist.get_backend_config(group) if hasattr(dist, "get_backend_config") else dist.get_backend(group)
+        backend = str(config)
+    except Exception:  # the backend is the group's: every member falls back identically
+        backend = str(dist.get_backend(group))
     members = tuple(range(len(global_ranks))) if mode == "group" else global_ranks
     me = group_rank if mode == "group" else dist.get_rank()
-    return _Context(group, len(global_ranks) > 1, me, members, global_ranks, dist.get_rank(), device)
+    return _Context(
+        group, len(global_ranks) > 1, me, members, global_ranks, dist.get_rank(), backend, parse_backend(backend)
+    )
+
+
+def _verdict_device(ctx: _Context, local: torch.device | None) -> torch.device:
+    """The device of the verdict tensor: the same device *type* on every process.
+
+    A collective on a device-mapped group goes to the backend of the tensor's device, so every
+    process must pick the same type from what they share — the group's backend — never from
+    their own buffers: CPU whenever the group has gloo for CPU, else CUDA (the buffers' device,
+    else the group's bound device, else the current device).
+    """
+    if ctx.backends.get("cpu") == "gloo" or "cuda" not in ctx.backends:
+        return torch.device("cpu")
+    if local is not None and local.type == "cuda":
+        return local
+    bound = getattr(ctx.group if ctx.group is not None else dist.group.WORLD, "bound_device_id", None)
+    if isinstance(bound, torch.device) and bound.type == "cuda":
+        return bound
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,51 +387,107 @@ class _Refusal(Exception):
     """A local check failed; becomes this process's verdict, never a lone raise."""
 
 
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, whatever its ``__str__`` does (it may raise too)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(message unavailable)"
+    return f"{type(exc).__name__}: {text}"
+
+
 @dataclass(frozen=True)
 class _Op:
     """One network chunk with this process on one side."""
 
-    parameter: str
-    chunk: Chunk
+    key: tuple[str, int]  # (parameter, location) of the side this process touches
+    offset: int
+    shape: tuple[int, ...]
     strides: tuple[int, ...]  # strides of the side this process touches
-    location: int  # location of the side this process touches
     nbytes: int
-    dtype: torch.dtype
+    itemsize: int
 
 
 @dataclass(frozen=True)
 class _Local:
-    parameter: str
+    source: tuple[str, int]
+    target: tuple[str, int]
     segment: TransferSegment
+    nbytes: int
 
 
-@dataclass(frozen=True)
+@dataclass
+class _Piece:
+    """One wire message: a chunk of at least ``_DIRECT_MIN`` bytes alone, or a run of smaller ones.
+
+    Both ends cut a round's chunks into pieces by chunk size alone, so they agree on every
+    piece. ``direct`` is this process's view of a one-chunk piece that is contiguous in its own
+    shard: those bytes go straight from (or into) the shard, with no staging copy.
+    """
+
+    first: int  # index of the first chunk in the message's parts
+    last: int  # one past the last chunk
+    start: int  # byte range of the piece in the message's staging layout
+    end: int
+    direct: torch.Tensor | None = None
+
+
+@dataclass
 class _Message:
-    """Consecutive chunks of one peer queue sent as one staging buffer (byte offsets 8-aligned)."""
+    """Consecutive chunks of one peer queue travelling in one round (chunk offsets aligned per dtype)."""
 
     parts: tuple[tuple[_Op, int], ...]
-    nbytes: int  # staged bytes, alignment padding included
+    nbytes: int  # bytes of the staging layout, alignment padding included
+    pieces: list[_Piece] = field(default_factory=list)
 
     @property
     def payload(self) -> int:
         return sum(op.nbytes for op, _at in self.parts)
 
 
-_ALIGN = 8  # every chunk starts 8-byte aligned in a message, so any dtype can view its bytes
+_ORDERED_BATCHES = False
+"""Post each round as one batch in piece order even over gloo: NCCL's path, which the CPU tests
+take by setting this (the tagged, out-of-order posting is gloo's alone)."""
+
+_MAX_IN_FLIGHT = 32  # rounds posted and not yet waited on, at most
+_MAX_CHUNKS = 1 << 24  # message tags hold a piece index below this
+
+_DIRECT_MIN = 64 << 10
+"""Chunks this large travel as messages of their own (straight from/into a contiguous shard);
+smaller ones share a staged message, where one copy costs less than one more message."""
 
 
-def pack_messages(sizes: Sequence[int], bytes_per_peer: int) -> list[list[tuple[int, int]]]:
+def _pieces(parts: tuple[tuple[_Op, int], ...]) -> list[_Piece]:
+    out: list[_Piece] = []
+    i = 0
+    while i < len(parts):
+        j = i + 1
+        if parts[i][0].nbytes < _DIRECT_MIN:
+            while j < len(parts) and parts[j][0].nbytes < _DIRECT_MIN:
+                j += 1
+        out.append(_Piece(i, j, parts[i][1], parts[j - 1][1] + parts[j - 1][0].nbytes))
+        i = j
+    return out
+
+
+def pack_messages(
+    sizes: Sequence[int], bytes_per_peer: int, alignments: Sequence[int] | None = None
+) -> list[list[tuple[int, int]]]:
     """Group consecutive chunk sizes greedily into messages of at most ``bytes_per_peer`` bytes.
 
-    Returns, per message, (chunk index, byte offset) pairs; offsets are 8-aligned. A chunk larger
-    than the budget cannot occur (``chunk_segment`` bounds it) and would get a message of its own.
-    Both ends of a queue call this on the same sizes, so they agree on every message.
+    Returns, per message, (chunk index, byte offset) pairs; chunk i starts at a multiple of
+    ``alignments[i]`` (its element size; 16 for every chunk when not given), so staging can be
+    viewed as the chunk's dtype (complex128 needs 16, a 1-byte type none). A chunk larger than
+    the budget cannot occur (``chunk_segment`` bounds it) and would get a message of its own.
+    Both ends of a queue call this on the same sizes and alignments, so they agree on every
+    message.
     """
     out: list[list[tuple[int, int]]] = []
     current: list[tuple[int, int]] = []
     end = 0
     for index, size in enumerate(sizes):
-        start = -(-end // _ALIGN) * _ALIGN
+        align = max(1, alignments[index]) if alignments is not None else 16
+        start = -(-end // align) * align
         if current and start + size > bytes_per_peer:
             out.append(current)
             current, start = [], 0
@@ -338,11 +498,11 @@ def pack_messages(sizes: Sequence[int], bytes_per_peer: int) -> list[list[tuple[
     return out
 
 
-def _messages(ops: list[_Op], bytes_per_peer: int) -> list[_Message]:
+def _messages(ops: list[_Op], limit: int) -> list[_Message]:
     out = []
-    for group in pack_messages([op.nbytes for op in ops], bytes_per_peer):
+    for group in pack_messages([op.nbytes for op in ops], limit, [op.itemsize for op in ops]):
         parts = tuple((ops[i], offset) for i, offset in group)
-        out.append(_Message(parts, parts[-1][1] + parts[-1][0].nbytes))
+        out.append(_Message(parts, parts[-1][1] + parts[-1][0].nbytes, _pieces(parts)))
     return out
 
 
@@ -352,28 +512,101 @@ class _Schedule:
     outgoing: dict[int, list[_Message]] = field(default_factory=dict)
     local: list[_Local] = field(default_factory=list)
     segments: int = 0
-    recv_arena: dict[int, torch.Tensor] = field(default_factory=dict)
-    send_arena: dict[int, torch.Tensor] = field(default_factory=dict)
+    sources: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)  # validated carrier views
+    targets: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
+    slots: dict[tuple[str, int], list[torch.Tensor]] = field(default_factory=dict)  # (direction, peer)
+    arenas: list[torch.Tensor] = field(default_factory=list)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+_POOL: dict[tuple[str, int], list[torch.Tensor]] = {}
+_POOL_LIMIT = 8  # arenas kept per (device, size)
+
+
+def _arena(device: torch.device, nbytes: int) -> torch.Tensor:
+    """Staging memory, reused from an earlier call when one of the same size is free.
+
+    A fresh allocation is zeroed by the kernel page by page on first touch; in a sync loop that
+    costs more than packing. Only a call that finished cleanly returns its arenas
+    (``_recycle``); a failed one keeps them out of the pool for good (``_RETAINED``).
+    """
+    free = _POOL.get((str(device), nbytes))
+    if free:
+        return free.pop()
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def _recycle(sched: _Schedule) -> None:
+    for arena in sched.arenas:
+        free = _POOL.setdefault((str(arena.device), arena.numel()), [])
+        if len(free) < _POOL_LIMIT:
+            free.append(arena)
+    sched.arenas.clear()
+
+
+def release_staging() -> None:
+    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase)."""
+    _POOL.clear()
+
+
+# Same-width carriers: copies move bits (NaN payloads, sub-byte and float8 types alike).
+_CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
+
+
+def _quantized(dtype: torch.dtype) -> bool:
+    """Quantized dtypes carry scales outside their bytes: moving the bytes alone is not a copy."""
+    return str(dtype).removeprefix("torch.").startswith(("qint", "quint"))
 
 
 def _dtype_of(dtypes: Any, name: str) -> torch.dtype:
     dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else None
     if not isinstance(dtype, torch.dtype):
         raise _Refusal(f"parameter {name!r}: dtypes gives {dtype!r}, not a torch.dtype")
+    if _quantized(dtype) or dtype.itemsize not in _CARRIERS:
+        raise _Refusal(f"parameter {name!r}: dtype {dtype} cannot be moved as plain bytes (quantized or unsized)")
     return dtype
+
+
+def _ints(value: Any, where: str, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or not all(type(v) is int for v in value):
+        raise _Refusal(f"{where}: {what} {value!r} is not a tuple of ints")
+    return value
+
+
+def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """No two indices of the box reach the same address: sorted by stride, each axis steps past
+    the whole span of the finer axes (what a box of a row-major shard satisfies)."""
+    span = 0
+    for stride, extent in sorted((s, e) for s, e in zip(strides, shape) if e > 1):
+        if stride <= span:
+            return False
+        span += (extent - 1) * stride
+    return True
 
 
 def _check_segment(name: str, index: int, seg: Any) -> TransferSegment:
     where = f"parameter {name!r}, segment {index}"
     if not isinstance(seg, TransferSegment):
         raise _Refusal(f"{where}: not a TransferSegment")
-    ndim = len(seg.shape)
-    if len(seg.source_strides) != ndim or len(seg.target_strides) != ndim:
-        raise _Refusal(f"{where}: stride vectors do not match shape {seg.shape}")
-    if any(e <= 0 for e in seg.shape):
-        raise _Refusal(f"{where}: shape {seg.shape} has an extent below 1")
-    if any(s < 0 for s in seg.source_strides + seg.target_strides) or min(seg.source_offset, seg.target_offset) < 0:
+    shape = _ints(seg.shape, where, "shape")
+    ndim = len(shape)
+    s_str = _ints(seg.source_strides, where, "source strides")
+    t_str = _ints(seg.target_strides, where, "target strides")
+    if len(s_str) != ndim or len(t_str) != ndim:
+        raise _Refusal(f"{where}: stride vectors do not match shape {shape}")
+    for value, what in ((seg.source_rank, "source location"), (seg.target_rank, "target location"),
+                        (seg.source_offset, "source offset"), (seg.target_offset, "target offset")):
+        if type(value) is not int:
+            raise _Refusal(f"{where}: {what} {value!r} is not an int")
+    if any(e <= 0 for e in shape):
+        raise _Refusal(f"{where}: shape {shape} has an extent below 1")
+    if any(s < 0 for s in s_str + t_str) or min(seg.source_offset, seg.target_offset) < 0:
         raise _Refusal(f"{where}: negative offset or stride")
+    for side, strides in (("source", s_str), ("target", t_str)):
+        if not _injective(shape, strides):
+            raise _Refusal(
+                f"{where}: shape {shape} with {side} strides {strides} reaches some {side} element more than once"
+            )
     return seg
 
 
@@ -389,20 +622,33 @@ def _bound(table: Mapping[int, int], location: int, side: str, name: str, member
     return process
 
 
-def _check_buffer(
-    name: str, side: str, location: int, tensor: Any, dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
+def _buffers_device(source_buffers: Any, target_buffers: Any) -> torch.device | None:
+    """The one device every local buffer is on (None: this process holds none)."""
+    devices: set[torch.device] = set()
+    for buffers in (source_buffers, target_buffers):
+        if isinstance(buffers, Mapping):
+            for per_location in buffers.values():
+                if isinstance(per_location, Mapping):
+                    devices.update(t.device for t in per_location.values() if isinstance(t, torch.Tensor))
+    if len(devices) > 1:
+        raise _Refusal(f"this process's buffers are on several devices: {sorted(str(d) for d in devices)}")
+    return devices.pop() if devices else None
+
+
+def _check_buffer(name: str, side: str, location: int, tensor: Any, dtype: torch.dtype) -> torch.Tensor:
+    """The buffer as a flat carrier view (same bytes, an integer type of the same width)."""
     where = f"parameter {name!r}: {side} buffer for location {location}"
     if not isinstance(tensor, torch.Tensor):
         raise _Refusal(f"{where} is a {type(tensor).__name__}, not a torch.Tensor")
     if tensor.dtype != dtype:
         raise _Refusal(f"{where} has dtype {tensor.dtype}, the transfer is declared {dtype}")
-    if tensor.device != device:
-        raise _Refusal(f"{where} is on {tensor.device}, the transport device is {device}")
-    if tensor.layout != torch.strided or not tensor.is_contiguous():
+    if tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
         # Plan offsets address the shard in row-major order: only a contiguous buffer means that.
         raise _Refusal(f"{where} is not a contiguous strided tensor")
-    return tensor
+    try:
+        return tensor.detach().reshape(-1).view(_CARRIERS[dtype.itemsize])
+    except Exception as exc:
+        raise _Refusal(f"{where}: cannot view its bytes: {_describe(exc)}") from None
 
 
 def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
@@ -439,8 +685,43 @@ def _check_aliasing(
                 )
 
 
-def _footprint_ok(offset: int, shape: tuple[int, ...], strides: tuple[int, ...], numel: int) -> bool:
-    return offset + sum((e - 1) * s for e, s in zip(shape, strides)) < numel
+def _reach(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    return offset + sum((e - 1) * s for e, s in zip(shape, strides))
+
+
+def _queue_limits(widest: Mapping[tuple[int, int], int], budget: StagingBudget) -> dict[tuple[int, int], int]:
+    """Message byte limit of each (sender, receiver) queue, the same on both ends.
+
+    A process stages at most ``_SLOTS`` messages per queue at once (the pipeline), so a message
+    gets ``bytes_per_peer // _SLOTS`` and a queue's staging stays within ``bytes_per_peer`` — unless
+    that cannot hold one element of the queue's widest dtype (``widest``), where a message holds
+    one element (the least that works). Dividing ``total_bytes`` by the queues of the busier end
+    keeps every process's staging within ``total_bytes``; below one element that is a refusal.
+    """
+    queues: dict[int, int] = {}
+    for sender, receiver in widest:
+        queues[sender] = queues.get(sender, 0) + 1
+        queues[receiver] = queues.get(receiver, 0) + 1
+    return {
+        (s, r): min(
+            max(budget.bytes_per_peer // _SLOTS, size),
+            budget.total_bytes // (_SLOTS * max(queues[s], queues[r])),
+        )
+        for (s, r), size in widest.items()
+    }
+
+
+def _view(buf: torch.Tensor, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
+    """The box of a flat contiguous shard buffer; bounds were checked before the verdict."""
+    return torch.as_strided(buf, shape, strides, buf.storage_offset() + offset)
+
+
+def _direct(buf: torch.Tensor, op: _Op) -> torch.Tensor | None:
+    """The chunk's bytes in the shard as a flat uint8 tensor, when they are contiguous there."""
+    view = _view(buf, op.offset, op.shape, op.strides)
+    if not view.is_contiguous():
+        return None
+    return view.reshape(-1).view(torch.uint8)
 
 
 def _prepare(
@@ -453,12 +734,22 @@ def _prepare(
     budget: Any,
     maps: Any,
     mode: str,
-) -> tuple[_Schedule, torch.device]:
-    """Every check, then this process's schedule and staging. Raises ``_Refusal`` only."""
+    holds: torch.device | None,
+) -> _Schedule:
+    """Every check, then this process's schedule and staging. Raises ``_Refusal`` only.
+
+    Nothing here costs more than the number of segments, buffers and (bounded) chunks: extents
+    enter only through arithmetic, and chunks are built only after their count is known to fit.
+    """
     if mode not in ("global", "group"):
         raise _Refusal(f"endpoint_ranks must be 'global' or 'group', got {mode!r}")
-    if not isinstance(budget, StagingBudget) or type(budget.bytes_per_peer) is not int or budget.bytes_per_peer < 1:
-        raise _Refusal(f"budget must be a StagingBudget with a positive int bytes_per_peer, got {budget!r}")
+    if not isinstance(budget, StagingBudget) or not all(
+        type(v) is int and v >= 1
+        for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds)
+    ):
+        raise _Refusal(f"budget must be a StagingBudget of positive ints, got {budget!r}")
+    if budget.max_chunks > _MAX_CHUNKS:
+        raise _Refusal(f"max_chunks={budget.max_chunks} is above {_MAX_CHUNKS}, the most one process can tag")
     if not isinstance(endpoints, TransferEndpoints):
         raise _Refusal(f"endpoints must be a TransferEndpoints, got {type(endpoints).__name__}")
     if not isinstance(plans, Mapping) or not all(isinstance(k, str) for k in plans):
@@ -471,39 +762,50 @@ def _prepare(
                 raise _Refusal(f"{side}_buffers name parameter {name!r}, which has no plan")
             if not isinstance(per_location, Mapping):
                 raise _Refusal(f"{side}_buffers[{name!r}] must map location -> tensor")
-
-    device = ctx.device
-    if device is None:  # no process group: the buffers decide, but they must agree
-        devices = {t.device for b in (source_buffers, target_buffers) for m in b.values() for t in m.values()
-                   if isinstance(t, torch.Tensor)}
-        device = devices.pop() if len(devices) == 1 else torch.device("cpu")
+    transport = _TRANSPORTS.get(holds.type) if holds is not None else None
+    if holds is not None and ctx.backends and (transport is None or ctx.backends.get(holds.type) != transport):
+        # The group has no backend the executor drives for this device type.
+        raise _Refusal(
+            f"buffers on {holds} need the {_TRANSPORTS.get(holds.type, 'a supported')} backend for "
+            f"{holds.type} tensors; the process group's backend is {ctx.backend!r}"
+        )
 
     # Global checks: identical inputs give identical verdicts on every process.
     names = sorted(plans)
-    checked: dict[str, tuple[list[TransferSegment], torch.dtype, int]] = {}
+    checked: dict[str, tuple[list[TransferSegment], torch.dtype]] = {}
+    widest: dict[tuple[int, int], tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
     for name in names:
         plan = plans[name]
         if not isinstance(plan, TransferPlan):
             raise _Refusal(f"parameter {name!r}: plan is a {type(plan).__name__}, not a TransferPlan")
         dtype = _dtype_of(dtypes, name)
-        size = dtype.itemsize
         segments = [_check_segment(name, i, s) for i, s in enumerate(plan.segments)]
-        if segments and _max_elements(budget, size) < 1:
+        if segments and budget.bytes_per_peer < dtype.itemsize:
             raise _Refusal(
                 f"parameter {name!r}: bytes_per_peer={budget.bytes_per_peer} cannot stage one element "
-                f"({dtype}, {size} bytes)"
+                f"({dtype}, {dtype.itemsize} bytes)"
             )
         for seg in segments:
-            _bound(endpoints.source, seg.source_rank, "source", name, ctx.members)
-            _bound(endpoints.target, seg.target_rank, "target", name, ctx.members)
-        checked[name] = (segments, dtype, size)
+            s_proc = _bound(endpoints.source, seg.source_rank, "source", name, ctx.members)
+            t_proc = _bound(endpoints.target, seg.target_rank, "target", name, ctx.members)
+            if s_proc != t_proc and widest.get((s_proc, t_proc), (0, "", dtype))[0] < dtype.itemsize:
+                widest[(s_proc, t_proc)] = (dtype.itemsize, name, dtype)
+        checked[name] = (segments, dtype)
+    limits = _queue_limits({q: w[0] for q, w in widest.items()}, budget)
+    for (sender, receiver), (size, name, dtype) in sorted(widest.items()):
+        if limits[(sender, receiver)] < size:
+            raise _Refusal(
+                f"parameter {name!r}: the staging budget (bytes_per_peer={budget.bytes_per_peer}, "
+                f"total_bytes={budget.total_bytes}) leaves {limits[(sender, receiver)]} bytes per message from "
+                f"process {sender} to process {receiver}, which cannot stage one element ({dtype}, {size} bytes)"
+            )
 
-    # Local buffers: bound to this process, right dtype/device/layout, no aliasing.
-    src: dict[tuple[str, int], torch.Tensor] = {}
-    dst: dict[tuple[str, int], torch.Tensor] = {}
+    # Local buffers: bound to this process, right dtype/layout, no aliasing; carrier views kept.
+    device = holds or torch.device("cpu")
+    sched = _Schedule(device=device)
     for side, buffers, table, out in (
-        ("source", source_buffers, endpoints.source, src),
-        ("target", target_buffers, endpoints.target, dst),
+        ("source", source_buffers, endpoints.source, sched.sources),
+        ("target", target_buffers, endpoints.target, sched.targets),
     ):
         for name in sorted(buffers):
             dtype = checked[name][1]
@@ -517,24 +819,25 @@ def _prepare(
                         f"parameter {name!r}: {side} buffer for location {location}, which endpoints bind to "
                         f"process {table[location]}, not to this process ({ctx.me})"
                     )
-                out[(name, location)] = _check_buffer(name, side, location, buffers[name][location], dtype, device)
-    _check_aliasing([(n, loc, t) for (n, loc), t in src.items()], [(n, loc, t) for (n, loc), t in dst.items()])
+                out[(name, location)] = _check_buffer(name, side, location, buffers[name][location], dtype)
+    _check_aliasing([(n, loc, t) for (n, loc), t in sched.sources.items()],
+                    [(n, loc, t) for (n, loc), t in sched.targets.items()])
 
-    # Segments touching this process: buffers present and large enough; chunk the network ones.
-    sched = _Schedule()
-    outgoing: dict[int, list[_Op]] = {}
-    incoming: dict[int, list[_Op]] = {}
+    # Segments touching this process: buffers present, every address inside them, the targets
+    # not written more often than they have elements; then the chunk count, by arithmetic.
+    mine: list[tuple[str, int, TransferSegment, int, int]] = []
+    written: dict[tuple[str, int], int] = {}
+    chunks = 0
     for name in names:
-        segments, dtype, size = checked[name]
+        segments, dtype = checked[name]
         for index, seg in enumerate(segments):
             s_proc = endpoints.source[seg.source_rank]
             t_proc = endpoints.target[seg.target_rank]
             if ctx.me not in (s_proc, t_proc):
                 continue
-            sched.segments += 1
             for side, proc, store, loc, off, strides in (
-                ("source", s_proc, src, seg.source_rank, seg.source_offset, seg.source_strides),
-                ("target", t_proc, dst, seg.target_rank, seg.target_offset, seg.target_strides),
+                ("source", s_proc, sched.sources, seg.source_rank, seg.source_offset, seg.source_strides),
+                ("target", t_proc, sched.targets, seg.target_rank, seg.target_offset, seg.target_strides),
             ):
                 if proc != ctx.me:
                     continue
@@ -543,46 +846,84 @@ def _prepare(
                     raise _Refusal(
                         f"parameter {name!r}: no {side} buffer for location {loc}, which segment {index} uses"
                     )
-                if not _footprint_ok(off, seg.shape, strides, buf.numel()):
-                    reach = off + sum((e - 1) * s for e, s in zip(seg.shape, strides))
+                reach = _reach(off, seg.shape, strides)
+                if reach >= buf.numel():
                     raise _Refusal(
                         f"parameter {name!r}: {side} buffer for location {loc} holds {buf.numel()} elements, "
                         f"segment {index} reaches element {reach}"
                     )
-            if s_proc == t_proc:
-                sched.local.append(_Local(name, seg))
-                continue
-            for chunk in chunk_segment(seg, size, budget):
-                nbytes = chunk.numel * size
-                if s_proc == ctx.me:
-                    op = _Op(name, chunk, seg.source_strides, seg.source_rank, nbytes, dtype)
-                    outgoing.setdefault(t_proc, []).append(op)
-                else:
-                    op = _Op(name, chunk, seg.target_strides, seg.target_rank, nbytes, dtype)
-                    incoming.setdefault(s_proc, []).append(op)
-    sched.outgoing = {peer: _messages(ops, budget.bytes_per_peer) for peer, ops in sorted(outgoing.items())}
-    sched.incoming = {peer: _messages(ops, budget.bytes_per_peer) for peer, ops in sorted(incoming.items())}
-
-    # The staging bound, on both sides, from real byte counts (the guard the published one lacked).
-    for direction, queues in (("send", sched.outgoing), ("receive", sched.incoming)):
-        for peer, messages in queues.items():
-            largest = max(m.nbytes for m in messages)
-            if largest > budget.bytes_per_peer:
-                raise _Refusal(
-                    f"a {direction} message with process {peer} needs {largest} bytes, above "
-                    f"bytes_per_peer={budget.bytes_per_peer}"
-                )
+                if side == "target":
+                    total = written.get((name, loc), 0) + seg.numel
+                    written[(name, loc)] = total
+                    if total > buf.numel():
+                        raise _Refusal(
+                            f"parameter {name!r}: segments up to {index} write {total} elements into the target "
+                            f"buffer for location {loc}, which holds {buf.numel()}"
+                        )
+            if s_proc != t_proc:
+                chunks += chunk_count(seg.shape, limits[(s_proc, t_proc)] // dtype.itemsize)
+                if chunks > budget.max_chunks:
+                    raise _Refusal(
+                        f"the schedule of this process needs more than max_chunks={budget.max_chunks} network "
+                        f"chunks (at parameter {name!r}, segment {index}) with bytes_per_peer="
+                        f"{budget.bytes_per_peer}: raise the staging budget"
+                    )
+            mine.append((name, index, seg, s_proc, t_proc))
 
     if maps is not None:
         _verify_against_maps(plans, maps)
 
+    # Build: chunks (bounded above), messages per queue, then the round bound.
+    outgoing: dict[int, list[_Op]] = {}
+    incoming: dict[int, list[_Op]] = {}
+    for name, _index, seg, s_proc, t_proc in mine:
+        dtype = checked[name][1]
+        size = dtype.itemsize
+        sched.segments += 1
+        if s_proc == t_proc:
+            sched.local.append(_Local((name, seg.source_rank), (name, seg.target_rank), seg, seg.numel * size))
+            continue
+        for chunk in _chunks(seg, limits[(s_proc, t_proc)] // size):
+            nbytes = chunk.numel * size
+            if s_proc == ctx.me:
+                key, off, strides = (name, seg.source_rank), chunk.source_offset, seg.source_strides
+                outgoing.setdefault(t_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size))
+            else:
+                key, off, strides = (name, seg.target_rank), chunk.target_offset, seg.target_strides
+                incoming.setdefault(s_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size))
+    sched.outgoing = {p: _messages(ops, limits[(ctx.me, p)]) for p, ops in sorted(outgoing.items())}
+    sched.incoming = {p: _messages(ops, limits[(p, ctx.me)]) for p, ops in sorted(incoming.items())}
+    rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+    if rounds > budget.max_rounds:
+        raise _Refusal(
+            f"the schedule of this process needs {rounds} rounds, above max_rounds={budget.max_rounds}: "
+            "raise the staging budget"
+        )
+
+    # Direct pieces (one chunk, contiguous in this process's shard); staging for the others.
+    sizes: dict[tuple[str, int], int] = {}
+    for direction, queues, store in (
+        ("send", sched.outgoing, sched.sources),
+        ("receive", sched.incoming, sched.targets),
+    ):
+        for peer, messages in queues.items():
+            for message in messages:
+                for piece in message.pieces:
+                    if piece.last == piece.first + 1:
+                        op = message.parts[piece.first][0]
+                        piece.direct = _direct(store[op.key], op)
+                if any(piece.direct is None for piece in message.pieces):
+                    key = (direction, peer)
+                    sizes[key] = max(sizes.get(key, 0), message.nbytes)
     try:
-        for arenas, queues in ((sched.send_arena, sched.outgoing), (sched.recv_arena, sched.incoming)):
-            for peer, messages in queues.items():
-                arenas[peer] = torch.empty(max(m.nbytes for m in messages), dtype=torch.uint8, device=device)
+        for key, size in sorted(sizes.items()):
+            step = -(-size // 64) * 64
+            arena = _arena(device, _SLOTS * step)
+            sched.arenas.append(arena)
+            sched.slots[key] = [arena[i * step : i * step + size] for i in range(_SLOTS)]
     except (RuntimeError, MemoryError) as exc:
-        raise _Refusal(f"cannot allocate staging: {type(exc).__name__}: {exc}") from None
-    return sched, device
+        raise _Refusal(f"cannot allocate staging: {_describe(exc)}") from None
+    return sched
 
 
 def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: Any) -> None:
@@ -605,7 +946,12 @@ def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: Any) -> None:
 
 
 def _encode_reason(reason: str) -> list[int]:
-    raw = reason.encode("utf-8")[:_REASON_BYTES].decode("utf-8", "ignore").encode("utf-8")
+    """Fixed-size words of a reason; nothing here can raise (lone surrogates are escaped)."""
+    try:
+        raw = str(reason).encode("utf-8", "backslashreplace")
+        raw = raw[:_REASON_BYTES].decode("utf-8", "ignore").encode("utf-8")
+    except Exception:
+        raw = b"(the reason could not be encoded)"
     raw = raw.ljust(_REASON_BYTES, b"\0")
     return [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, _REASON_BYTES, 8)]
 
@@ -615,8 +961,16 @@ def _decode_reason(words: Sequence[int]) -> str:
     return raw.rstrip(b"\0").decode("utf-8", "replace")
 
 
-def _exchange(ctx: _Context, device: torch.device, digest: int, reason: str | None, timeout: timedelta) -> None:
-    """All-gather every verdict; raise the same ``TransferRejectedError`` everywhere on any refusal."""
+def _exchange(
+    ctx: _Context,
+    device: torch.device,
+    digest: int,
+    reason: str | None,
+    holds: torch.device | None,
+    timeout: timedelta,
+) -> None:
+    """All-gather every verdict; raise the same ``TransferRejectedError`` everywhere on any refusal,
+    digest disagreement, or buffers on different device types."""
 
     def name(group_rank: int, global_rank: int) -> str:
         process = ctx.members[group_rank] if 0 <= group_rank < len(ctx.members) else global_rank
@@ -628,18 +982,19 @@ def _exchange(ctx: _Context, device: torch.device, digest: int, reason: str | No
                 f"transfer rejected before any data moved: {name(0, ctx.global_rank)}: {reason}", (ctx.me,)
             )
         return
-    words = [_MAGIC, digest, int(reason is not None), ctx.global_rank, *_encode_reason(reason or "")]
-    mine = torch.tensor(words, dtype=torch.int64, device=device)
-    gathered = [torch.empty_like(mine) for _ in ctx.members]
+    code = 0 if holds is None else _DEVICE_CODES.get(holds.type, 99)
+    words = [_MAGIC, digest, int(reason is not None), ctx.global_rank, code, *_encode_reason(reason or "")]
     try:
+        mine = torch.tensor(words, dtype=torch.int64, device=device)
+        gathered = [torch.empty_like(mine) for _ in ctx.members]
         work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
         if work is not None:
             work.wait(timeout)
-    except RuntimeError as exc:
+        rows = [[int(v) for v in t.cpu().tolist()] for t in gathered]
+    except Exception as exc:
         raise TransferExecutionError(
-            f"exchanging verdicts failed or timed out after {timeout}; no data moved: {exc}"
+            f"exchanging verdicts failed or timed out after {timeout}; no data moved: {_describe(exc)}"
         ) from exc
-    rows = [[int(v) for v in t.cpu().tolist()] for t in gathered]
     refused = [(r, row) for r, row in enumerate(rows) if row[0] == _MAGIC and row[2]]
     if refused:
         parts = [f"{name(r, row[3])}: {_decode_reason(row[_HEADER_WORDS:])}" for r, row in refused]
@@ -657,25 +1012,35 @@ def _exchange(ctx: _Context, device: torch.device, digest: int, reason: str | No
             f"(plans, endpoints, budget, dtypes or endpoint_ranks): {detail}",
             tuple(ctx.members),
         )
+    kinds: dict[int, list[int]] = {}
+    for r, row in enumerate(rows):
+        if row[4]:
+            kinds.setdefault(row[4], []).append(ctx.members[r])
+    if len(kinds) > 1:
+        names = {v: k for k, v in _DEVICE_CODES.items()}
+        detail = "; ".join(f"{names.get(k, 'other')} on processes {procs}" for k, procs in sorted(kinds.items()))
+        raise TransferRejectedError(
+            f"transfer rejected before any data moved: processes hold buffers on different device types ({detail}); "
+            "one transfer uses one transport",
+            tuple(p for procs in kinds.values() for p in procs),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Moving.
 
 
-def _view(buf: torch.Tensor, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
-    """The box of a flat contiguous shard buffer; bounds were checked before the verdict."""
-    return torch.as_strided(buf, shape, strides, buf.storage_offset() + offset)
+@dataclass
+class _Round:
+    index: int
+    works: list[Any]
+    labels: list[str]
+    landing: list[tuple[_Message, _Piece, torch.Tensor | None]]
+    buffers: list[torch.Tensor]
 
 
-def _move(
-    ctx: _Context,
-    sched: _Schedule,
-    source_buffers: Mapping[str, Mapping[int, torch.Tensor]],
-    target_buffers: Mapping[str, Mapping[int, torch.Tensor]],
-    timeout: timedelta,
-) -> tuple[int, int, dict[int, int], dict[int, int]]:
-    """Run the rounds; returns (rounds, local bytes, sent per peer, received per peer)."""
+def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int, dict[int, int], dict[int, int]]:
+    """Run the rounds, two in flight; returns (rounds, local bytes, sent per peer, received per peer)."""
     peers = sorted(set(sched.incoming) | set(sched.outgoing))
     rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
     sent: dict[int, int] = {}
@@ -685,66 +1050,174 @@ def _move(
 
     def local_copy(item: _Local) -> int:
         seg = item.segment
-        s_buf = source_buffers[item.parameter][seg.source_rank]
-        t_buf = target_buffers[item.parameter][seg.target_rank]
-        _view(t_buf, seg.target_offset, seg.shape, seg.target_strides).copy_(
-            _view(s_buf, seg.source_offset, seg.shape, seg.source_strides)
+        _view(sched.targets[item.target], seg.target_offset, seg.shape, seg.target_strides).copy_(
+            _view(sched.sources[item.source], seg.source_offset, seg.shape, seg.source_strides)
         )
-        return seg.numel * t_buf.element_size()
+        return item.nbytes
 
-    for r in range(rounds):
-        ops: list[dist.P2POp] = []
+    tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
+
+    def tag(r: int, i: int) -> int:
+        # Unique among the pieces of the rounds that can be in flight on one pair (fewer than 64;
+        # a message has fewer than 2**24 pieces, as max_chunks is at most that); without tags
+        # (NCCL ignores them anyway) messages match in posting order.
+        return (r % (2 * _MAX_IN_FLIGHT)) << 24 | i if tagged else 0
+
+    def post(r: int) -> _Round:
+        """Post round r: every receive, then every send.
+
+        Over gloo each piece carries a tag, so a send may be posted out of order: direct pieces
+        go out at once and each staged piece as soon as it is packed, overlapping the packing
+        with the transfer. NCCL matches in posting order and needs one grouped batch, so there
+        the whole round is packed first and posted in piece order.
+        """
+        recvs: list[dist.P2POp] = []
         labels: list[str] = []
-        landing: list[tuple[_Message, torch.Tensor, int]] = []
+        landing: list[tuple[_Message, _Piece, torch.Tensor | None]] = []
+        buffers: list[torch.Tensor] = []
         for peer in peers:
             queue = sched.incoming.get(peer, [])
             if r < len(queue):
                 message = queue[r]
-                stage = sched.recv_arena[peer][: message.nbytes]
-                ops.append(dist.P2POp(dist.irecv, stage, to_global[peer], ctx.group))
-                labels.append(f"receive from process {peer}")
-                landing.append((message, stage, peer))
+                slot = sched.slots.get(("receive", peer))
+                stage = slot[r % _SLOTS] if slot is not None else None
+                for i, piece in enumerate(message.pieces):
+                    wire = piece.direct
+                    if wire is None:
+                        assert stage is not None
+                        wire = stage[piece.start : piece.end]
+                    recvs.append(dist.P2POp(dist.irecv, wire, to_global[peer], ctx.group, tag(r, i)))
+                    labels.append(f"receive from process {peer}")
+                    landing.append((message, piece, None if piece.direct is not None else stage))
+                    buffers.append(wire)
+                received[peer] = received.get(peer, 0) + message.payload
+        direct: list[tuple[dist.P2POp, str]] = []
+        staged: list[tuple[tuple[tuple[_Op, int], ...], torch.Tensor, dist.P2POp, str]] = []
+        in_order: list[tuple[dist.P2POp, str]] = []  # piece order, which NCCL matches by
         for peer in peers:
             queue = sched.outgoing.get(peer, [])
             if r < len(queue):
                 message = queue[r]
-                stage = sched.send_arena[peer][: message.nbytes]
-                for op, at in message.parts:
-                    shard = source_buffers[op.parameter][op.location]
-                    src = _view(shard, op.chunk.source_offset, op.chunk.shape, op.strides)
-                    stage[at : at + op.nbytes].view(op.dtype).view(op.chunk.shape).copy_(src)
-                ops.append(dist.P2POp(dist.isend, stage, to_global[peer], ctx.group))
-                labels.append(f"send to process {peer}")
+                slot = sched.slots.get(("send", peer))
+                stage = slot[r % _SLOTS] if slot is not None else None
+                for i, piece in enumerate(message.pieces):
+                    wire = piece.direct
+                    if wire is None:
+                        assert stage is not None
+                        wire = stage[piece.start : piece.end]
+                    op = dist.P2POp(dist.isend, wire, to_global[peer], ctx.group, tag(r, i))
+                    in_order.append((op, f"send to process {peer}"))
+                    if piece.direct is not None:
+                        direct.append((op, f"send to process {peer}"))
+                    else:
+                        shifted = tuple((o, at - piece.start) for o, at in message.parts[piece.first : piece.last])
+                        staged.append((shifted, wire, op, f"send to process {peer}"))
+                    buffers.append(wire)
                 sent[peer] = sent.get(peer, 0) + message.payload
-        deadline = time.monotonic() + timeout.total_seconds()
+
+        def pack(parts: tuple[tuple[_Op, int], ...], wire: torch.Tensor) -> None:
+            for o, at in parts:
+                src = _view(sched.sources[o.key], o.offset, o.shape, o.strides)
+                wire[at : at + o.nbytes].view(src.dtype).view(o.shape).copy_(src)
+
+        works: list[Any] = []
         try:
-            works = dist.batch_isend_irecv(ops) if ops else []
-        except RuntimeError as exc:
-            raise TransferExecutionError(f"round {r}: posting failed: {exc}") from exc
-        # Local copies overlap the round in flight: an even share of them per round.
-        lo, hi = r * len(sched.local) // rounds, (r + 1) * len(sched.local) // rounds
-        for item in sched.local[lo:hi]:
-            local_bytes += local_copy(item)
-        for i, work in enumerate(works):
+            if tagged:
+                # gloo has no batching of its own: one isend/irecv per piece costs less than a
+                # batch call per packed piece.
+                for op in recvs + [op for op, _label in direct]:
+                    works.append(op.op(op.tensor, op.peer, op.group, op.tag))
+                labels += [label for _op, label in direct]
+                for parts, wire, op, label in staged:
+                    pack(parts, wire)
+                    works.append(op.op(op.tensor, op.peer, op.group, op.tag))
+                    labels.append(label)
+            else:
+                for parts, wire, _op, _label in staged:
+                    pack(parts, wire)
+                ops = recvs + [op for op, _label in in_order]
+                works = list(dist.batch_isend_irecv(ops)) if ops else []
+                labels += [label for _op, label in in_order]
+        except Exception as exc:
+            _RETAINED.append(buffers)
+            raise TransferExecutionError(f"round {r} of {rounds}: posting failed: {_describe(exc)}") from exc
+        return _Round(r, works, labels, landing, buffers)
+
+    def finish(rnd: _Round, in_flight: list[_Round]) -> None:
+        # A round posted ahead waits behind earlier ones: its timeout runs from this wait.
+        deadline = time.monotonic() + timeout.total_seconds()
+        for i, work in enumerate(rnd.works):
             left = max(deadline - time.monotonic(), 0.001)
             try:
                 work.wait(timedelta(seconds=left))
-            except RuntimeError as exc:
-                what = labels[i] if len(works) == len(labels) else "its messages"
+            except Exception as exc:
+                # Posted buffers may still be written by the transport: never free them.
+                _RETAINED.append([(x.works, x.buffers) for x in in_flight])
+                what = rnd.labels[i] if len(rnd.works) == len(rnd.labels) else "its messages"
                 raise TransferExecutionError(
-                    f"round {r} of {rounds}: {what} failed or timed out (timeout {timeout}); target "
-                    f"buffers may be partly written: {exc}"
+                    f"round {rnd.index} of {rounds}: {what} failed or timed out (timeout {timeout}); target "
+                    f"buffers may be partly written: {_describe(exc)}"
                 ) from exc
-        for message, stage, peer in landing:
-            for op, at in message.parts:
-                shard = target_buffers[op.parameter][op.location]
-                dst = _view(shard, op.chunk.target_offset, op.chunk.shape, op.strides)
-                dst.copy_(stage[at : at + op.nbytes].view(op.dtype).view(op.chunk.shape))
-            received[peer] = received.get(peer, 0) + message.payload
+        for message, piece, stage in rnd.landing:
+            if stage is not None:
+                for op, at in message.parts[piece.first : piece.last]:
+                    dst = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
+                    dst.copy_(stage[at : at + op.nbytes].view(dst.dtype).view(op.shape))
+
+    # Post ahead as far as staging allows: round s reuses slot s % 2 of a queue, so it waits only
+    # for an in-flight round of the same parity that stages on a queue that s stages on too (a
+    # message sent straight from/into shards holds no slot). Any such local choice of when to
+    # wait is deadlock-free: a process only waits for rounds every peer has already posted or
+    # will post without waiting on anything later.
+    def staging(r: int) -> set[tuple[str, int]]:
+        used = set()
+        for direction, queues in (("send", sched.outgoing), ("receive", sched.incoming)):
+            for peer, queue in queues.items():
+                if r < len(queue) and any(p.direct is None for p in queue[r].pieces):
+                    used.add((direction, peer))
+        return used
+
+    in_flight: list[tuple[_Round, set[tuple[str, int]]]] = []
+    for r in range(rounds):
+        need = staging(r)
+        while in_flight and (
+            len(in_flight) >= _MAX_IN_FLIGHT
+            or any(t.index % _SLOTS == r % _SLOTS and used & need for t, used in in_flight)
+        ):
+            oldest, _used = in_flight.pop(0)
+            finish(oldest, [oldest] + [t for t, _u in in_flight])
+        in_flight.append((post(r), need))
+        # Local copies overlap the rounds in flight: an even share of them per round.
+        lo, hi = r * len(sched.local) // rounds, (r + 1) * len(sched.local) // rounds
+        for item in sched.local[lo:hi]:
+            local_bytes += local_copy(item)
+    while in_flight:
+        oldest, _used = in_flight.pop(0)
+        finish(oldest, [oldest] + [t for t, _u in in_flight])
     if rounds == 0:
         for item in sched.local:
             local_bytes += local_copy(item)
     return rounds, local_bytes, sent, received
+
+
+def _drain(device: torch.device, timeout: timedelta, sched: _Schedule) -> None:
+    """Wait, bounded, for this process's queued CUDA work (unpacking copies) to finish.
+
+    ``torch.cuda.synchronize`` has no timeout; an event polled against the deadline does, and on
+    a timeout the staging is retained rather than freed under kernels that may still read it.
+    """
+    if device.type != "cuda":
+        return
+    event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+    event.record(torch.cuda.current_stream(device))
+    deadline = time.monotonic() + timeout.total_seconds()
+    while not event.query():  # type: ignore[no-untyped-call]
+        if time.monotonic() > deadline:
+            _RETAINED.append(sched.slots)
+            raise TransferExecutionError(
+                f"queued CUDA copies did not finish within {timeout}; target buffers may be partly written"
+            )
+        time.sleep(0.0005)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -769,10 +1242,12 @@ def execute_transfers(
     Every process of ``group`` must call this with the same plans, endpoints, budget, dtypes and
     ``endpoint_ranks`` (checked by digest); buffers hold only what this process owns, keyed by
     parameter and then by map location (a process may own none). Shard buffers must be
-    contiguous tensors of the declared dtype on the transport device; they are written in place,
-    never resized. ``maps`` (parameter → (target map, source map)) makes each process judge the
-    plans with ``refplan.verify.verify_plan`` first. Without ``torch.distributed`` initialized
-    (and no ``group``) this is a single process: every endpoint must be process 0.
+    contiguous tensors of the declared dtype, all on one device of this process, and all processes'
+    buffers on one device type (CPU over gloo, CUDA over NCCL; the group's backend string may map
+    both); they are written in place, never resized. ``maps`` (parameter → (target map, source
+    map)) makes each process judge the plans with ``refplan.verify.verify_plan`` first. Without
+    ``torch.distributed`` initialized (and no ``group``) this is a single process: every endpoint
+    must be process 0.
 
     Raises ``TransferRejectedError`` on every process, before any byte moves, if any process's
     checks fail or the processes disagree about the schedule; ``TransferExecutionError`` if the
@@ -782,36 +1257,49 @@ def execute_transfers(
     ctx = _context(group, endpoint_ranks if endpoint_ranks in ("global", "group") else "global")
     reason: str | None = None
     sched = _Schedule()
-    device = ctx.device or torch.device("cpu")
+    holds: torch.device | None = None
     try:
-        sched, device = _prepare(
-            ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks
-        )
+        holds = _buffers_device(source_buffers, target_buffers)
     except _Refusal as exc:
         reason = str(exc)
-    except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
-        reason = f"unexpected {type(exc).__name__} while checking: {exc}"
+    except Exception as exc:
+        reason = f"unexpected {_describe(exc)} while checking buffers"
+    try:
+        verdict_device = _verdict_device(ctx, holds) if ctx.collective else torch.device("cpu")
+    except Exception as exc:  # CUDA unusable here; the verdict goes out on CPU and may not match
+        verdict_device = torch.device("cpu")
+        reason = reason or f"cannot select a CUDA device for the verdict: {_describe(exc)}"
+    if reason is None:
+        try:
+            sched = _prepare(
+                ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks, holds
+            )
+        except _Refusal as exc:
+            reason = str(exc)
+        except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
+            reason = f"unexpected {_describe(exc)} while checking"
     try:
         digest = schedule_digest(plans, endpoints, budget, dtypes, str(endpoint_ranks))
     except Exception as exc:
         digest = 0
-        reason = reason or f"cannot compute the schedule digest: {type(exc).__name__}: {exc}"
-    _exchange(ctx, device, digest, reason, timeout)
+        reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
+    _exchange(ctx, verdict_device, digest, reason, holds, timeout)
 
     moving = time.perf_counter()
     with torch.no_grad():
         try:
-            rounds, local_bytes, sent, received = _move(ctx, sched, source_buffers, target_buffers, timeout)
+            rounds, local_bytes, sent, received = _move(ctx, sched, timeout)
         except TransferExecutionError:
             raise
         except Exception as exc:  # pragma: no cover - every input was checked; the transport is left
-            raise TransferExecutionError(f"moving failed after the verdict: {type(exc).__name__}: {exc}") from exc
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+            _RETAINED.append(sched.slots)
+            raise TransferExecutionError(f"moving failed after the verdict: {_describe(exc)}") from exc
+        _drain(sched.device, timeout, sched)
+    _recycle(sched)
     done = time.perf_counter()
     queues = (*sched.incoming.values(), *sched.outgoing.values())
     chunks = sum(len(m.parts) for q in queues for m in q)
-    messages = sum(len(q) for q in queues)
+    messages = sum(len(m.pieces) for q in queues for m in q)
     return TransferStats(
         segments=sched.segments,
         chunks=chunks,
@@ -823,6 +1311,7 @@ def execute_transfers(
         received_bytes=dict(sorted(received.items())),
         seconds=done - started,
         move_seconds=done - moving,
+        direct_messages=sum(1 for q in queues for m in q for p in m.pieces if p.direct is not None),
     )
 
 

@@ -25,6 +25,7 @@ a transfer rejected before anything moved.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -39,7 +40,7 @@ import numpy as np
 
 from ._progress import Progress
 from .box import volume
-from .errors import AffineTransferError, InputFileError, InvalidMapError
+from .errors import AffineTransferError, InvalidMapError
 from .maps import ParamAffineMap
 from .policies import POLICIES
 from .requests import TransferEndpoints
@@ -180,6 +181,7 @@ def _rank_main(
     threads: int,
     gate: Connection,
     report: Connection,
+    quiet: bool = False,
 ) -> None:
     """Body of one launched process: wait for the gate, join the group, run ``fn``, report, exit.
 
@@ -187,8 +189,14 @@ def _rank_main(
     test runner, a CLI), and a process group broken by a timeout must not block interpreter exit.
     ``threads`` is 1 for a forked child: GNU OpenMP is not fork-safe, and a child forked from a
     parent that has run a parallel torch op hangs in its first parallel region (seen here).
+    ``quiet`` sends the child's stderr to the null device: the CLI reports each process in one
+    line from its outcome, and torch's own warnings from a broken group would add many more.
     """
     outcome: RankOutcome
+    if quiet:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
     try:
         import torch
         import torch.distributed as dist
@@ -224,17 +232,25 @@ def run_ranks(
     timeout: timedelta = timedelta(seconds=60),
     deadline_s: float | None = None,
     start_method: str | None = None,
+    grace_s: float = 3.0,
+    quiet: bool = False,
 ) -> list[RankOutcome]:
     """Run ``fn(rank, world)`` in ``nproc`` fresh processes joined in one process group.
 
     The parent hosts the ``TCPStore`` on 127.0.0.1 (ephemeral port); ``timeout`` is the process
-    group's and the store's timeout. The parent waits at most ``deadline_s`` (default: twice the
-    timeout plus a minute) for all reports, then kills the processes it started that are still
-    running and reports them as timed out, so a hang can never outlive the launcher. With
-    ``fork`` (the default for gloo) ``fn`` may be a closure; ``spawn`` (the default for NCCL,
-    since CUDA does not survive a fork) needs a picklable ``fn``.
+    group's and the store's timeout. The parent waits on every report pipe *and* every process's
+    sentinel, so a process that dies without reporting (killed, ``os._exit``) is reported as
+    ``Died`` at once rather than after the deadline; the parent also closes its own copies of
+    the pipes' write ends, so a dead writer reads as end-of-file. Once a process has died the
+    others get ``grace_s`` to report (their group is broken; most fail fast) before they are
+    killed and reported as ``Stopped``. The parent waits at most ``deadline_s`` (default: twice
+    the timeout plus a minute) in all, then kills what it started and reports it as ``Timeout``,
+    so a hang can never outlive the launcher. With ``fork`` (the default for gloo) ``fn`` may be
+    a closure; ``spawn`` (the default for NCCL, since CUDA does not survive a fork) needs a
+    picklable ``fn``. ``quiet`` silences the children's stderr.
     """
     import multiprocessing as mp
+    from multiprocessing.connection import wait
 
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported, not in __all__
 
@@ -250,7 +266,8 @@ def run_ranks(
         ctx.Process(
             target=_rank_main,
             args=(
-                fn, rank, nproc, store.port, backend, timeout.total_seconds(), threads, gates[rank][0], reports[rank][1]
+                fn, rank, nproc, store.port, backend, timeout.total_seconds(), threads, gates[rank][0],
+                reports[rank][1], quiet,
             ),
             daemon=True,
         )
@@ -258,27 +275,65 @@ def run_ranks(
     ]
     for proc in procs:
         proc.start()
-    for _reader, writer in gates:
+    for reader, writer in gates:
+        reader.close()
         writer.send(True)
+        writer.close()
+    for _reader, writer in reports:
+        writer.close()
     limit = deadline_s if deadline_s is not None else 2 * timeout.total_seconds() + 60
     end = time.monotonic() + limit
-    outcomes: list[RankOutcome] = []
-    for rank, (reader, _writer) in enumerate(reports):
-        left = max(end - time.monotonic(), 0.0)
+    outcomes: dict[int, RankOutcome] = {}
+    pending = {rank: (reports[rank][0], procs[rank]) for rank in range(nproc)}
+    first_death: float | None = None
+
+    def take(rank: int) -> None:
+        reader, proc = pending.pop(rank)
         try:
-            got = reader.poll(left)
-            outcome = reader.recv() if got else RankOutcome(rank, None, f"no report within {limit:.0f} s", "Timeout")
-        except EOFError:
-            procs[rank].join(1)
-            outcome = RankOutcome(rank, None, f"exited ({procs[rank].exitcode}) without reporting", "Died")
-        outcomes.append(outcome)
+            outcomes[rank] = reader.recv()
+        except (EOFError, OSError):
+            proc.join(1)
+            outcomes[rank] = RankOutcome(rank, None, f"exited ({proc.exitcode}) without reporting", "Died")
+
+    while pending:
+        stop = end if first_death is None else min(end, first_death + grace_s)
+        left = stop - time.monotonic()
+        if left <= 0:
+            break
+        by_object: dict[Any, int] = {}
+        for rank, (reader, proc) in pending.items():
+            by_object[reader] = rank
+            by_object[proc.sentinel] = rank
+        for ready in wait(list(by_object), timeout=left):
+            rank = by_object[ready]
+            if rank not in pending:
+                continue
+            reader, proc = pending[rank]
+            if ready is reader or reader.poll(0):
+                take(rank)
+            elif not proc.is_alive():  # died, and nothing left in its pipe
+                pending.pop(rank)
+                proc.join(1)
+                outcomes[rank] = RankOutcome(rank, None, f"exited ({proc.exitcode}) without reporting", "Died")
+            if outcomes.get(rank) is not None and outcomes[rank].error_type == "Died" and first_death is None:
+                first_death = time.monotonic()
+    for rank in sorted(pending):
+        if first_death is not None:
+            dead = sorted(r for r, o in outcomes.items() if o.error_type == "Died")
+            outcomes[rank] = RankOutcome(
+                rank, None, f"stopped {grace_s:.0f} s after process {dead[0]} died", "Stopped"
+            )
+        else:
+            outcomes[rank] = RankOutcome(rank, None, f"no report within {limit:.0f} s", "Timeout")
     for proc in procs:
-        proc.join(timeout=5)
+        proc.join(timeout=0 if pending else 5)
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=5)
+    for reader, _writer in reports:
+        reader.close()
     del store
-    return outcomes
+    return [outcomes[rank] for rank in range(nproc)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,7 +485,8 @@ def _size(n: float) -> str:
 
 def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``refplan sync`` (the CLI wires this into its ``sync`` sub-command)."""
-    parser.add_argument("--nproc", type=int, default=4, help="processes to launch on this machine (default 4)")
+    parser.add_argument("--nproc", type=int, default=None,
+                        help="processes to launch on this machine (default 4; under torchrun: the job's size)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo: CPU tensors; nccl: CUDA")
     parser.add_argument("--model", default="demo", help="'demo' (built-in TPxDP -> TP batch) or a maps JSON file")
     parser.add_argument("--policy", choices=sorted(POLICIES), default="balanced",
@@ -447,10 +503,29 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a stuck exchange fails")
 
 
-def _config(args: argparse.Namespace) -> SyncConfig:
+def job_rank() -> tuple[int, int] | None:
+    """(rank, world size) when this process was started by torchrun (or any env:// launcher).
+
+    torchrun sets ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` for each process it starts; then
+    ``refplan sync`` is one process of that job and must not start processes of its own.
+    """
+    env = os.environ
+    if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+        return None
+    try:
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    except ValueError:
+        return None
+    return (rank, world) if 0 <= rank < world else None
+
+
+def _config(args: argparse.Namespace, world: int | None = None) -> SyncConfig:
+    asked = getattr(args, "nproc", None)
+    if world is not None and asked is not None and int(asked) != world:
+        raise InvalidMapError(f"--nproc {asked} disagrees with the torchrun job's WORLD_SIZE={world}")
     cfg = SyncConfig(
         model=str(args.model),
-        nproc=int(args.nproc),
+        nproc=world if world is not None else (4 if asked is None else int(asked)),
         backend=str(args.backend),
         policy=str(args.policy),
         dtype=str(args.dtype),
@@ -469,20 +544,90 @@ def _config(args: argparse.Namespace) -> SyncConfig:
     return cfg
 
 
-def run_sync_cli(args: argparse.Namespace) -> int:
-    """``refplan sync``: launch, move, check, report. Returns the exit code (0, 1 or 2)."""
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "(no message)"
+
+
+def _describe(exc: BaseException) -> str:
     try:
-        cfg = _config(args)
+        text = str(exc)
+    except Exception:
+        text = "(message unavailable)"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, list[RankOutcome] | None]:
+    """This process's part of a torchrun job: its own outcome and, on rank 0, every process's.
+
+    The process group comes from the job's environment (``env://``); a group the caller already
+    initialized is used as it is and left open.
+    """
+    import torch
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=cfg.timeout_s)
+    mine: RankOutcome
+    started_here = False
+    try:
+        if cfg.backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
+        if not dist.is_initialized():
+            dist.init_process_group(cfg.backend, timeout=timeout)
+            started_here = True
+        mine = RankOutcome(rank, _sync_rank(rank, world, cfg))
+    except Exception as exc:
+        mine = RankOutcome(rank, None, _describe(exc), type(exc).__name__)
+    gathered: list[Any] | None = [None] * world if rank == 0 else None
+    try:
+        if not dist.is_initialized():
+            raise RuntimeError("the process group did not start")
+        dist.gather_object(mine, gathered, dst=0)
+    except Exception as exc:  # the group is broken: report what this process knows
+        if rank == 0:
+            gone = f"no report: the job's exchange failed ({_first_line(_describe(exc))})"
+            gathered = [mine] + [RankOutcome(r, None, gone, "Died") for r in range(1, world)]
+    finally:
+        if started_here:
+            with contextlib.suppress(Exception):  # a broken group may not tear down cleanly
+                dist.destroy_process_group()
+    if rank != 0 or gathered is None:
+        return mine, None
+    return mine, [
+        o if isinstance(o, RankOutcome) else RankOutcome(r, None, "no report", "Died") for r, o in enumerate(gathered)
+    ]
+
+
+def run_sync_cli(args: argparse.Namespace) -> int:
+    """``refplan sync``: launch (or join a torchrun job), move, check, report. Exit code 0, 1 or 2.
+
+    Failures print exactly one line on stderr, naming each failed process and its error's first
+    line; tracebacks stay out of it. Under torchrun every process returns its own exit code and
+    only rank 0 prints.
+    """
+    job = job_rank()
+    speaker = job is None or job[0] == 0
+
+    def say(text: str, err: bool = False) -> None:
+        if speaker:
+            print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+    try:
+        cfg = _config(args, None if job is None else job[1])
         pairs, model_endpoints = _load_model(cfg.model)
         endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
-    except (AffineTransferError, InputFileError) as exc:  # InputFileError: --model cannot be read
-        print(f"refplan sync: bad input: {exc}", file=sys.stderr)
+    except AffineTransferError as exc:
+        say(f"refplan sync: bad input: {_first_line(str(exc))}", err=True)
+        return 2
+    except OSError as exc:
+        say(f"refplan sync: bad input: {_first_line(_describe(exc))}", err=True)
         return 2
     import torch
 
-    if cfg.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < cfg.nproc):
+    wanted = 1 if job is not None else cfg.nproc
+    if cfg.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < wanted):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        print(f"refplan sync: bad input: --backend nccl needs {cfg.nproc} CUDA devices, found {count}", file=sys.stderr)
+        say(f"refplan sync: bad input: --backend nccl needs {wanted} CUDA devices, found {count}", err=True)
         return 2
     try:  # refuse bad input here, before launching anything; every process plans again itself
         from .planner import plan_transfers
@@ -491,30 +636,54 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, dtype.itemsize),
                        replica_policy=POLICIES[cfg.policy])
     except AffineTransferError as exc:
-        print(f"refplan sync: bad input: {type(exc).__name__}: {exc}", file=sys.stderr)
+        say(f"refplan sync: bad input: {type(exc).__name__}: {_first_line(str(exc))}", err=True)
         return 2
-    print(
+    say(
         f"refplan sync: model {cfg.model} ({len(pairs)} parameters), {cfg.dtype}, policy {cfg.policy}, "
-        f"{cfg.nproc} processes ({cfg.backend}), endpoints {how}, budget {_size(cfg.budget_bytes)} per peer"
+        f"{cfg.nproc} processes ({cfg.backend}{', torchrun' if job is not None else ''}), endpoints {how}, "
+        f"budget {_size(cfg.budget_bytes)} per peer"
     )
     launched = time.perf_counter()
-    progress = Progress("refplan sync", quiet=bool(getattr(args, "quiet", False)))  # a terminal only
-    progress.status(f"starting {cfg.nproc} processes, planning and moving the batch ...")
-    try:
-        outcomes = run_ranks(
-            partial(_sync_rank, cfg=cfg), cfg.nproc, backend=cfg.backend, timeout=timedelta(seconds=cfg.timeout_s)
-        )
-    finally:
-        progress.close()
-    wall = time.perf_counter() - launched
+    if job is not None:
+        mine, gathered = _run_in_job(cfg, job[0], job[1])
+        if gathered is None:  # not rank 0: silent, and its exit code is its own outcome's
+            return _own_code(mine)
+        outcomes = gathered
+    else:
+        progress = Progress("refplan sync", quiet=bool(getattr(args, "quiet", False)))  # a terminal only
+        progress.status(f"starting {cfg.nproc} processes, planning and moving the batch ...")
+        try:
+            outcomes = run_ranks(
+                partial(_sync_rank, cfg=cfg), cfg.nproc, backend=cfg.backend,
+                timeout=timedelta(seconds=cfg.timeout_s), quiet=True,
+            )
+        except Exception as exc:
+            print(f"refplan sync: cannot launch {cfg.nproc} processes: {_first_line(_describe(exc))}", file=sys.stderr)
+            return 1
+        finally:
+            progress.close()
+    return _report(outcomes, time.perf_counter() - launched)
+
+
+def _own_code(outcome: RankOutcome) -> int:
+    if outcome.error_type == "TransferRejectedError":
+        return 2
+    if not outcome.ok or outcome.value["mismatched"]:
+        return 1
+    return 0
+
+
+def _report(outcomes: Sequence[RankOutcome], wall: float) -> int:
+    """Print the summary of every process's outcome; the exit code."""
     rejected = [o for o in outcomes if o.error_type == "TransferRejectedError"]
     if rejected:
-        first_line = (rejected[0].error or "rejected").splitlines()[0]
-        print(f"refplan sync: {first_line}", file=sys.stderr)
+        print(f"refplan sync: {_first_line(rejected[0].error)}", file=sys.stderr)
         return 2
     failed = [o for o in outcomes if not o.ok]
-    for o in failed:
-        print(f"refplan sync: process {o.rank} failed: {o.error}", file=sys.stderr)
+    if failed:
+        parts = [f"process {o.rank} {_first_line(o.error)}" if o.error_type in ("Died", "Stopped", "Timeout")
+                 else f"process {o.rank} failed: {_first_line(o.error)}" for o in failed]
+        print("refplan sync: " + "; ".join(parts), file=sys.stderr)
     results = [o.value for o in outcomes if o.ok]
     total_landed = 0
     for r in results:

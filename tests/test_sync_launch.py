@@ -1,0 +1,117 @@
+"""``refplan sync`` as a real user starts it: its own launcher, failures, and torchrun.
+
+Why a file of its own: these tests start processes of their own (a fork takes ~0.2 s, a
+torchrun job ~10 s on 2 cores), apart from the one 4-process launch of ``test_execute.py``. Each
+failing path must end quickly and print exactly one line on stderr (issue 13, defects 5 and 7),
+and under torchrun ``refplan sync`` must be one process of the job, never a launcher itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+import refplan.sync
+from refplan.sync import add_sync_arguments, job_rank, run_ranks, run_sync_cli
+
+pytestmark = [pytest.mark.timeout(180)]
+
+
+def _sync_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="refplan sync")
+    add_sync_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _dies_or_waits(rank: int, world: int) -> None:
+    if rank == 1:
+        os._exit(7)  # killed at start: no report, no exception
+    dist.barrier()  # waits for the dead process (until gloo notices or the group times out)
+
+
+def test_launcher_reports_a_dead_process_at_once() -> None:
+    """Defect 5: the parent held the write end of each report pipe, so a process that died
+    without reporting read as "no report" only after the whole deadline (here 30 s)."""
+    outcomes = run_ranks(_dies_or_waits, 2, timeout=timedelta(seconds=60), deadline_s=30, grace_s=2)
+    assert outcomes[1].error_type == "Died", outcomes[1]
+    assert "exited (7) without reporting" in (outcomes[1].error or "")
+    # The survivor either failed on the broken group or was stopped after the grace period.
+    assert outcomes[0].error_type != "Timeout", outcomes[0]
+
+
+def _fails_loudly(rank: int, world: int, cfg: Any) -> dict[str, Any]:
+    if rank == 1:
+        os._exit(5)
+    raise RuntimeError("boom\nsecond line of the message")
+
+
+def test_sync_failure_prints_one_line(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Defect 7: a failed process's traceback reached stderr; the CLI promises one line."""
+    monkeypatch.setattr(refplan.sync, "_sync_rank", _fails_loudly)
+    code = run_sync_cli(_sync_args("--nproc", "2", "--timeout", "20"))
+    err = capfd.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 1
+    assert len(lines) == 1, err
+    assert "process 0 failed: RuntimeError: boom" in lines[0] and "process 1 exited (5)" in lines[0], lines[0]
+    assert "Traceback" not in err and "second line" not in err
+
+
+def test_sync_tiny_budget_is_refused_at_once_in_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    """Defect 4 through the CLI: ``--budget-bytes 2`` timed out after 54 s at 4.5 GB per process."""
+    code = run_sync_cli(_sync_args("--nproc", "2", "--budget-bytes", "2", "--timeout", "20"))
+    err = capfd.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "TransferRejectedError" in err and "max_chunks" in err
+
+
+def test_job_rank_reads_the_torchrun_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    assert job_rank() is None
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert job_rank() is None  # no MASTER_ADDR: not a job
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert job_rank() == (3, 4)
+    monkeypatch.setenv("RANK", "4")
+    assert job_rank() is None
+
+
+def test_sync_under_torchrun_is_one_process_of_the_job() -> None:
+    """``torchrun --no-python refplan sync``: every process plans, moves and checks its part; rank 0
+    prints the one summary. Before, each torchrun process launched a sync of its own."""
+    script = Path(sys.executable).parent / "refplan"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--no-python",
+        str(script), "sync", "--model", "demo", "--backend", "gloo", "--timeout", "60",
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("every target element exact") == 1, done.stdout
+    assert "2 processes (gloo, torchrun)" in done.stdout
+    assert "process 0:" in done.stdout and "process 1:" in done.stdout
+
+
+def test_bench_sync_compares_with_raw_all_to_all() -> None:
+    """``refplan bench --sync`` measures the executor beside a raw ``all_to_all_single`` of the same
+    per-pair bytes, every target element checked (the ratio itself is the bench's, not a test's)."""
+    from refplan.bench import TARGET_EXECUTOR_VS_RAW, _raw_target, run_sync_raw
+
+    raw = run_sync_raw(runs=1)
+    assert raw["checked_elements"] > 0 and raw["network_bytes"] > 20 << 20  # ~28 MiB bf16, half moved
+    # One run: the median of one per-run ratio is that run's ratio, which is the ratio of medians.
+    assert raw["ratio"] == pytest.approx(raw["move_seconds"] / raw["raw_seconds"])
+    assert raw["ratio_of_medians"] == pytest.approx(raw["ratio"])
+    target = _raw_target(raw)
+    assert target["met"] == (raw["ratio"] <= TARGET_EXECUTOR_VS_RAW)
