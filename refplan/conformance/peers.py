@@ -547,16 +547,17 @@ class DCPAdapter(_PeerAdapter):
 
     def rebuild(self, problem: _DCPProblem) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
         out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+        items_of: dict[str, list[tuple[int, Any]]] = {}  # one pass over the plans, not one per parameter
+        for loc, plan in zip(problem.source_locs, problem.save_plans):
+            for item in plan.items:
+                items_of.setdefault(item.index.fqn, []).append((loc, item))
         for name in problem.names:
             src: list[Any] = []
-            for loc, plan in zip(problem.source_locs, problem.save_plans):
-                for item in plan.items:
-                    if item.index.fqn != name:
-                        continue
-                    origin = tuple(item.tensor_data.chunk.offsets)
-                    shape = tuple(item.tensor_data.chunk.sizes)
-                    off, strides = problem.placements[(name, loc, origin, shape)]
-                    src.append((loc, origin, shape, problem.shard_shapes[(name, "source")][loc], off, strides))
+            for loc, item in items_of.get(name, ()):
+                origin = tuple(item.tensor_data.chunk.offsets)
+                shape = tuple(item.tensor_data.chunk.sizes)
+                off, strides = problem.placements[(name, loc, origin, shape)]
+                src.append((loc, origin, shape, problem.shard_shapes[(name, "source")][loc], off, strides))
             for loc, shard in problem.shard_shapes[(name, "source")].items():
                 if all(e[0] != loc for e in src):
                     src.append((loc, (0,) * len(problem.logical[name]), (0,) * len(problem.logical[name]), shard, 0,
@@ -762,8 +763,16 @@ class MegatronAdapter(_PeerAdapter):
                             pipeline_parallel_group_ranks=None, resolved_name=name,
                         )
                 meta[side_name][name] = per_rank
+        # What build_centralized_reshard_plan has gathered before its planning loop: per destination
+        # rank the parameters it holds, per parameter the source metadata in rank order.
+        dst_by_rank: dict[int, list[tuple[str, Any]]] = {}
+        for name in names:
+            for r, m in meta["target"][name].items():
+                dst_by_rank.setdefault(r, []).append((name, m))
         problem = {"names": names, "meta": meta, "loc_of": loc_of,
-                   "logical": {n: maps[n][1].logical_shape for n in names}}
+                   "logical": {n: maps[n][1].logical_shape for n in names},
+                   "dst_by_rank": sorted(dst_by_rank.items()),
+                   "src_lists": {n: [meta["source"][n][r] for r in sorted(meta["source"][n])] for n in names}}
         self._gate(case, problem)
         return problem
 
@@ -790,14 +799,10 @@ class MegatronAdapter(_PeerAdapter):
         destination metadata, routed ops) for every destination rank and parameter."""
         select = self._utils.select_src_metadata_balanced
         determine = self._planner._determine_source_ranks_for_dst_param
-        src_meta, dst_meta = problem["meta"]["source"], problem["meta"]["target"]
-        src_lists = {name: [src_meta[name][r] for r in sorted(src_meta[name])] for name in problem["names"]}
+        src_lists = problem["src_lists"]
         out: list[tuple[str, int, Any, list[Any]]] = []
-        for dst_rank in sorted({r for per in dst_meta.values() for r in per}):
-            for name in problem["names"]:
-                dst = dst_meta[name].get(dst_rank)
-                if dst is None:
-                    continue
+        for dst_rank, params in problem["dst_by_rank"]:
+            for name, dst in params:
                 chosen = select(src_lists[name], dst, dst_rank)
                 out.append((name, dst_rank, dst, determine(name, chosen, dst, dst_rank)))
         return out
