@@ -990,7 +990,8 @@ def format_report(report: BenchReport) -> str:
         for r in report.rows:
             if r.scenario != s.name:
                 continue
-            label = f"{r.peer}:{r.policy}" if r.peer == "refplan" else f"{r.peer} ({r.policy})"
+            label = (f"{r.peer}:{r.policy}" if r.peer == "refplan" else
+                     f"deepspeed ({r.policy})" if r.peer == "deepspeed" else r.policy)  # a peer's name and version
             if r.error is not None:
                 verb = "" if r.error.startswith(("unsupported", "planner")) else "refused: "
                 lines.append(f"  {label:<26}{verb}{r.error[:200]}")
