@@ -8,11 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 
-<<<<<<< HEAD
-.PHONY: demo test lint proofs nightly fuzz clean peers
-=======
-.PHONY: demo test lint proofs nightly fuzz clean gpu-check
->>>>>>> issue-13
+.PHONY: demo test lint proofs nightly fuzz clean peers gpu-check
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
