@@ -721,21 +721,18 @@ def _sync_layouts() -> dict[str, tuple[Pairs, TransferEndpoints]]:
     }
 
 
-def _sync_worker(
-    pairs: Pairs, endpoints: TransferEndpoints, policy_names: Sequence[str], runs: int, rank: int
-) -> dict[str, list[float]]:
-    """One process: for each policy plan (every process for itself), run ``runs`` syncs, check."""
-    import numpy as np
-    import torch
-
-    from .execute import execute_transfers
+def _marker_shards(
+    pairs: Pairs, endpoints: TransferEndpoints, rank: int, dtype: Any
+) -> tuple[dict[str, dict[int, Any]], dict[str, dict[int, Any]]]:
+    """This process's source shards filled with logical markers (as tensors of ``dtype``) and
+    the marker bits its target shards must hold afterwards, per parameter and location: every
+    element a sync lands can then be checked for being exactly the one that belongs there."""
     from .simulate import extract_shards
-    from .sync import bits_of, marker_bits, restrict, tensor_from_bits
+    from .sync import marker_bits, restrict, tensor_from_bits
 
-    dtype = torch.bfloat16
     mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
     mine_tgt = [loc for loc, p in endpoints.target.items() if p == rank]
-    sources: dict[str, dict[int, torch.Tensor]] = {}
+    sources: dict[str, dict[int, Any]] = {}
     expected: dict[str, dict[int, Any]] = {}
     for name, (target_map, source_map) in sorted(pairs.items()):
         full = marker_bits(target_map.logical_shape, dtype)
@@ -745,6 +742,21 @@ def _sync_worker(
             sources[name] = {loc: tensor_from_bits(b, dtype) for loc, b in extract_shards(src_part, full).items()}
         if tgt_part is not None:
             expected[name] = extract_shards(tgt_part, full)
+    return sources, expected
+
+
+def _sync_worker(
+    pairs: Pairs, endpoints: TransferEndpoints, policy_names: Sequence[str], runs: int, rank: int
+) -> dict[str, list[float]]:
+    """One process: for each policy plan (every process for itself), run ``runs`` syncs, check."""
+    import numpy as np
+    import torch
+
+    from .execute import execute_transfers
+    from .sync import bits_of, tensor_from_bits
+
+    dtype = torch.bfloat16
+    sources, expected = _marker_shards(pairs, endpoints, rank, dtype)
     out: dict[str, list[float]] = {}
     for policy_name in policy_names:
         plans = plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, BF16),
@@ -819,23 +831,11 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     import torch.distributed as dist
 
     from .execute import execute_transfers
-    from .simulate import extract_shards
-    from .sync import bits_of, marker_bits, restrict, tensor_from_bits
+    from .sync import bits_of, tensor_from_bits
 
     dtype = torch.bfloat16
     world = dist.get_world_size()
-    mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
-    mine_tgt = [loc for loc, p in endpoints.target.items() if p == rank]
-    sources: dict[str, dict[int, torch.Tensor]] = {}
-    expected: dict[str, dict[int, Any]] = {}
-    for name, (target_map, source_map) in sorted(pairs.items()):
-        full = marker_bits(target_map.logical_shape, dtype)
-        src_part = restrict(source_map, mine_src)
-        tgt_part = restrict(target_map, mine_tgt)
-        if src_part is not None:
-            sources[name] = {loc: tensor_from_bits(b, dtype) for loc, b in extract_shards(src_part, full).items()}
-        if tgt_part is not None:
-            expected[name] = extract_shards(tgt_part, full)
+    sources, expected = _marker_shards(pairs, endpoints, rank, dtype)
     plans = plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, BF16),
                            replica_policy=POLICIES["balanced"])
     dtypes = dict.fromkeys(plans, dtype)

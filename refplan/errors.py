@@ -28,6 +28,7 @@ __all__ = [
     "InvalidReplicaPolicyError",
     "PolicyRaisedError",
     "UnsupportedLayoutError",
+    "describe_exception",
 ]
 
 
@@ -65,3 +66,16 @@ class InputFileError(OSError):
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` of an exception, whatever its ``__str__`` does (it may raise too).
+
+    Refusal reasons and one-line CLI reports are built from exceptions raised by code we do not
+    control (a policy, torch, a peer); formatting one must never raise in turn.
+    """
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(message unavailable)"
+    return f"{type(exc).__name__}: {text}"

@@ -66,7 +66,7 @@ import torch
 import torch.distributed as dist
 
 from .box import volume
-from .errors import AffineTransferError
+from .errors import AffineTransferError, describe_exception
 from .maps import ParamAffineMap
 from .plan import TransferPlan, TransferSegment
 from .requests import TransferEndpoints
@@ -387,13 +387,7 @@ class _Refusal(Exception):
     """A local check failed; becomes this process's verdict, never a lone raise."""
 
 
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, whatever its ``__str__`` does (it may raise too)."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = "(message unavailable)"
-    return f"{type(exc).__name__}: {text}"
+_describe = describe_exception
 
 
 @dataclass(frozen=True)

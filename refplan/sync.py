@@ -40,7 +40,7 @@ import numpy as np
 
 from ._progress import Progress
 from .box import volume
-from .errors import AffineTransferError, InvalidMapError
+from .errors import AffineTransferError, InvalidMapError, describe_exception
 from .maps import ParamAffineMap
 from .policies import POLICIES
 from .requests import TransferEndpoints
@@ -549,12 +549,7 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else "(no message)"
 
 
-def _describe(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        text = "(message unavailable)"
-    return f"{type(exc).__name__}: {text}"
+_describe = describe_exception
 
 
 def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, list[RankOutcome] | None]:
