@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..box import decode_row_major, row_major_strides, volume
-from ..errors import AffineTransferError
+from ..errors import AffineTransferError, describe_exception
 from ..maps import AffinePiece, ParamAffineMap
 from ..simulate import extract_shards, logical_markers
 from .adapters import Adapter, Outcome
@@ -458,7 +458,8 @@ class _PeerAdapter(Adapter):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The first line of a peer's exception message (which may itself fail to format)."""
+    text = describe_exception(exc).partition(": ")[2].strip().splitlines()
     return (text[0] if text else "")[:400]
 
 
