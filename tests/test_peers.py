@@ -177,6 +177,10 @@ def test_reproduction_scripts_print_the_wrong_result(script: str) -> None:
         "awex_one_inference_replica.py": "[('a', 0), ('b', 0)]",
         "awex_overlapping_shards.py": "[(0, 6), (4, 8)]",
         "megatron_expert_misrouted.py": "destination rank 0, experts.weight2: copied from rank 0",
+        "dcp_empty_chunk_collides.py": "refused a valid save: Failed to validate global plan",
+        "megatron_partition_dim_change.py": "refused a valid reshard: Cannot build TP descriptor",
+        "awex_reshape_crash.py": "crashed: IndexError",
+        "awex_no_coverage_check.py": "target rows written: [(0, 4)] of 8",
     }
     assert wrong[script] in done.stdout
 

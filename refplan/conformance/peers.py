@@ -116,6 +116,34 @@ PEER_FINDINGS_OUTSIDE_CORPUS = {
 }
 """Findings about a peer that the corpus cannot state (they need the peer's own richer metadata)."""
 
+_ROW_TO_COLUMN = ("layouts/golden-hand-derived-row2-col4", "layouts/golden-billion-rows-row2-col4",
+                  "replicas/replicate-location-of", "replicas/empty-source-location", "peers/dtensor-hsdp-2x2-to-tp4",
+                  "rules/R13-size-one-axis-free-source", "rules/R13-size-one-axis-free-target")
+REPRODUCTIONS: dict[str, dict[str, str]] = {
+    "dcp": {
+        "replicas/empty-pieces-zero-width": "dcp_empty_chunk_collides.py",
+        "rules/R25-a1-source-covers-half": "dcp_one_plan_skips_coverage.py",
+        "peers/finding-dcp-one-plan-skips-coverage": "dcp_one_plan_skips_coverage.py",
+    },
+    "megatron": {
+        **dict.fromkeys(_ROW_TO_COLUMN, "megatron_partition_dim_change.py"),
+        "peers/finding-megatron-pure-dp-reads-one-rank": "megatron_pure_dp_reads_one_rank.py",
+        "peers/finding-megatron-tp2dp2-uses-one-replica": "megatron_tp2dp2_uses_one_replica.py",
+    },
+    "awex": {
+        "rules/R0-a7-reshape": "awex_reshape_crash.py",
+        "batches/no-partial-plan-reshape": "awex_reshape_crash.py",
+        "rules/R25-a1-source-covers-half": "awex_no_coverage_check.py",
+        "peers/finding-dcp-one-plan-skips-coverage": "awex_no_coverage_check.py",
+        "peers/finding-awex-one-inference-replica": "awex_one_inference_replica.py",
+        "batches/balance-spans-two-parameters": "awex_one_inference_replica.py",
+        "batches/balance-three-parameters": "awex_one_inference_replica.py",
+        "batches/balance-by-bytes": "awex_one_inference_replica.py",
+    },
+}
+"""Peer -> case id -> the script under ``docs/peers/`` that shows that result with the peer alone
+(a ``finding-<peer>-...`` case is matched by name without being listed)."""
+
 _DELIBERATE = (ValueError, RuntimeError, AssertionError, NotImplementedError)
 """Exception classes a peer raises on purpose when it refuses; anything else is a crash."""
 

@@ -524,11 +524,19 @@ def run_conformance(
 _REPRO_DIR = "docs/peers"
 
 
-def _repro(case_id: str) -> str:
-    """The standalone reproduction script of a finding case, if one exists."""
-    slug = case_id.split("/")[-1].replace("finding-", "").replace("-", "_")
-    path = Path(__file__).resolve().parents[2] / _REPRO_DIR / f"{slug}.py"
-    return f" Reproduce with the peer alone: `python {_REPRO_DIR}/{path.name}`." if path.exists() else ""
+def _repro(case_id: str, planner: str) -> str:
+    """The standalone script that reproduces ``planner``'s result on a case with the peer alone:
+    listed in ``peers.REPRODUCTIONS``, or named after a ``finding-<peer>-...`` case of that peer."""
+    from .peers import REPRODUCTIONS
+
+    peer = next((key for key in REPRODUCTIONS if planner.startswith(key)), None)
+    script = REPRODUCTIONS.get(peer or "", {}).get(case_id)
+    slug = case_id.split("/")[-1]
+    if script is None and peer is not None and slug.startswith(f"finding-{peer}-"):
+        script = slug.replace("finding-", "").replace("-", "_") + ".py"
+    if script is None or not (Path(__file__).resolve().parents[2] / _REPRO_DIR / script).exists():
+        return ""
+    return f" Reproduce with the peer alone: `python {_REPRO_DIR}/{script}`."
 
 
 def _quality_lines(report: Report) -> list[str]:
@@ -539,7 +547,7 @@ def _quality_lines(report: Report) -> list[str]:
     lines = ["### Quality (correct plans, busiest sender over the case's bound)", ""]
     for r in quality:
         ratio = "" if r.load_ratio is None else f" ({r.load_ratio:.2f}x the LP lower bound)"
-        lines.append(f"- `{r.case_id}` ({_md(r.why)}): {_md(r.reason)}{ratio}." + _repro(r.case_id))
+        lines.append(f"- `{r.case_id}` ({_md(r.why)}): {_md(r.reason)}{ratio}." + _repro(r.case_id, report.planner))
     return [*lines, ""]
 
 
@@ -564,7 +572,7 @@ def _peer_section(report: Report) -> list[str]:
         lines += ["### Failures", ""]
         for r in fails:
             lines.append(f"- `{r.case_id}` ({_md(r.why)}): expected {r.expected}, got {r.got}. {_md(r.reason)}"
-                         + _repro(r.case_id))
+                         + _repro(r.case_id, report.planner))
         lines.append("")
     lines += _quality_lines(report)
     from .peers import PEER_FINDINGS_OUTSIDE_CORPUS
