@@ -116,7 +116,8 @@ PEER_FINDINGS_OUTSIDE_CORPUS = {
 }
 """Findings about a peer that the corpus cannot state (they need the peer's own richer metadata)."""
 
-_ROW_TO_COLUMN = ("layouts/golden-hand-derived-row2-col4", "layouts/golden-billion-rows-row2-col4",
+_ROW_TO_COLUMN = ("batches/endpoints-disjoint-processes", "layouts/golden-hand-derived-row2-col4",
+                  "layouts/golden-billion-rows-row2-col4",
                   "replicas/replicate-location-of", "replicas/empty-source-location", "peers/dtensor-hsdp-2x2-to-tp4",
                   "rules/R13-size-one-axis-free-source", "rules/R13-size-one-axis-free-target")
 REPRODUCTIONS: dict[str, dict[str, str]] = {
