@@ -97,7 +97,6 @@ def _check_split(
     answer: Sequence[Any],
     element_size: int | None,
     min_split_bytes: int,
-    budget: PlanBudget,
 ) -> ResolvedAnswer:
     box = request.box
     if len(answer) == 0:
@@ -207,7 +206,7 @@ def check_answers(
                 raise
             except Exception as exc:
                 raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}") from exc
-            resolved.append(_check_split(index, request, parts, size, min_split_bytes, budget))
+            resolved.append(_check_split(index, request, parts, size, min_split_bytes))
         else:
             raise _fail(
                 index,

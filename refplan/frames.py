@@ -230,21 +230,15 @@ def _common_frame(
         return None
     if not (0 <= dest_offset < shard_numel and dest_offset <= MAX_COORDINATE):
         return None
-    origin = []
-    for stride, extent, size in zip(logical_strides, shape, logical):
-        q, source_offset = divmod(source_offset, stride)
-        if extent <= 0 or extent > MAX_COORDINATE or q + extent > size:
-            return None
-        origin.append(q)
-    local_origin = []
-    for stride, extent, size in zip(shard_strides, shape, shard):
-        q, dest_offset = divmod(dest_offset, stride)
-        if q + extent > size:
-            return None
-        local_origin.append(q)
-    return _frame(
-        loc, index, piece.locations, Box(tuple(origin), shape), Box(tuple(local_origin), shape), shard, shard_strides
-    )
+    origin = decode_row_major(source_offset, logical)  # in range (checked above): never None
+    local_origin = decode_row_major(dest_offset, shard)
+    if origin is None or local_origin is None:
+        return None
+    if not all(0 < e <= MAX_COORDINATE and o + e <= s for o, e, s in zip(origin, shape, logical)):
+        return None
+    if not all(o + e <= s for o, e, s in zip(local_origin, shape, shard)):
+        return None
+    return _frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
 
 
 def _common_frames(

@@ -201,11 +201,9 @@ def runs(seg: TransferSegment, s_shard: tuple[int, ...], t_shard: tuple[int, ...
     order = np.argsort(w, kind="stable")
     w = w[order]
     r = r[order]
+    # A segment with no axes is always a box (its one element at offset 0), so ``d >= 1`` here.
     d = len(t_shard)
     n = w.size
-    if d == 0:
-        empty = np.zeros((n, 0), dtype=np.int64)
-        return empty, empty.copy(), empty.copy()
     # Both footprints lie inside their shards (``structural`` passed), so every address decodes.
     wc = decode_row_major_array(w, np.asarray(rm(t_shard), dtype=np.int64), np.asarray(t_shard, dtype=np.int64))
     rc = decode_row_major_array(r, np.asarray(rm(s_shard), dtype=np.int64), np.asarray(s_shard, dtype=np.int64))
