@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from refplan.files import MapsBatch, dump_maps, dump_plans
+from refplan.formats import MAPS_FORMAT
 from refplan.maps import (
     AffinePiece,
     ParamAffineMap,
@@ -19,7 +20,6 @@ from refplan.maps import (
     segmented_map,
     sub_param_map,
 )
-from refplan.plan import MAPS_FORMAT
 from refplan.planner import plan_transfers
 from refplan.requests import TransferEndpoints
 

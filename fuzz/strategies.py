@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fuzz.seeds import hostile_texts, maps_doc, refusal_docs, split, valid_docs, valid_plans_docs
 from refplan.files import dump_plans, parse_maps
+from refplan.formats import PLANS_FORMAT
 from refplan.maps import (
     AffinePiece,
     ParamAffineMap,
@@ -26,7 +27,6 @@ from refplan.maps import (
     segmented_map,
     sub_param_map,
 )
-from refplan.plan import PLANS_FORMAT
 from refplan.planner import plan_transfers
 
 __all__ = ["STRATEGIES", "maps_bytes"]

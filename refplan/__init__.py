@@ -12,6 +12,7 @@ from .errors import (
     PolicyRaisedError,
     UnsupportedLayoutError,
 )
+from .limits import PlanBudget
 from .maps import (
     AffinePiece,
     ParamAffineMap,
@@ -22,7 +23,7 @@ from .maps import (
     segmented_map,
     sub_param_map,
 )
-from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment
+from .plan import PlanStatistics, TransferPlan, TransferSegment
 from .planner import plan_transfer, plan_transfers
 from .requests import (
     ReplicaAnswer,

@@ -5,11 +5,9 @@ number worth printing is max load / even share (1.0 is perfect balance), or bett
 the least max load *any* plan could have (``load_lower_bound``), which is what ``refplan bench``
 reports every plan against.
 
-The α-β model (``CostModel``) prices a message of ``B`` bytes on a path as ``α + B/β``, with one
-(α, β) per path kind: ``process`` (a local copy), ``node`` (same node, e.g. NVLink) and
-``network``. Its defaults are *model inputs*, round numbers of the right order for current
-hardware, not measurements: pass calibrated values (the RFC thread quotes α = 0.3 ms,
-β = 48 GB/s for one GH200 link, unverified) to compare policies on a given machine.
+The α-β model (``CostModel``, ``LinkCost``, ``path_kind`` and the defaults) lives in
+``policies.cost``, upstream of both the policy that decides with it and this module, which
+reports with it; the names are re-exported here.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .plan import TransferPlan
+from .policies.cost import DEFAULT_ALPHA, DEFAULT_BETA, PATH_KINDS, CostModel, LinkCost, path_kind
+from .policies.simple import uses_processes
 from .requests import ReplicaRequest, TransferEndpoints
 
 __all__ = [
@@ -37,16 +37,6 @@ __all__ = [
     "sender_load",
     "sync_time_lower_bound",
 ]
-
-DEFAULT_ALPHA = 30e-6
-"""Network α (seconds per message): a model input, of the order of an RDMA/NCCL message start."""
-
-DEFAULT_BETA = 25e9
-"""Network β (bytes per second): a model input, about one 200 Gb/s NIC per process."""
-
-PATH_KINDS = ("process", "node", "network")
-"""Path kinds from cheapest to dearest: same process (local copy), same node, across nodes."""
-
 
 @dataclass(frozen=True)
 class LoadReport:
@@ -95,71 +85,6 @@ def sender_load(
             else:
                 sent[src] = sent.get(src, 0) + size
     return LoadReport(sent, local, endpoints is not None)
-
-
-# ---------------------------------------------------------------------------------------------
-# The α-β cost model.
-
-
-@dataclass(frozen=True)
-class LinkCost:
-    """One path kind's α (seconds per message) and β (bytes per second)."""
-
-    alpha: float
-    beta: float
-
-    def __post_init__(self) -> None:
-        if not (self.alpha >= 0.0 and self.beta > 0.0):
-            raise ValueError(f"a link needs alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
-
-    def seconds(self, nbytes: float, messages: int = 1) -> float:
-        """``messages·α + nbytes/β``."""
-        return messages * self.alpha + nbytes / self.beta
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """(α, β) per path kind. Model inputs, not measurements (see the module docstring).
-
-    Defaults: ``process`` (a local device copy) α = 2 µs, β = 400 GB/s; ``node`` (NVLink-class)
-    α = 10 µs, β = 150 GB/s; ``network`` α = ``DEFAULT_ALPHA`` (30 µs), β = ``DEFAULT_BETA``
-    (25 GB/s). Without ``process_node`` every path between two processes is ``network``.
-    """
-
-    process: LinkCost = field(default_factory=lambda: LinkCost(2e-6, 400e9))
-    node: LinkCost = field(default_factory=lambda: LinkCost(10e-6, 150e9))
-    network: LinkCost = field(default_factory=lambda: LinkCost(DEFAULT_ALPHA, DEFAULT_BETA))
-
-    def link(self, kind: str) -> LinkCost:
-        if kind == "process":
-            return self.process
-        if kind == "node":
-            return self.node
-        if kind == "network":
-            return self.network
-        raise ValueError(f"unknown path kind {kind!r}; expected one of {PATH_KINDS}")
-
-    def with_network(self, alpha: float, beta: float) -> CostModel:
-        """This model with the network path replaced by ``(alpha, beta)``."""
-        return CostModel(self.process, self.node, LinkCost(alpha, beta))
-
-
-def path_kind(
-    source_process: int | None,
-    target_process: int | None,
-    process_node: Mapping[int, int] | None = None,
-) -> str:
-    """``process`` if both ends are one process, ``node`` if ``process_node`` puts them on one
-    node, else ``network`` (also when processes are unknown: nothing is known to be close)."""
-    if source_process is None or target_process is None:
-        return "network"
-    if source_process == target_process:
-        return "process"
-    if process_node is not None:
-        a = process_node.get(source_process)
-        if a is not None and a == process_node.get(target_process):
-            return "node"
-    return "network"
 
 
 @dataclass(frozen=True)
@@ -258,12 +183,6 @@ class LoadLowerBound:
         if self.bytes == 0:
             return 1.0 if max_sent == 0 else float("inf")
         return float(max_sent / self.bytes)
-
-
-def _uses_processes(requests: Sequence[ReplicaRequest]) -> bool:
-    return bool(requests) and all(
-        r.target_process is not None and all(p is not None for p in r.candidate_processes) for r in requests
-    )
 
 
 def _request_size(r: ReplicaRequest) -> int:
@@ -372,7 +291,7 @@ def load_lower_bound(requests: Iterable[ReplicaRequest]) -> LoadLowerBound:
     Pure Python with exact rationals; each round is one max-flow on (groups + senders) nodes.
     """
     reqs = list(requests)
-    by_process = _uses_processes(reqs)
+    by_process = uses_processes(reqs)
     groups: dict[tuple[int, ...], int] = {}
     ingress: dict[int, int] = {}
     local = remote = 0

@@ -20,12 +20,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import limits
+
 __all__ = [
     "Box",
     "WorkCounter",
     "box_arrays",
+    "box_in_shard",
     "covers",
     "decode_row_major",
+    "decode_row_major_array",
     "overlapping_pair_array",
     "overlapping_pairs",
     "row_major_strides",
@@ -72,6 +76,47 @@ def decode_row_major(offset: int, shape: Sequence[int]) -> tuple[int, ...] | Non
         q, offset = divmod(offset, stride)
         coord.append(q)
     return tuple(coord)
+
+
+def decode_row_major_array(
+    offsets: np.ndarray[Any, Any], strides: np.ndarray[Any, Any], sizes: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """``decode_row_major`` for many offsets at once: row ``i`` is the coordinate of ``offsets[i]``.
+
+    ``strides`` and ``sizes`` are one shape's row-major strides and sizes (``(ndim,)``) or one
+    shape per offset (``(n, ndim)``). The caller guarantees ``0 <= offsets[i] < volume``: then the
+    coordinate on each axis is ``(offset // stride) % size``, because the axes before it account
+    for whole multiples of ``stride * size``. Outside that range the result is not a decode (it
+    wraps), which is why every caller checks the range first. int64 throughout: the callers refuse
+    shapes whose volume exceeds ``limits.MAX_COORDINATE`` (2**62) before they get here.
+
+    The one array form of the row-major decode; the planner's and the oracle's fast paths both
+    call it, so it is trusted base for both (``proofs/theorem3.md``).
+    """
+    result: np.ndarray[Any, Any] = (offsets[:, None] // strides) % sizes
+    return result
+
+
+def box_in_shard(
+    offset: int, extent: Sequence[int], strides: Sequence[int], shard: Sequence[int]
+) -> tuple[int, ...] | None:
+    """Origin of the box a strided view covers in a dense row-major ``shard``, or ``None``.
+
+    A view (``offset``, ``extent``, ``strides``; every extent positive) *is* the box
+    ``[origin, origin + extent)`` of the shard exactly when its strides are the shard's row-major
+    strides on every axis it steps along (a size-1 axis is never stepped, so any stride there),
+    its offset decodes to ``origin``, and the box fits inside the shard. Then element ``k`` of the
+    view is shard coordinate ``origin + k``. The one statement of "is this segment a box in its
+    shard", used by the oracle and by the tools that report on plans.
+    """
+    if len(extent) != len(shard) or len(strides) != len(shard):
+        return None
+    if not all(e <= 1 or s == r for e, s, r in zip(extent, strides, row_major_strides(shard))):
+        return None
+    origin = decode_row_major(offset, shard)
+    if origin is None or any(o + e > s for o, e, s in zip(origin, extent, shard)):
+        return None
+    return origin
 
 
 class Box(NamedTuple):
@@ -218,8 +263,6 @@ class WorkCounter:
             self.on_exceed(self.count)
 
 
-_LEAF = 32
-
 # Coordinates travel through numpy as int64; the maps refuse anything beyond this bound first
 # (``frames.MAX_COORDINATE``), so the arithmetic below cannot overflow.
 _Arrays = tuple["np.ndarray[Any, Any]", "np.ndarray[Any, Any]", "np.ndarray[Any, Any]"]
@@ -298,7 +341,7 @@ def _partition(
         work.add(int(lo.shape[0]))
         if shortcut((lo, hi, ids), c_lo, c_hi):
             continue
-        cut = None if lo.shape[0] <= _LEAF else _choose_cut(c_lo, c_hi, lo, hi)
+        cut = None if lo.shape[0] <= limits.LEAF else _choose_cut(c_lo, c_hi, lo, hi)
         if cut is None:
             if not leaf(c_lo, c_hi, lo, hi, ids):
                 return False

@@ -33,10 +33,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import limits
 from .box import Box, WorkCounter, overlapping_pairs
 from .errors import InvalidReplicaPolicyError
+from .limits import PlanBudget
 from .maps import describe
-from .plan import PlanBudget
 from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest
 
 __all__ = ["DEFAULT_MIN_SPLIT_BYTES", "ResolvedAnswer", "check_answers"]
@@ -50,9 +51,6 @@ link numbers should pass ``min_split_bytes ≈ k·α·β`` instead.
 
 ResolvedAnswer = tuple[tuple[Box, ReplicaCandidate], ...]
 """An answer after checking: each part's box with the candidate that serves it."""
-
-_PAIRWISE_LIMIT = 8
-
 
 def _fail(index: int, request: ReplicaRequest, what: str) -> InvalidReplicaPolicyError:
     return InvalidReplicaPolicyError(
@@ -99,7 +97,6 @@ def _check_split(
     answer: Sequence[Any],
     element_size: int | None,
     min_split_bytes: int,
-    budget: PlanBudget,
 ) -> ResolvedAnswer:
     box = request.box
     if len(answer) == 0:
@@ -127,7 +124,7 @@ def _check_split(
     total = sum(p.volume for p, _ in parts)
     if total != box.volume:
         raise _fail(index, request, f"parts hold {total} elements but the box has {box.volume} (gap or overlap)")
-    if len(parts) <= _PAIRWISE_LIMIT:
+    if len(parts) <= limits.PAIRWISE_LIMIT:
         for a in range(len(parts)):
             for b in range(a + 1, len(parts)):
                 if parts[a][0].overlaps(parts[b][0]):
@@ -209,7 +206,7 @@ def check_answers(
                 raise
             except Exception as exc:
                 raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}") from exc
-            resolved.append(_check_split(index, request, parts, size, min_split_bytes, budget))
+            resolved.append(_check_split(index, request, parts, size, min_split_bytes))
         else:
             raise _fail(
                 index,

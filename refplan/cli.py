@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AffineTransferError
-from .files import dump_plans, load_json, parse_endpoints, read_maps
+from .formats import dump_plans, load_json, parse_endpoints, read_maps
 from .planner import plan_transfers
 from .policies import POLICIES
 

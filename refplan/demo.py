@@ -10,7 +10,7 @@ bytes. Both plans are checked with the independent oracle when it is available.
 from __future__ import annotations
 
 from .analysis import sender_load
-from .maps import ParamAffineMap, contiguous_split_map, replicate, replicated_map
+from .maps import ParamAffineMap, contiguous_split_map, replicate, replicated_map, split
 from .plan import TransferPlan
 from .planner import plan_transfers
 from .policies import balanced, first_holder
@@ -20,11 +20,6 @@ __all__ = ["demo_batch", "run_demo"]
 
 HIDDEN = 512
 FFN = 1376
-
-
-def _split(n: int, degree: int) -> list[int]:
-    base, extra = divmod(n, degree)
-    return [base + (1 if r < extra else 0) for r in range(degree)]
 
 
 def demo_batch(
@@ -40,8 +35,8 @@ def demo_batch(
     pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
     for layer in range(layers):
         for name, (shape, axis) in shapes.items():
-            source = replicate(contiguous_split_map(shape, _split(shape[axis], tp_source), axis), dp_source)
-            target = contiguous_split_map(shape, _split(shape[axis], tp_target), axis)
+            source = replicate(contiguous_split_map(shape, split(shape[axis], tp_source), axis), dp_source)
+            target = contiguous_split_map(shape, split(shape[axis], tp_target), axis)
             pairs[f"layers.{layer}.{name}"] = (target, source)
         norm = (HIDDEN,)
         pairs[f"layers.{layer}.norm"] = (replicated_map(norm, tp_target), replicated_map(norm, tp_source * dp_source))

@@ -30,19 +30,21 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import limits
 from .box import (
     Box,
     WorkCounter,
     box_arrays,
     decode_row_major,
+    decode_row_major_array,
     overlapping_pairs,
     row_major_strides,
     separated,
     volume,
 )
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
+from .limits import MAX_COORDINATE, PlanBudget
 from .maps import AffinePiece, ParamAffineMap, piece_arrays
-from .plan import PlanBudget
 
 __all__ = [
     "MAX_COORDINATE",
@@ -53,9 +55,6 @@ __all__ = [
     "normalize",
     "pair_budget",
 ]
-
-MAX_COORDINATE = 1 << 62
-"""Largest extent, offset or stride accepted; keeps every address exact in int64 arithmetic."""
 
 
 class Frame(NamedTuple):
@@ -231,27 +230,15 @@ def _common_frame(
         return None
     if not (0 <= dest_offset < shard_numel and dest_offset <= MAX_COORDINATE):
         return None
-    origin = []
-    for stride, extent, size in zip(logical_strides, shape, logical):
-        q, source_offset = divmod(source_offset, stride)
-        if extent <= 0 or extent > MAX_COORDINATE or q + extent > size:
-            return None
-        origin.append(q)
-    local_origin = []
-    for stride, extent, size in zip(shard_strides, shape, shard):
-        q, dest_offset = divmod(dest_offset, stride)
-        if q + extent > size:
-            return None
-        local_origin.append(q)
-    return _frame(
-        loc, index, piece.locations, Box(tuple(origin), shape), Box(tuple(local_origin), shape), shard, shard_strides
-    )
-
-
-ARRAY_MIN_PIECES = 32
-"""A location's pieces are decoded on arrays (``_common_frames``) from this many on; below it
-numpy's fixed cost per call outweighs the per-piece loop (``_common_frame``), which decides the
-same (tests/test_fast_paths.py runs both at every size)."""
+    origin = decode_row_major(source_offset, logical)  # in range (checked above): never None
+    local_origin = decode_row_major(dest_offset, shard)
+    if origin is None or local_origin is None:
+        return None
+    if not all(0 < e <= MAX_COORDINATE and o + e <= s for o, e, s in zip(origin, shape, logical)):
+        return None
+    if not all(o + e <= s for o, e, s in zip(local_origin, shape, shard)):
+        return None
+    return _frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
 
 
 def _common_frames(
@@ -281,8 +268,8 @@ def _common_frames(
             or not piece.locations
         ):
             return None
-    # The offsets are decoded for all pieces at once: for 0 <= x < numel, the coordinate of a
-    # row-major offset x on each axis is (x // stride) % size. ``normalize`` passes only shapes
+    # The offsets are decoded for all pieces at once (``box.decode_row_major_array``, once each
+    # offset is known to lie in [0, numel)). ``normalize`` passes only shapes
     # whose volumes and strides are at most MAX_COORDINATE = 2**62, so a coordinate plus an extent
     # (each at most 2**62) fits int64; values that do not fit int64 are not common.
     arrays = piece_arrays(pieces, ndim)  # every shape has ndim axes (checked above)
@@ -297,8 +284,8 @@ def _common_frames(
         and bool(np.all((dst >= 0) & (dst < shard_numel)))
     ):
         return None
-    origin = (src[:, None] // np.asarray(logical_strides, dtype=np.int64).reshape(ndim)) % l_shape
-    local = (dst[:, None] // np.asarray(shard_strides, dtype=np.int64).reshape(ndim)) % s_shape
+    origin = decode_row_major_array(src, np.asarray(logical_strides, dtype=np.int64).reshape(ndim), l_shape)
+    local = decode_row_major_array(dst, np.asarray(shard_strides, dtype=np.int64).reshape(ndim), s_shape)
     if not (bool(np.all(origin + ext <= l_shape)) and bool(np.all(local + ext <= s_shape))):
         return None
     # shift = dest offset - (logical origin . shard strides); exact Python ints, as origins and
@@ -407,7 +394,7 @@ def normalize(
         fast = logical_small and max(shard_strides, default=0) <= MAX_COORDINATE
         common = _common_frames(
             pieces, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel
-        ) if fast and len(pieces) >= ARRAY_MIN_PIECES else None
+        ) if fast and len(pieces) >= limits.ARRAY_MIN_PIECES else None
         if common is not None:
             frames.extend(common)
             continue
@@ -489,7 +476,7 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
             )
         # The local boxes are disjoint (just checked) and inside the shard, so their volumes sum
         # to at most the shard's 2**62 elements: exact in int64.
-        if len(frames) >= ARRAY_MIN_PIECES:
+        if len(frames) >= limits.ARRAY_MIN_PIECES:
             held = int(np.prod(local_ext[span], axis=1).sum())
         else:
             held = sum(f.local.volume for f in frames)

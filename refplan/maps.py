@@ -105,7 +105,11 @@ class AffinePiece:
 
 _MISSING = object()
 _PIECE_KEYS = ("shape", "source", "dest", "locations")
-_RANK_KEY = re.compile(r"-?[0-9]{1,4000}")
+LOCATION_KEY = re.compile(r"-?[0-9]{1,4000}")
+"""A location (or other integer) key written as a JSON object key: ASCII decimal digits with an
+optional minus sign, at most 4000 of them (Python's ``int()`` refuses more than 4300 digits, so a
+longer key is refused here, by name, instead of by a bare ``ValueError``). The one pattern for
+map, endpoint and file keys."""
 _SHOW = reprlib.Repr()
 _SHOW.maxlevel = 3
 _SHOW.maxstring = 60
@@ -126,20 +130,34 @@ def describe(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An integer that is not a ``bool`` (``True`` is an int to Python, never a count or an offset
+    to a map). The one statement of that rule for every loader."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_int_key(key: Any) -> int | None:
+    """An integer object key (an int, or a ``LOCATION_KEY`` string, surrounding spaces allowed) as
+    an int, or ``None`` when it is not one; the caller words the error."""
+    if is_int(key):
+        return int(key)
+    if isinstance(key, str):
+        text = key.strip()
+        if LOCATION_KEY.fullmatch(text):
+            return int(text)
+    return None
 
 
 def _int_list(value: Any, where: Callable[[], str]) -> list[int]:
     if type(value) is list and all(type(v) is int for v in value):  # the JSON fast path
         return value
-    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+    if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
         raise InvalidMapError(f"{where()}: expected a list of integers, got {describe(value)}")
     return list(value)
 
 
 def _offset_strides(value: Any, where: Callable[[], str]) -> tuple[int, list[int]]:
-    if not isinstance(value, (list, tuple)) or len(value) != 2 or not _is_int(value[0]):
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not is_int(value[0]):
         raise InvalidMapError(f"{where()}: expected [offset, [strides...]], got {describe(value)}")
     return value[0], _int_list(value[1], lambda: f"{where()}[1]")
 
@@ -258,12 +276,9 @@ def _field_name(where: str, rank: int, field: str) -> str:
 
 def _rank_key(key: Any, where: str) -> int:
     """A location key: an int, or a decimal string of ASCII digits (JSON object keys are strings)."""
-    if _is_int(key):
-        return int(key)
-    if isinstance(key, str):
-        text = key.strip()
-        if _RANK_KEY.fullmatch(text):
-            return int(text)
+    value = parse_int_key(key)
+    if value is not None:
+        return value
     raise InvalidMapError(f"{where}.ranks: location key {describe(key)} is not an integer")
 
 
@@ -517,3 +532,32 @@ def piece_arrays(pieces: Sequence[AffinePiece], ndim: int) -> tuple[np.ndarray[A
     except (OverflowError, TypeError, ValueError):
         return None
     return ext, src, dst
+
+
+def split(n: int, d: int) -> list[int]:
+    """``n`` over ``d`` locations, the first ``n % d`` one larger: DeepSpeed's (and Megatron's)
+    uneven split, and the one place refplan states it (layouts, scenarios, tests)."""
+    base, extra = divmod(n, d)
+    return [base + (1 if r < extra else 0) for r in range(d)]
+
+
+def _bigcode(tp: int) -> ParamAffineMap:
+    return segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [split(32, tp)])
+
+
+def _yuan_gather(tp: int) -> ParamAffineMap:
+    return block_gather_map((8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)}, 8, 1)
+
+
+LAYOUTS: dict[str, Callable[[int], ParamAffineMap]] = {
+    "row_even": lambda tp: contiguous_split_map((8, 8), split(8, tp), 0),
+    "row_uneven": lambda tp: contiguous_split_map((11, 8), split(11, tp), 0),
+    "column": lambda tp: contiguous_split_map((8, 24), split(24, tp), 1),
+    "replicated": lambda tp: replicated_map((5, 6), tp),
+    "sub_params": lambda tp: sub_param_map((12, 8), (8, 4), [split(8, tp), split(4, tp)], 0),
+    "bigcode": _bigcode,
+    "yuan_gather": _yuan_gather,
+}
+"""The accepted layouts of facts §4.6 (DeepSpeed's executed-coverage suite), each as a builder of
+the map at tensor-parallel degree ``tp``: the one copy the corpus generator, the peer tests and
+the property tests draw from."""

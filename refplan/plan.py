@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from . import limits
 from .box import volume
 from .errors import AffineTransferError, InvalidMapError
-from .maps import describe
+from .limits import PlanBudget
+from .maps import describe, is_int
 
 __all__ = [
-    "MAPS_FORMAT",
-    "PLANS_FORMAT",
     "PlanBudget",
     "PlanStatistics",
     "TransferPlan",
@@ -40,38 +40,17 @@ __all__ = [
     "encode_plan",
 ]
 
-MAPS_FORMAT = "refplan.maps/1"
-PLANS_FORMAT = "refplan.plans/1"
 
 
-@dataclass(frozen=True)
-class PlanBudget:
-    """Limits on planning work and plan size: policy, not correctness.
+def __getattr__(name: str) -> str:
+    """``MAPS_FORMAT`` and ``PLANS_FORMAT`` moved to ``formats`` (which owns every file format);
+    still importable from here. Looked up lazily because ``formats`` imports this module."""
+    if name in ("MAPS_FORMAT", "PLANS_FORMAT"):
+        from . import formats
 
-    Exhausting any limit refuses the whole plan (``AffineTransferError`` naming the limit) — a
-    truncated plan would silently leave target elements unwritten. Field names are DeepSpeed's;
-    the defaults are larger because refplan counts the comparisons it really performs (sort,
-    sweep and k-d partition) rather than products of piece counts, so 10⁵ pieces per map fit.
-    ``max_parts_per_request`` bounds how finely a policy may split one request.
-    """
-
-    max_ndim: int = 8
-    max_pieces_per_map: int = 1 << 20
-    max_pair_checks: int = 1 << 26
-    max_segments: int = 1 << 20
-    max_merge_passes: int = 8
-    max_plan_bytes: int = 1 << 28
-    max_merge_checks: int = 1 << 24
-    max_parts_per_request: int = 1024
-
-    def __post_init__(self) -> None:
-        """Refuse a budget that is not a non-negative int up front, not deep inside planning."""
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise AffineTransferError(
-                    f"PlanBudget.{name} must be a non-negative int, got {str(value)[:40]!r}"
-                )
+        value: str = getattr(formats, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -161,9 +140,9 @@ def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, 
     ok = (
         isinstance(value, (list, tuple))
         and len(value) == 3
-        and all(_is_int(v) for v in value[:2])
+        and all(is_int(v) for v in value[:2])
         and isinstance(value[2], (list, tuple))
-        and all(_is_int(v) for v in value[2])
+        and all(is_int(v) for v in value[2])
     )
     if not ok:
         raise InvalidMapError(f"{where()}.{side}: expected [rank, offset, [strides...]], got {describe(value)}")
@@ -175,15 +154,11 @@ def _parse_segment(entry: Any, where: Callable[[], str]) -> TransferSegment:
     if not isinstance(entry, Mapping) or "shape" not in entry or "source" not in entry or "target" not in entry:
         raise InvalidMapError(f"{where()}: expected {{shape, source, target}}")
     shape = entry["shape"]
-    if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
+    if not isinstance(shape, (list, tuple)) or not all(is_int(v) for v in shape):
         raise InvalidMapError(f"{where()}.shape: expected a list of integers, got {describe(shape)}")
     s_rank, s_off, s_str = _triple(entry["source"], where, "source")
     t_rank, t_off, t_str = _triple(entry["target"], where, "target")
     return TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(int(v) for v in shape))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -226,7 +201,7 @@ class TransferPlan:
         if not isinstance(entry, Mapping) or "segments" not in entry or "logical_shape" not in entry:
             raise InvalidMapError(f"{where}: expected {{logical_shape, segments}}")
         shape = entry["logical_shape"]
-        if not isinstance(shape, (list, tuple)) or not all(_is_int(v) for v in shape):
+        if not isinstance(shape, (list, tuple)) or not all(is_int(v) for v in shape):
             raise InvalidMapError(f"{where}.logical_shape: expected a list of integers, got {describe(shape)}")
         raw = entry["segments"]
         if not isinstance(raw, (list, tuple)):
@@ -284,7 +259,7 @@ def coalesce(
         groups.setdefault(key, []).append(seg)
     checks = 0
     out: list[TransferSegment] = []
-    quiet = _quiet_groups(groups, source_shards, target_shards) if len(segments) >= _QUIET_SEGMENTS else {}
+    quiet = _quiet_groups(groups, source_shards, target_shards) if len(segments) >= limits.QUIET_SEGMENTS else {}
     for key, members in sorted(groups.items(), key=lambda kv: kv[0]):
         s_rank, t_rank, s_str, t_str, ndim = key
         s_shard = source_shards[s_rank]
@@ -354,11 +329,6 @@ _SORT_KEY = attrgetter(
     "target_rank", "target_offset", "source_rank", "source_offset", "shape", "source_strides", "target_strides"
 )
 """``TransferSegment.sort_key`` as a C-level getter (same tuple, same order)."""
-
-_QUIET_SEGMENTS = 256
-"""Plans with at least this many segments are first screened with numpy for groups where nothing
-can merge (``_quiet_groups``); smaller ones go straight to the exact loop."""
-
 
 def _merge_budget_error(parameter: str, budget: PlanBudget) -> AffineTransferError:
     return AffineTransferError(

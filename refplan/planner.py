@@ -15,12 +15,14 @@ from math import prod
 from operator import attrgetter, mul, sub
 from typing import Any
 
+from . import limits
 from ._gc import cycle_collection_paused
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
 from .frames import NormalizedMap, normalize, pair_budget
+from .limits import PlanBudget
 from .maps import AffinePiece, ParamAffineMap
-from .plan import PlanBudget, PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
+from .plan import PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
 from .policies import balanced, from_selector
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
@@ -102,9 +104,6 @@ def _prepare(
 
 _SHAPE = attrgetter("shape")
 
-_MEMO_MAX_PIECES = 256
-"""Maps with at most this many pieces are remembered within one batch (see ``_layout_key``)."""
-
 _Memo = dict[Any, tuple[NormalizedMap, NormalizedMap, list[Intersection], int, int]]
 
 
@@ -126,7 +125,7 @@ def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
     count = 0
     for listed in pieces.values():
         count += len(listed)
-        if count > _MEMO_MAX_PIECES or any(type(p) is not AffinePiece for p in listed):
+        if count > limits.MEMO_MAX_PIECES or any(type(p) is not AffinePiece for p in listed):
             return None
     key = (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(pieces.items()))
     try:

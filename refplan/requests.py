@@ -13,16 +13,18 @@ for the source and the target side.
 
 from __future__ import annotations
 
-import operator
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import mul
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .box import Box, volume
+from .endpoints import TransferEndpoints
 from .errors import InvalidMapError
-from .regions import Intersection
+
+if TYPE_CHECKING:  # a type only: importing requests (for its endpoint and request types) must not
+    # load the planner's validation (regions -> frames) as a side effect.
+    from .regions import Intersection
 
 __all__ = [
     "ReplicaAnswer",
@@ -34,81 +36,6 @@ __all__ = [
     "TransferEndpoints",
     "build_requests",
 ]
-
-
-@dataclass(frozen=True)
-class TransferEndpoints:
-    """Location → process, separately for the source map and the target map.
-
-    A source location 0 has no claim to be the process that is target location 0: a trainer
-    syncing into a separate engine has disjoint process sets. Values are process ranks in
-    whatever rank space the executor is told (global by default).
-    """
-
-    source: Mapping[int, int]
-    target: Mapping[int, int]
-
-    def __init__(self, source: Mapping[int, int], target: Mapping[int, int]) -> None:
-        object.__setattr__(self, "source", _rank_table(source, "source"))
-        object.__setattr__(self, "target", _rank_table(target, "target"))
-
-    def to_dict(self) -> dict[str, dict[str, int]]:
-        return {
-            "source": {str(k): v for k, v in sorted(self.source.items())},
-            "target": {str(k): v for k, v in sorted(self.target.items())},
-        }
-
-    @classmethod
-    def from_dict(cls, entry: Any) -> TransferEndpoints:
-        if not isinstance(entry, Mapping) or set(entry) != {"source", "target"}:
-            raise InvalidMapError("endpoints: expected {\"source\": {...}, \"target\": {...}}")
-        return cls(_int_map(entry["source"], "endpoints.source"), _int_map(entry["target"], "endpoints.target"))
-
-
-def _rank(value: Any, what: str) -> int:
-    """An integer location or process; ``TypeError`` for anything else, ``bool`` included.
-
-    ``int(True)`` is 1, so a bool would silently bind location 1; integer-like values
-    (``numpy.int64``) are accepted through ``__index__``, strings and floats are not.
-    """
-    if isinstance(value, bool):
-        raise TypeError(f"TransferEndpoints: {what} is a bool ({value}), not an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"TransferEndpoints: {what} is a {type(value).__name__}, not an integer (TransferEndpoints.from_dict "
-            "reads JSON string keys)"
-        ) from None
-
-
-def _rank_table(table: Mapping[int, int], side: str) -> dict[int, int]:
-    if not isinstance(table, Mapping):
-        raise TypeError(f"TransferEndpoints: {side} must map location -> process, got {type(table).__name__}")
-    out: dict[int, int] = {}
-    for key, value in table.items():
-        location = _rank(key, f"a {side} location")
-        out[location] = _rank(value, f"the process of {side} location {location}")
-    return out
-
-
-def _int_map(value: Any, where: str) -> dict[int, int]:
-    """Location -> process; keys are ints or ASCII decimal strings, each location listed once."""
-    if not isinstance(value, Mapping):
-        raise InvalidMapError(f"{where}: expected an object of location -> process")
-    out: dict[int, int] = {}
-    for key, item in value.items():
-        if isinstance(key, bool) or not (
-            isinstance(key, int) or (isinstance(key, str) and re.fullmatch(r"-?[0-9]{1,30}", key.strip()))
-        ):
-            raise InvalidMapError(f"{where}: key {str(key)[:40]!r} is not an integer")
-        k = int(key)
-        if k in out:
-            raise InvalidMapError(f"{where}: location {k} is listed twice")
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise InvalidMapError(f"{where}[{k}]: {str(item)[:40]!r} is not an integer")
-        out[k] = item
-    return out
 
 
 class ReplicaCandidate(NamedTuple):

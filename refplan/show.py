@@ -30,9 +30,9 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from .analysis import LoadReport, sender_load
-from .box import decode_row_major, row_major_strides, volume
+from .box import box_in_shard, row_major_strides, volume
 from .errors import AffineTransferError, InputFileError, InvalidMapError
-from .files import MapsBatch, check_keys, load_json, parse_maps, parse_plans
+from .formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans
 from .plan import TransferPlan
 from .policies import POLICIES
 
@@ -161,15 +161,8 @@ def _cells(
     rows, cols = _view(shard)
     if len(shard) == 0 or volume(shape) == 0:
         return [(0, 1, 0, 1)] if volume(shape) else []
-    origin = decode_row_major(offset, shard)
-    rm = row_major_strides(shard)
-    is_box = (
-        origin is not None
-        and len(strides) == len(shape) == len(shard)
-        and all(e <= 1 or s == r for e, s, r in zip(shape, strides, rm))
-        and all(o + e <= n for o, e, n in zip(origin, shape, shard))
-    )
-    if is_box and origin is not None:
+    origin = box_in_shard(offset, shape, strides, shard)
+    if origin is not None:
         if len(shard) == 1:
             return [(0, 1, origin[0], shape[0])]
         inner = shard[1:]

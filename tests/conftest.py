@@ -4,6 +4,7 @@ Hypothesis profiles (select with ``HYPOTHESIS_PROFILE``, default ``ci``):
 
 - ``ci``: 30 derandomized examples, no deadline, no example database (reproducible in CI);
 - ``dev``: 100 examples;
+- ``mutation``: ``ci`` with 10 examples (``make mutation`` runs the tests once per mutant);
 - ``nightly``: 2000 examples.
 
 The executor (``run_plan``) is deliberately independent of the planner: it fills source shards
@@ -43,6 +44,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
+# `make mutation` runs the selected tests once per mutant: fewer examples keep it within minutes.
+settings.register_profile("mutation", parent=settings.get_profile("ci"), max_examples=10)
 settings.register_profile("nightly", max_examples=2000, deadline=None)
 if importlib.util.find_spec("hypothesis_crosshair_provider") is not None:
     # Solver-backed examples (hypothesis-crosshair): 10-100x slower, so `make nightly` runs only

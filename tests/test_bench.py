@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import refplan.plan as plan_module
-import refplan.planner as planner_module
 from refplan import (
     InvalidMapError,
     InvalidReplicaPolicyError,
@@ -35,6 +34,7 @@ from refplan.bench import (
     uneven_scenario,
     zero2_scenario,
 )
+from refplan.limits import fast_paths
 from refplan.plan import coalesce
 from refplan.planner import collect_requests, plan_transfers
 from refplan.policies import POLICIES, lpt, split_balanced, split_balanced_policy
@@ -245,7 +245,7 @@ def _rm(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_coalesce_screening_matches_the_exact_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_coalesce_screening_matches_the_exact_loop(seed: int) -> None:
     """The numpy "nothing can merge here" screen gives the same segments and the same count."""
     rng = random.Random(seed)
     ndim = rng.choice([1, 2, 3])
@@ -260,10 +260,10 @@ def test_coalesce_screening_matches_the_exact_loop(seed: int, monkeypatch: pytes
                                         rng.randint(0, 2), rng.randint(-2, 60), t_str, shape))
     shards_s = dict.fromkeys(range(3), s_shard)
     shards_t = dict.fromkeys(range(3), t_shard)
-    monkeypatch.setattr(plan_module, "_QUIET_SEGMENTS", 10**9)
-    exact = coalesce(segments, shards_s, shards_t, PlanBudget(), "w")
-    monkeypatch.setattr(plan_module, "_QUIET_SEGMENTS", 0)
-    screened = coalesce(segments, shards_s, shards_t, PlanBudget(), "w")
+    with fast_paths(False):
+        exact = coalesce(segments, shards_s, shards_t, PlanBudget(), "w")
+    with fast_paths(True):
+        screened = coalesce(segments, shards_s, shards_t, PlanBudget(), "w")
     assert screened == exact
 
 
@@ -287,14 +287,14 @@ def test_coalesce_screen_sees_both_kinds_of_group() -> None:
     assert len(out) == 1 + 8
 
 
-def test_layout_memo_is_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layout_memo_is_invisible() -> None:
     """Repeated layouts are validated once per batch; plans and statistics are the same without."""
     scenario = llama_scenario(layers=3, hidden=64, ffn=160, vocab=300)
     kwargs: dict[str, Any] = {"endpoints": scenario.endpoints, "element_size": scenario.element_size,
                               "process_node": scenario.process_node}
     with_memo = plan_transfers(scenario.pairs, **kwargs)
-    monkeypatch.setattr(planner_module, "_MEMO_MAX_PIECES", -1)
-    without = plan_transfers(scenario.pairs, **kwargs)
+    with fast_paths(False):
+        without = plan_transfers(scenario.pairs, **kwargs)
     assert list(with_memo) == list(without)
     for name in with_memo:
         assert with_memo[name] == without[name]

@@ -1,52 +1,31 @@
 """The array fast paths decide exactly what the per-piece rule paths decide.
 
-``frames._common_frames`` (planner) and ``verify._plain_pieces`` (oracle) decode all pieces of a
-location at once and hand anything unusual to the per-piece loops, which decide and explain. A
-fast path that accepted one piece too many would skip a rule; one that built a different frame
-would plan (or judge) the wrong bytes. So each is switched off and the outcome compared: the same
-frames, the same layout, or the same error class and message.
+``frames._common_frames`` (planner) decodes all pieces of a location at once and hands anything
+unusual to the per-piece loop, which decides and explains. A fast path that accepted one piece
+too many would skip a rule; one that built a different frame would plan the wrong bytes. So the
+fast paths are taken at any size and then switched off (``limits.fast_paths``) and the outcome
+compared: the same frames, the same layout, or the same error class and message. The oracle's
+map validation (``oracle.layout``) has no array path of its own any more; it is held to the same
+comparison so that one added later is covered from the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import refplan.frames as frames_module
-import refplan.verify as verify_module
 from refplan.box import volume
 from refplan.errors import AffineTransferError
 from refplan.frames import normalize
+from refplan.limits import fast_paths
 from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
+from refplan.oracle.layout import validate_map
 from refplan.strategies import param_maps
-
-
-@contextmanager
-def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
-def _switched_off(module: Any, name: str) -> Any:
-    return _patched(module, name, lambda *_args: None)
-
-
-def _at_any_size() -> Any:
-    """The array paths normally start at a few dozen pieces per location; these maps have fewer."""
-    stack = ExitStack()
-    stack.enter_context(_patched(frames_module, "ARRAY_MIN_PIECES", 1))
-    stack.enter_context(_patched(verify_module, "_ARRAY_PIECES", 1))
-    return stack
 
 
 def _outcome(run: Callable[[], Any]) -> Any:
@@ -96,9 +75,9 @@ def _mutated(m: ParamAffineMap, change: int, pick: int) -> ParamAffineMap:
 @given(param_maps(max_holders=2), st.integers(0, len(_CHANGES) - 1), st.integers(0, 1000))
 def test_planner_frames_are_the_same_without_the_array_path(m: ParamAffineMap, change: int, pick: int) -> None:
     m = _mutated(m, change, pick)
-    with _at_any_size():
+    with fast_paths(True):
         fast = _outcome(lambda: normalize(m, "source", "w"))
-    with _switched_off(frames_module, "_common_frames"):
+    with fast_paths(False):
         slow = _outcome(lambda: normalize(m, "source", "w"))
     assert fast == slow
 
@@ -107,10 +86,10 @@ def test_planner_frames_are_the_same_without_the_array_path(m: ParamAffineMap, c
 @given(param_maps(max_holders=2), st.integers(0, len(_CHANGES) - 1), st.integers(0, 1000))
 def test_oracle_layouts_are_the_same_without_the_array_path(m: ParamAffineMap, change: int, pick: int) -> None:
     m = _mutated(m, change, pick)
-    with _at_any_size():
-        fast = _outcome(lambda: verify_module._validate_map(m, "source"))
-    with _switched_off(verify_module, "_plain_pieces"):
-        slow = _outcome(lambda: verify_module._validate_map(m, "source"))
+    with fast_paths(True):
+        fast = _outcome(lambda: validate_map(m, "source"))
+    with fast_paths(False):
+        slow = _outcome(lambda: validate_map(m, "source"))
     assert fast == slow
 
 
@@ -120,15 +99,15 @@ def test_every_change_to_a_gathered_map_is_refused_the_same_way(change: int) -> 
     (index 0, the unchanged map, is the only valid one)."""
     m = replicate(contiguous_split_map((8, 6), [4, 4], 0), 2)
     bad = _mutated(m, change, 1)
-    with _at_any_size():
+    with fast_paths(True):
         fast = _outcome(lambda: normalize(bad, "source", "w"))
-    with _switched_off(frames_module, "_common_frames"):
+    with fast_paths(False):
         slow = _outcome(lambda: normalize(bad, "source", "w"))
     assert fast == slow
     assert fast[0] != "ok", (change, fast)
-    with _at_any_size():
-        fast = _outcome(lambda: verify_module._validate_map(bad, "source"))
-    with _switched_off(verify_module, "_plain_pieces"):
-        slow = _outcome(lambda: verify_module._validate_map(bad, "source"))
+    with fast_paths(True):
+        fast = _outcome(lambda: validate_map(bad, "source"))
+    with fast_paths(False):
+        slow = _outcome(lambda: validate_map(bad, "source"))
     assert fast == slow
     assert fast[0] != "ok", (change, fast)

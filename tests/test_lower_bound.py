@@ -39,6 +39,7 @@ from refplan.analysis import (
     sync_time_lower_bound,
 )
 from refplan.maps import ParamAffineMap
+from refplan.maps import split as _split
 from refplan.planner import collect_requests, plan_transfers
 from refplan.policies import POLICIES, split_balanced_policy
 from refplan.requests import ReplicaAnswer
@@ -171,10 +172,6 @@ def test_empty_batch() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # No plan ever beats it.
-
-
-def _split(n: int, d: int) -> list[int]:
-    return [n // d + (1 if r < n % d else 0) for r in range(d)]
 
 
 def random_batch(

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from refplan import ParamAffineMap
-from refplan.maps import block_gather_map, contiguous_split_map, replicated_map, segmented_map, sub_param_map
+from refplan.maps import (
+    LAYOUTS,
+)
 from refplan.planner import plan_transfer
 from refplan.policies import first_holder
 from refplan.simulate import simulate_transfer
@@ -25,22 +27,6 @@ with warnings.catch_warnings():
         "deepspeed.checkpoint.affine_transfer", reason="deepspeed==0.19.8 (extra 'peer') is not installed"
     )
     ds_affine = pytest.importorskip("deepspeed.checkpoint.affine")
-
-
-def split(n: int, d: int) -> list[int]:
-    return [n // d + (1 if r < n % d else 0) for r in range(d)]
-
-
-LAYOUTS: dict[str, Any] = {
-    "row_even": lambda tp: contiguous_split_map((8, 8), split(8, tp), 0),
-    "row_uneven": lambda tp: contiguous_split_map((11, 8), split(11, tp), 0),
-    "column": lambda tp: contiguous_split_map((8, 24), split(24, tp), 1),
-    "replicated": lambda tp: replicated_map((5, 6), tp),
-    "sub_params": lambda tp: sub_param_map((12, 8), (8, 4), [split(8, tp), split(4, tp)], 0),
-    "bigcode": lambda tp: segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [split(32, tp)]),
-    "yuan_gather": lambda tp: block_gather_map((8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)},
-                                               8, 1),
-}
 
 
 def _ds_plan(target: ParamAffineMap, source: ParamAffineMap) -> dict[str, Any]:

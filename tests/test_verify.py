@@ -23,15 +23,15 @@ from hypothesis import strategies as st
 
 from refplan.box import Box, row_major_strides, volume
 from refplan.files import MapsBatch, dump_maps, dump_plans
+from refplan.limits import fast_paths
 from refplan.maps import (
+    LAYOUTS,
     AffinePiece,
     ParamAffineMap,
-    block_gather_map,
     contiguous_split_map,
     replicate,
     replicated_map,
     segmented_map,
-    sub_param_map,
 )
 from refplan.plan import TransferPlan, TransferSegment
 from refplan.simulate import simulate_transfer
@@ -248,23 +248,6 @@ def test_bigcode_layout_with_folded_segments() -> None:
     folded.append(TransferSegment(0, 64, (8, 1), 1, 0, (8, 1), (24, 8)))
     verdict, exact = judge(tgt, src, folded)
     assert verdict.ok and exact
-
-
-def _even(n: int, d: int) -> list[int]:
-    return [n // d + (1 if r < n % d else 0) for r in range(d)]
-
-
-LAYOUTS: dict[str, Callable[[int], ParamAffineMap]] = {
-    "row_even": lambda tp: contiguous_split_map((8, 8), _even(8, tp), 0),
-    "row_uneven": lambda tp: contiguous_split_map((11, 8), _even(11, tp), 0),
-    "column": lambda tp: contiguous_split_map((8, 24), _even(24, tp), 1),
-    "replicated": lambda tp: replicated_map((5, 6), tp),
-    "sub_params": lambda tp: sub_param_map((12, 8), (8, 4), [_even(8, tp), _even(4, tp)], 0),
-    "bigcode": lambda tp: segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [_even(32, tp)]),
-    "yuan_gather": lambda tp: block_gather_map(
-        (8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)}, 8, 1
-    ),
-}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -590,7 +573,8 @@ def test_budget_zero_makes_every_non_box_segment_unverifiable() -> None:
 def test_a_broken_box_query_makes_the_oracle_unverifiable_not_ok(monkeypatch: pytest.MonkeyPatch) -> None:
     """The oracle shares ``box.py`` with the planner; if its overlap query missed pairs, the
     volume re-checks must turn that into "unverifiable", never into "ok"."""
-    import refplan.verify as verify_module
+    import refplan.oracle.judge as judge_module
+    import refplan.oracle.layout as layout_module
 
     placement = {(0, 0): (2, 2), (0, 2): (0, 0), (2, 0): (0, 2), (2, 2): (2, 0)}
     quads = ParamAffineMap((4, 4), {0: (4, 4)}, {0: [
@@ -598,7 +582,8 @@ def test_a_broken_box_query_makes_the_oracle_unverifiable_not_ok(monkeypatch: py
     ]})
     segs = correct_segments(quads, quads)
     assert verify_plan(quads, quads, segs).ok
-    monkeypatch.setattr(verify_module, "overlapping_pairs", lambda *args, **kwargs: set())
+    for module in (judge_module, layout_module):
+        monkeypatch.setattr(module, "overlapping_pairs", lambda *args, **kwargs: set())
     verdict = verify_plan(quads, quads, [TransferSegment(0, 0, (4, 1), 0, 0, (4, 1), (4, 4))])
     assert verdict.status == "unverifiable" and "internal consistency" in verdict.reason
     doubled = [*hand_segments(), hand_segments()[0]]
@@ -822,16 +807,10 @@ def test_verify_agrees_with_simulation(
 def _judged_both_ways(target: ParamAffineMap, source: ParamAffineMap, plan: TransferPlan) -> tuple[Verdict, Verdict]:
     """The verdict with the array fast path taken at any size, and with every segment taking the
     per-segment loop."""
-    import refplan.verify as verify_module
-
-    threshold, original = verify_module._ARRAY_SEGMENTS, verify_module._fast_boxes
-    try:
-        verify_module._ARRAY_SEGMENTS = 1
+    with fast_paths(True):
         fast = verify_plan(target, source, plan)
-        verify_module._fast_boxes = lambda *_args: None  # type: ignore[assignment]
+    with fast_paths(False):
         slow = verify_plan(target, source, plan)
-    finally:
-        verify_module._ARRAY_SEGMENTS, verify_module._fast_boxes = threshold, original
     return fast, slow
 
 

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AffineTransferError
-from ..plan import PLANS_FORMAT, PlanBudget
+from ..formats import PLANS_FORMAT
+from ..limits import PlanBudget
 from .corpus import ERROR_CLASSES, FEATURES, Case
 
 __all__ = [
@@ -169,8 +170,7 @@ class RefplanAdapter(Adapter):
     strict_messages = True
 
     def plan(self, case: Case) -> Outcome:
-        from ..files import parse_maps
-        from ..plan import MAPS_FORMAT
+        from ..formats import MAPS_FORMAT, parse_maps
         from ..planner import plan_transfers
 
         raw = case.raw

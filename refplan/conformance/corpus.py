@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..maps import is_int
+
 __all__ = [
     "CASES_DIR",
     "CASE_FORMAT",
@@ -216,10 +218,6 @@ def _fail(where: str, problem: str) -> CaseFormatError:
     return CaseFormatError(f"{where}: {problem}")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _parse_expect(value: Any, where: str) -> Expect:
     if not isinstance(value, Mapping):
         raise _fail(where, "expected an object")
@@ -253,7 +251,7 @@ def _parse_expect(value: Any, where: str) -> Expect:
                 if not isinstance(entry, Mapping) or set(entry) != keys:
                     raise _fail(f"{where}.sources[{i}]", f"expected an object with keys {sorted(keys)}")
         load = value.get("max_sender_load")
-        if load is not None and (not _is_int(load) or load < 0):
+        if load is not None and (not is_int(load) or load < 0):
             raise _fail(f"{where}.max_sender_load", "expected a non-negative int")
         return Expect("accept", sources=None if sources is None else tuple(sources), max_sender_load=load)
     raise _fail(f"{where}.outcome", f"expected 'accept' or 'refuse', got {outcome!r}")
@@ -282,10 +280,10 @@ def parse_case(value: Any, family: str, where: str) -> Case:
         if not isinstance(pair, Mapping) or set(pair) != {"target", "source"}:
             raise _fail(f"{where}.parameters[{name!r}]", "expected {\"target\": map, \"source\": map}")
     min_split = value.get("min_split_bytes")
-    if min_split is not None and not _is_int(min_split):
+    if min_split is not None and not is_int(min_split):
         raise _fail(f"{where}.min_split_bytes", "expected an int")
     budget = value.get("budget")
-    if budget is not None and (not isinstance(budget, Mapping) or not all(_is_int(v) for v in budget.values())):
+    if budget is not None and (not isinstance(budget, Mapping) or not all(is_int(v) for v in budget.values())):
         raise _fail(f"{where}.budget", "expected an object of PlanBudget field -> int")
     answers = value.get("answers")
     requests = value.get("requests")

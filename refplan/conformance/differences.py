@@ -103,7 +103,7 @@ def explain(result: CaseResult) -> tuple[str, str, str]:
 
 def budget_notes(peer: str, peer_budget: Mapping[str, int]) -> list[str]:
     """Markdown lines comparing the peer's ``PlanBudget`` defaults with refplan's, and folding."""
-    from ..plan import PlanBudget
+    from ..limits import PlanBudget
 
     ours = {f.name: int(getattr(PlanBudget(), f.name)) for f in dataclasses.fields(PlanBudget)}
     lines = [

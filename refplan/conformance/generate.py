@@ -23,13 +23,13 @@ from typing import Any
 
 from ..box import row_major_strides, volume
 from ..maps import (
+    LAYOUTS,
     AffinePiece,
     ParamAffineMap,
-    block_gather_map,
     contiguous_split_map,
     replicate,
     replicated_map,
-    segmented_map,
+    split,
     sub_param_map,
 )
 from .corpus import CASES_DIR, dump_case_file
@@ -66,12 +66,6 @@ def pmap(
     logical: Sequence[int], shards: Mapping[int, Sequence[int]], pieces: Mapping[int, Sequence[AffinePiece]]
 ) -> ParamAffineMap:
     return ParamAffineMap(logical, shards, pieces)
-
-
-def split(n: int, d: int) -> list[int]:
-    """``n`` over ``d`` locations, the first ``n % d`` one larger (DeepSpeed's tests)."""
-    base, extra = divmod(n, d)
-    return [base + (1 if r < extra else 0) for r in range(d)]
 
 
 def map_dict(value: Any) -> dict[str, Any]:
@@ -523,21 +517,8 @@ def rules() -> Family:
 # layouts: §4.6 accepted layouts across degrees, goldens, uneven tails, random contiguous splits.
 
 
-def bigcode(tp: int) -> ParamAffineMap:
-    return segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [split(32, tp)])
-
-
-LAYOUTS: dict[str, Callable[[int], ParamAffineMap]] = {
-    "row_even": lambda tp: contiguous_split_map((8, 8), split(8, tp), 0),
-    "row_uneven": lambda tp: contiguous_split_map((11, 8), split(11, tp), 0),
-    "column": lambda tp: contiguous_split_map((8, 24), split(24, tp), 1),
-    "replicated": lambda tp: replicated_map((5, 6), tp),
-    "sub_params": lambda tp: sub_param_map((12, 8), (8, 4), [split(8, tp), split(4, tp)], 0),
-    "bigcode": bigcode,
-    "yuan_gather": lambda tp: block_gather_map(
-        (8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)}, 8, 1
-    ),
-}
+bigcode = LAYOUTS["bigcode"]
+"""§4.6's bigcode layout at a TP degree (``maps.LAYOUTS["bigcode"]``; the name the tests import)."""
 
 
 def layouts() -> Family:
@@ -713,7 +694,7 @@ def answers() -> Family:
     f.add("count-none", "No answers for two requests", ["answer:count"], pair, refuse(IRP), answers=[])
     f.add("location-not-candidate", "Location 7 holds nothing of the request", ["answer:location", "R29"], pair,
           refuse(IRP), answers=[7, 0])
-    bt, bs = bigcode(4), bigcode(2)
+    bt, bs = LAYOUTS["bigcode"](4), LAYOUTS["bigcode"](2)
     for value, name in [(999, "999"), (True, "true"), (1.5, "float"), (None, "null"), ("0", "string")]:
         ans = [value if len(r["candidates"]) > 1 else r["candidates"][0] for r in requests_of({"param": (bt, bs)})]
         f.add(f"R29-a11-{name}", f"A11: bigcode 2 -> 4 with every kv request answered {json.dumps(value)}: not a "

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .._progress import Progress
-from ..box import Box, decode_row_major, row_major_strides, volume
+from ..box import Box, box_in_shard, decode_row_major, volume
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
 from .corpus import CASES_DIR, Case, CaseFormatError, load_cases, select_cases
@@ -244,14 +244,8 @@ _EXPAND_LIMIT = 1 << 16
 
 def _local_boxes(offset: int, strides: Sequence[int], shape: Sequence[int], shard: Sequence[int]) -> list[Box]:
     """The shard boxes a segment writes: itself when it is a box, else its elements (bounded)."""
-    rm = row_major_strides(shard)
-    origin = decode_row_major(offset, shard)
-    if (
-        origin is not None
-        and len(strides) == len(shard) == len(shape)
-        and all(e <= 1 or s == r for e, s, r in zip(shape, strides, rm))
-        and all(o + e <= n for o, e, n in zip(origin, shape, shard))
-    ):
+    origin = box_in_shard(offset, shape, strides, shard)
+    if origin is not None:
         return [Box(origin, tuple(shape))]
     count = volume(shape)
     if count > _EXPAND_LIMIT:
@@ -363,8 +357,7 @@ def load_ratio(case: Case, plans: Mapping[str, Any]) -> float | None:
     """Busiest sender of ``plans`` over the LP lower bound of the case's requests (``None`` when
     the bound is zero: nothing had to be sent, or the requests cannot be collected)."""
     from ..analysis import load_lower_bound
-    from ..files import parse_maps
-    from ..plan import MAPS_FORMAT
+    from ..formats import MAPS_FORMAT, parse_maps
     from ..planner import collect_requests
 
     raw = case.raw

@@ -1,172 +1,21 @@
-"""Replica policies: who serves each request. All deterministic.
+"""``split_balanced``: the cost-aware policy that may split a region across its holders.
 
-A policy is ``Callable[[Sequence[ReplicaRequest]], Sequence[ReplicaAnswer]]`` and sees the whole
-batch at once, which is what makes balancing across parameters possible. Whatever it answers is
-checked exactly (``check.check_answers``) before anything is emitted, so a policy can be wrong
-but cannot make the plan wrong.
-
-Determinism contract: the executor is collective, so every process must run the same plan. If
-every process plans for itself, the policy must give the same answers for the same requests on
-every process (no clocks, no randomness without a shared seed, no iteration over unordered sets).
-If one process plans and ships the plan, the policy need not be deterministic. The policies here
-depend only on the requests, in their fixed order.
-
-Registered (``POLICIES``): ``first_holder`` (DeepSpeed's old default), ``balanced`` (the default:
-local first, then fewest holders and largest first onto the least-loaded holder process), ``lpt`` (Megatron's
-distributed-checkpoint rule, no locality) and ``split_balanced`` (α-β cost per path, may split a
-region across holders; ``split_balanced_policy(...)`` makes one with other parameters). Their
-measured quality against the lower bound is in ``docs/performance.md``.
+It prices every candidate path with the α-β model (``policies.cost``), places single-holder
+load first, then assigns and levels the movable requests by estimated sync time, splitting a
+request along one axis only where each part keeps at least ``min_split_bytes``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import pairwise
 
-from .analysis import DEFAULT_ALPHA, DEFAULT_BETA, CostModel, LinkCost
-from .check import DEFAULT_MIN_SPLIT_BYTES
-from .requests import ReplicaAnswer, ReplicaPart, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest
+from ..check import DEFAULT_MIN_SPLIT_BYTES
+from ..requests import ReplicaAnswer, ReplicaPart, ReplicaPolicy, ReplicaRequest
+from .cost import DEFAULT_ALPHA, DEFAULT_BETA, CostModel, LinkCost
+from .simple import request_load, uses_processes
 
-__all__ = [
-    "POLICIES",
-    "balanced",
-    "first_holder",
-    "from_selector",
-    "lpt",
-    "request_load",
-    "split_balanced",
-    "split_balanced_policy",
-]
-
-
-def request_load(request: ReplicaRequest) -> int:
-    """Bytes of a request, or elements when no element size was given."""
-    return request.bytes if request.bytes is not None else request.elements
-
-
-def first_holder(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-    """DeepSpeed's old default: the lowest holder location serves every request."""
-    return [min(c.source_rank for c in r.candidates) for r in requests]
-
-
-def _uses_processes(requests: Sequence[ReplicaRequest]) -> bool:
-    return bool(requests) and all(
-        r.target_process is not None and None not in r.candidate_processes for r in requests
-    )
-
-
-def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-    """The default (RFC "Default policy"): local copy first, then the least-loaded holder.
-
-    With endpoints (requests carry processes): a candidate in the target's own process wins
-    (lowest such location), because a local copy uses no link. Otherwise the candidate whose
-    process has the fewest bytes assigned so far in this batch wins, ties to the lowest location.
-    Without endpoints the same rule runs per source location (nothing is known to be local).
-
-    "So far" is made order-independent: loads that cannot move (local copies and single-holder
-    requests) are counted first, then the movable requests are assigned in ``lpt``'s order:
-    fewest distinct holder units first (a request with few choices must not find them all taken
-    by requests that had many), then largest first, then request order. No constant-factor bound
-    is claimed: with holders restricted per region, largest-first alone sent 15 where 8 is
-    optimal (F=(23,), regions [0,8) held by {0,1,2}, [8,16) by {2}, [16,23) by {0,2}); the
-    tests pin that case and that ``balanced`` is never worse than ``lpt`` on the conformance
-    batches and the bench scenarios. Counts elements when no element size was given, which
-    equals bytes only for one dtype.
-    """
-    by_process = _uses_processes(requests)
-
-    def unit(request: ReplicaRequest, k: int) -> int:
-        proc = request.candidate_processes[k]
-        return proc if by_process and proc is not None else request.candidates[k].source_rank
-
-    load: dict[int, int] = {}
-    answers: list[ReplicaAnswer | None] = [None] * len(requests)
-    movable: list[int] = []
-    for i, r in enumerate(requests):
-        candidates = r.candidates
-        if by_process and r.target_process in r.candidate_processes:
-            here = r.target_process
-            choice = min([c.source_rank for c, p in zip(candidates, r.candidate_processes) if p == here])
-            k = [c.source_rank for c in candidates].index(choice)
-        elif len(candidates) == 1:
-            choice = candidates[0].source_rank
-            k = 0
-        else:
-            movable.append(i)
-            continue
-        answers[i] = choice
-        u = unit(r, k)
-        load[u] = load.get(u, 0) + request_load(r)
-    def coverage(r: ReplicaRequest) -> int:
-        return len({unit(r, k) for k in range(len(r.candidates))})
-
-    movable.sort(key=lambda i: (coverage(requests[i]), -request_load(requests[i]), i))
-    for i in movable:
-        r = requests[i]
-        best = min(range(len(r.candidates)), key=lambda k: (load.get(unit(r, k), 0), r.candidates[k].source_rank))
-        answers[i] = r.candidates[best].source_rank
-        load[unit(r, best)] = load.get(unit(r, best), 0) + request_load(r)
-    return [a for a in answers if a is not None]
-
-
-def from_selector(selector: Callable[[ReplicaSelectionRequest], int]) -> ReplicaPolicy:
-    """Wrap DeepSpeed's per-request ``replica_selector`` as a batch policy.
-
-    As there, the selector is called only for requests with more than one holder, once each, in
-    request order; single-holder requests are answered with their holder. Its results are checked
-    like any other answer (``type(x) is int``, a validated candidate).
-    """
-
-    def policy(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-        answers: list[ReplicaAnswer] = []
-        for r in requests:
-            if len(r.candidates) == 1:
-                answers.append(r.candidates[0].source_rank)
-                continue
-            answers.append(
-                selector(
-                    ReplicaSelectionRequest(
-                        target_rank=r.target_location,
-                        logical_origin=r.logical_origin,
-                        shape=r.shape,
-                        target_offset=r.target_offset,
-                        target_strides=r.target_strides,
-                        candidates=r.candidates,
-                    )
-                )
-            )
-        return answers
-
-    return policy
-
-
-def lpt(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-    """Megatron's distributed-checkpoint rule: largest first, each to the least-loaded holder.
-
-    Requests are taken by (fewest candidate senders first, largest first, request order) and
-    each goes whole to the candidate whose process (location without endpoints) has the fewest
-    bytes so far, ties to the lowest location. No locality preference and no splits: this is the
-    rule Megatron-Core uses to spread replicated shards over their holders, kept as a peer for
-    ``balanced`` (which serves local copies first) and ``split_balanced``.
-    """
-    by_process = _uses_processes(requests)
-    load: dict[int, int] = {}
-    answers: list[ReplicaAnswer] = [0] * len(requests)
-
-    def unit(r: ReplicaRequest, k: int) -> int:
-        proc = r.candidate_processes[k]
-        return proc if by_process and proc is not None else r.candidates[k].source_rank
-
-    def coverage(r: ReplicaRequest) -> int:
-        return len({unit(r, k) for k in range(len(r.candidates))})
-
-    order = sorted(range(len(requests)), key=lambda i: (coverage(requests[i]), -request_load(requests[i]), i))
-    for i in order:
-        r = requests[i]
-        best = min(range(len(r.candidates)), key=lambda k: (load.get(unit(r, k), 0), r.candidates[k].source_rank))
-        answers[i] = r.candidates[best].source_rank
-        load[unit(r, best)] = load.get(unit(r, best), 0) + request_load(r)
-    return answers
+__all__ = ["split_balanced", "split_balanced_policy"]
 
 
 _PATH_RANK = {"process": 0, "node": 1, "network": 2}
@@ -242,7 +91,7 @@ def split_balanced_policy(
 ) -> ReplicaPolicy:
     """A cost-aware policy that may split a region across its holders; deterministic.
 
-    Each candidate's path is priced with the α-β model (``analysis.CostModel``): ``process``
+    Each candidate's path is priced with the α-β model (``policies.cost.CostModel``): ``process``
     when the holder runs in the target's own process, ``node`` when ``process_node`` (given to
     the planner) puts both on one node, else ``network``, whose (α, β) are ``alpha`` and ``beta``
     here (the other paths come from ``cost``, default ``CostModel()``). A message of B bytes
@@ -277,7 +126,7 @@ def split_balanced_policy(
     links = {kind: model.link(kind) for kind in _PATH_RANK}
 
     def policy(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
-        by_process = _uses_processes(requests)
+        by_process = uses_processes(requests)
         answers: list[ReplicaAnswer] = [0] * len(requests)
         lanes = _Lanes()
         movable: list[_Movable] = []
@@ -494,12 +343,3 @@ def _answer(request: ReplicaRequest, m: _Movable) -> ReplicaAnswer:
 
 split_balanced = split_balanced_policy()
 """``split_balanced_policy()`` with its defaults (8 MiB floor, α = 30 µs, β = 25 GB/s)."""
-
-
-POLICIES: dict[str, ReplicaPolicy] = {
-    "balanced": balanced,
-    "first_holder": first_holder,
-    "lpt": lpt,
-    "split_balanced": split_balanced,
-}
-"""Policies selectable by name (``refplan plan --policy NAME``)."""

@@ -1,0 +1,377 @@
+"""Every JSON file format of refplan: its name, its loader and its writer, in one module.
+
+Batch files: many parameters' maps in one JSON document, and their plans.
+
+Maps: ``{"format": "refplan.maps/1", "parameters": {name: {"target": <map>, "source": <map>}},
+"endpoints"?: {"source": {loc: proc}, "target": {loc: proc}}, "process_node"?: {proc: node},
+"element_size"?: bytes | {name: bytes}}``. Plans: ``{"format": "refplan.plans/1", "parameters":
+{name: <plan dict>}}``. Map and plan dicts are DeepSpeed's, so either side may come from there.
+
+The loaders are as strict as ``spec/schemas/*.json``: a key the format does not define is refused
+at every level, with its JSON path and the nearest key the format does define, because a
+misspelt optional key (``"endpoint"``) would otherwise be dropped silently and the file planned
+as if it had never been given. A file that cannot be read at all is an ``InputFileError`` (an
+``OSError``), not a map error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .endpoints import TransferEndpoints
+from .errors import InputFileError, InvalidMapError
+from .maps import ParamAffineMap, describe, parse_int_key
+from .plan import TransferPlan
+
+__all__ = [
+    "MAPS_FORMAT",
+    "PLANS_FORMAT",
+    "MapsBatch",
+    "check_keys",
+    "dump_maps",
+    "dump_plans",
+    "load_json",
+    "loads_json",
+    "parse_endpoints",
+    "parse_maps",
+    "parse_plans",
+    "read_maps",
+]
+
+MAPS_FORMAT = "refplan.maps/1"
+"""The ``format`` of a maps file (``parse_maps``/``dump_maps``; ``spec/schemas/maps.schema.json``)."""
+
+PLANS_FORMAT = "refplan.plans/1"
+"""The ``format`` of a plans file (``parse_plans``/``dump_plans``; ``spec/schemas/plans.schema.json``)."""
+
+
+@dataclass(frozen=True)
+class MapsBatch:
+    """A parsed maps file: ``pairs`` is name -> (target map, source map), as ``plan_transfers`` takes."""
+
+    pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]]
+    endpoints: TransferEndpoints | None = None
+    process_node: dict[int, int] | None = None
+    element_size: dict[str, int] | None = None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json``: refuse an object that names one key twice.
+
+    Python's ``json`` keeps the last duplicate silently, so a maps file with two entries for one
+    parameter or location would be read as only one of them, and two readers could disagree on
+    which. RFC 8259 leaves the behaviour open; a planner must not guess.
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def loads_json(text: str | bytes, where: str = "JSON") -> Any:
+    """Parse JSON text, turning every way it can be malformed into ``InvalidMapError``.
+
+    Covers syntax errors, invalid UTF-8, nesting deeper than the parser's recursion limit, integers
+    with more digits than Python converts (``ValueError``) and duplicate keys in one object.
+    ``NaN`` and ``Infinity`` parse (as Python's ``json`` does) and are refused later wherever an
+    integer is required.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise InvalidMapError(f"{where}: not valid JSON: key {describe(exc.key)} appears twice in one object") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidMapError(f"{where}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidMapError(f"{where}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal beyond sys.get_int_max_str_digits()
+        raise InvalidMapError(f"{where}: not valid JSON: {describe(str(exc))}") from None
+
+
+def load_json(path: str | Path) -> Any:
+    """Read a JSON file: ``InputFileError`` if it cannot be read, ``InvalidMapError`` if it is not JSON.
+
+    The two differ on purpose: a missing or unreadable file says nothing about any map, and a
+    caller that treats ``InvalidMapError`` as "the checkpoint may be corrupt" must not be told so
+    about a typo in a path.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read: {exc.strerror or exc}", exc.errno) from None
+    except UnicodeDecodeError as exc:
+        raise InvalidMapError(f"{path}: not valid JSON: {exc}") from None
+    return loads_json(text, str(path))
+
+
+def _int_key(key: Any, where: str) -> int:
+    """An integer object key: an int, or a decimal string of ASCII digits (surrounding spaces ok)."""
+    value = parse_int_key(key)
+    if value is not None:
+        return value
+    raise InvalidMapError(f"{where}: key {describe(key)} is not an integer")
+
+
+def _int_table(value: Any, where: str) -> dict[int, int]:
+    if not isinstance(value, Mapping):
+        raise InvalidMapError(f"{where}: expected an object")
+    out: dict[int, int] = {}
+    for key, item in value.items():
+        k = _int_key(key, where)
+        if k in out:
+            raise InvalidMapError(f"{where}: key {k} is listed twice")
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise InvalidMapError(f"{where}[{k}]: {describe(item)} is not an integer")
+        out[k] = item
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Unknown keys. One walk over the document before parsing, so that every level is checked the
+# same way and the error names a JSON path the user can find in the file.
+
+_MAPS_FILE_KEYS = ("format", "parameters", "endpoints", "process_node", "element_size")
+_PAIR_KEYS = ("target", "source")
+_MAP_KEYS = ("logical_shape", "ranks")
+_LOCATION_KEYS = ("shard_shape", "pieces")
+_PIECE_KEYS = ("shape", "source", "dest", "locations", "scale")
+_ENDPOINTS_KEYS = ("source", "target")
+_PLANS_FILE_KEYS = ("format", "parameters")
+_PLAN_KEYS = ("logical_shape", "segments")
+_SEGMENT_KEYS = ("shape", "source", "target")
+_PIECE_SET = frozenset(_PIECE_KEYS)
+_SEGMENT_SET = frozenset(_SEGMENT_KEYS)
+
+
+def _path_key(path: str, key: Any) -> str:
+    """``path`` extended by an object key: ``.name`` for identifiers, ``["..."]`` otherwise."""
+    text = str(key)
+    if text.isidentifier() and text.isascii():
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text)[:80]}]"
+
+
+def _quote(text: str) -> str:
+    """A key as JSON writes it (so it can be searched for in the file), bounded in length."""
+    return json.dumps(text) if len(text) <= 80 else describe(text)
+
+
+def _known(value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
+    """Refuse a key of the object ``value`` outside ``allowed`` (and a missing ``required`` one).
+
+    Non-objects are left alone: the parser that follows names the wrong type.
+    """
+    if not isinstance(value, Mapping):
+        return
+    for key in value:
+        if key not in allowed:
+            text = str(key)
+            near = difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean {json.dumps(near[0])}?)" if near else f"; expected one of {', '.join(allowed)}"
+            raise InvalidMapError(f"{path}: unknown key {_quote(text)}{hint}")
+    for key in required:
+        if key not in value:
+            raise InvalidMapError(f"{path}: missing key {_quote(key)}")
+
+
+def _check_map_keys(value: Any, path: str) -> None:
+    _known(value, path, _MAP_KEYS)
+    ranks = value.get("ranks") if isinstance(value, Mapping) else None
+    if not isinstance(ranks, Mapping):
+        return
+    for key, location in ranks.items():
+        where = _path_key(f"{path}.ranks", key)
+        _known(location, where, _LOCATION_KEYS, required=_LOCATION_KEYS)
+        pieces = location.get("pieces") if isinstance(location, Mapping) else None
+        if isinstance(pieces, (list, tuple)):
+            for i, piece in enumerate(pieces):
+                if isinstance(piece, Mapping) and not piece.keys() <= _PIECE_SET:  # a set test per piece
+                    _known(piece, f"{where}.pieces[{i}]", _PIECE_KEYS)
+
+
+def check_keys(doc: Any, kind: str) -> None:
+    """Refuse any key of a ``kind`` document that its format does not define.
+
+    ``kind`` is ``"maps"`` (a ``refplan.maps/1`` file), ``"plans"`` (a ``refplan.plans/1`` file),
+    ``"map"`` / ``"plan"`` (one parameter's dict) or ``"endpoints"``. Raises ``InvalidMapError``
+    naming the JSON path, the key and the nearest defined key; the set of keys is exactly the
+    one ``spec/schemas/*.json`` allows.
+    """
+    if kind == "maps":
+        _known(doc, "$", _MAPS_FILE_KEYS)
+        if not isinstance(doc, Mapping):
+            return
+        params = doc.get("parameters")
+        if isinstance(params, Mapping):
+            for name, pair in params.items():
+                where = _path_key("$.parameters", name)
+                _known(pair, where, _PAIR_KEYS)
+                if isinstance(pair, Mapping):
+                    for side in _PAIR_KEYS:
+                        _check_map_keys(pair.get(side), f"{where}.{side}")
+        check_keys(doc.get("endpoints"), "endpoints")
+        sizes = doc.get("element_size")
+        if isinstance(sizes, Mapping) and isinstance(params, Mapping):
+            names = tuple(str(n) for n in params)
+            _known(sizes, "$.element_size", names)
+    elif kind == "map":
+        _check_map_keys(doc, "$")
+    elif kind == "endpoints":
+        _known(doc, "$.endpoints", _ENDPOINTS_KEYS)
+    elif kind in ("plans", "plan"):
+        plans: Any = {}
+        if kind == "plans":
+            _known(doc, "$", _PLANS_FILE_KEYS)
+            plans = doc.get("parameters") if isinstance(doc, Mapping) else None
+        else:
+            plans = {None: doc}
+        if not isinstance(plans, Mapping):
+            return
+        for name, plan in plans.items():
+            where = "$" if name is None else _path_key("$.parameters", name)
+            _known(plan, where, _PLAN_KEYS)
+            segments = plan.get("segments") if isinstance(plan, Mapping) else None
+            if isinstance(segments, (list, tuple)):
+                for i, seg in enumerate(segments):
+                    if isinstance(seg, Mapping) and not seg.keys() <= _SEGMENT_SET:
+                        _known(seg, f"{where}.segments[{i}]", _SEGMENT_KEYS)
+    else:
+        raise ValueError(f"check_keys: unknown document kind {kind!r}")
+
+
+def parse_endpoints(doc: Any) -> TransferEndpoints:
+    """``{"source": {loc: proc}, "target": {loc: proc}}``, with integer keys and values.
+
+    Stricter than ``TransferEndpoints.from_dict``: a location listed twice ("0" and "00") is
+    refused instead of silently binding the later process, and keys must be ASCII decimal
+    integers ("1_0" and non-ASCII digits are refused).
+    """
+    check_keys(doc, "endpoints")
+    if not isinstance(doc, Mapping) or set(doc) != {"source", "target"}:
+        raise InvalidMapError("endpoints: expected {\"source\": {...}, \"target\": {...}}")
+    return TransferEndpoints(
+        _int_table(doc["source"], "endpoints.source"), _int_table(doc["target"], "endpoints.target")
+    )
+
+
+def _label(name: str) -> str:
+    """``name`` for an error location, quoted only when it holds a line break or other
+    unprintable character (so every message stays one line)."""
+    return name if name.isprintable() else describe(name)
+
+
+def _names(value: Mapping[Any, Any], what: str) -> list[tuple[str, Any]]:
+    """``(str(name), entry)`` pairs, refusing two keys that name the same parameter."""
+    out: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for name, entry in value.items():
+        text = str(name)
+        if text in seen:
+            raise InvalidMapError(f"{what}: parameter {describe(text)} is listed twice")
+        seen.add(text)
+        out.append((text, entry))
+    return out
+
+
+def parse_maps(doc: Any) -> MapsBatch:
+    """A ``refplan.maps/1`` document; ``InvalidMapError`` for any key or value it does not define.
+
+    ``element_size`` is one integer for every parameter, or an object naming each parameter.
+    """
+    if not isinstance(doc, Mapping) or doc.get("format") != MAPS_FORMAT:
+        raise InvalidMapError(f"maps file: expected an object with \"format\": \"{MAPS_FORMAT}\"")
+    check_keys(doc, "maps")
+    params = doc.get("parameters")
+    if not isinstance(params, Mapping):
+        raise InvalidMapError("maps file: \"parameters\" must be an object of name -> {target, source}")
+    pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+    for name, entry in _names(params, "maps file"):
+        if not isinstance(entry, Mapping) or "target" not in entry or "source" not in entry:
+            raise InvalidMapError(f"maps file: parameter {describe(name)} needs \"target\" and \"source\" maps")
+        pairs[name] = (
+            ParamAffineMap.from_dict(entry["target"], f"{_label(name)}.target"),
+            ParamAffineMap.from_dict(entry["source"], f"{_label(name)}.source"),
+        )
+    endpoints = parse_endpoints(doc["endpoints"]) if doc.get("endpoints") is not None else None
+    process_node = _int_table(doc["process_node"], "process_node") if doc.get("process_node") is not None else None
+    element_size = _element_size(doc.get("element_size"), pairs)
+    return MapsBatch(pairs, endpoints, process_node, element_size)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _element_size(raw: Any, pairs: Mapping[str, Any]) -> dict[str, int] | None:
+    """``element_size`` of a maps file: one int for every parameter, or name -> int for each."""
+    if raw is None:
+        return None
+    if _positive_int(raw):
+        return dict.fromkeys(pairs, int(raw))
+    if not isinstance(raw, Mapping) or not all(_positive_int(v) for v in raw.values()):
+        raise InvalidMapError(
+            f"element_size: expected positive integer bytes, for every parameter (2) or per parameter "
+            f"({{\"name\": 2}}), got {describe(raw)}"
+        )
+    sizes = {name: int(v) for name, v in _names(raw, "element_size")}
+    missing = [name for name in pairs if name not in sizes]
+    if missing:
+        raise InvalidMapError(f"element_size: no size for parameter {describe(missing[0])}")
+    return sizes
+
+
+def dump_maps(batch: MapsBatch) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "format": MAPS_FORMAT,
+        "parameters": {
+            name: {"target": t.to_dict(), "source": s.to_dict()} for name, (t, s) in sorted(batch.pairs.items())
+        },
+    }
+    if batch.endpoints is not None:
+        doc["endpoints"] = batch.endpoints.to_dict()
+    if batch.process_node is not None:
+        doc["process_node"] = {str(k): v for k, v in sorted(batch.process_node.items())}
+    if batch.element_size is not None:
+        doc["element_size"] = dict(sorted(batch.element_size.items()))
+    return doc
+
+
+def parse_plans(doc: Any) -> dict[str, TransferPlan]:
+    if not isinstance(doc, Mapping) or doc.get("format") != PLANS_FORMAT:
+        raise InvalidMapError(f"plans file: expected an object with \"format\": \"{PLANS_FORMAT}\"")
+    params = doc.get("parameters")
+    if not isinstance(params, Mapping):
+        raise InvalidMapError("plans file: \"parameters\" must be an object of name -> plan")
+    check_keys(doc, "plans")
+    return {
+        name: TransferPlan.from_dict(entry, f"plans[{_label(name)}]") for name, entry in _names(params, "plans file")
+    }
+
+
+def dump_plans(plans: Mapping[str, TransferPlan]) -> dict[str, Any]:
+    return {"format": PLANS_FORMAT, "parameters": {name: plans[name].to_dict() for name in sorted(plans)}}
+
+
+def read_maps(path: str | Path) -> MapsBatch:
+    """Load and parse a maps file; every error names the file, then the JSON path and the problem."""
+    doc = load_json(path)  # its own errors already name the file
+    try:
+        return parse_maps(doc)
+    except InvalidMapError as exc:
+        raise InvalidMapError(f"{path}: {exc}") from None

@@ -1,0 +1,140 @@
+"""Every limit and tuning number of the library, in one place.
+
+Two kinds live here, kept apart on purpose:
+
+- **Budgets** (``PlanBudget``): policy limits a caller sets. Exhausting one refuses the whole plan.
+  They change what the library answers (a plan or a refusal), so they are part of the API.
+- **Fast-path thresholds**: sizes from which a module takes an array (numpy) or memoized path
+  instead of its plain per-item loop. Both paths decide the same; the thresholds only buy speed
+  (each is a measured crossover, noted beside it). They are read at call time, as
+  ``limits.NAME``, so ``fast_paths(enabled)`` can switch every one of them for a test instead of
+  tests monkeypatching globals in five modules.
+
+This module imports nothing from the package but ``errors``: the planner, the checker and the
+oracle all read it, so it must not pull any of them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import AffineTransferError
+
+__all__ = [
+    "ARRAY_MIN_PIECES",
+    "LEAF",
+    "MAX_COORDINATE",
+    "MEMO_MAX_PIECES",
+    "ORACLE_ARRAY_SEGMENTS",
+    "PAIRWISE_LIMIT",
+    "QUIET_SEGMENTS",
+    "REMEMBER_PIECES",
+    "PlanBudget",
+    "fast_paths",
+]
+
+
+@dataclass(frozen=True)
+class PlanBudget:
+    """Limits on planning work and plan size: policy, not correctness.
+
+    Exhausting any limit refuses the whole plan (``AffineTransferError`` naming the limit) — a
+    truncated plan would silently leave target elements unwritten. Field names are DeepSpeed's;
+    the defaults are larger because refplan counts the comparisons it really performs (sort,
+    sweep and k-d partition) rather than products of piece counts, so 10⁵ pieces per map fit.
+    ``max_parts_per_request`` bounds how finely a policy may split one request.
+    """
+
+    max_ndim: int = 8
+    max_pieces_per_map: int = 1 << 20
+    max_pair_checks: int = 1 << 26
+    max_segments: int = 1 << 20
+    max_merge_passes: int = 8
+    max_plan_bytes: int = 1 << 28
+    max_merge_checks: int = 1 << 24
+    max_parts_per_request: int = 1024
+
+    def __post_init__(self) -> None:
+        """Refuse a budget that is not a non-negative int up front, not deep inside planning."""
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise AffineTransferError(
+                    f"PlanBudget.{name} must be a non-negative int, got {str(value)[:40]!r}"
+                )
+
+
+MAX_COORDINATE = 1 << 62
+"""Largest logical or shard numel, offset, extent or stride the planner and the oracle reason
+about: coordinates travel through int64 numpy arrays, and this bound keeps every sum of two of
+them exact. Not a threshold: a correctness bound, which is why ``fast_paths`` leaves it alone."""
+
+LEAF = 32
+"""``box``'s k-d partition stops cutting a cell at this many boxes and compares them pairwise.
+The leaf size of the partition, not a shortcut (any value decides the same, and small ones only
+cost time), so ``fast_paths`` leaves it alone."""
+
+ARRAY_MIN_PIECES = 32
+"""``frames`` decodes a location's pieces on arrays (``_common_frames``) from this many on; below
+it numpy's fixed cost per call outweighs the per-piece loop (``_common_frame``), which decides
+the same (tests/test_fast_paths.py runs both at every size)."""
+
+ORACLE_ARRAY_SEGMENTS = 128
+"""The oracle decodes a plan's segments on arrays (``oracle.segments.fast_boxes``) from this many
+on: below it numpy's fixed cost per call outweighs the per-segment loop. Both paths decide the
+same (the ``fast_path`` tests of tests/test_verify.py run both)."""
+
+QUIET_SEGMENTS = 256
+"""``plan.coalesce`` first screens plans with at least this many segments with numpy for groups
+where nothing can merge (``_quiet_groups``); smaller ones go straight to the exact loop."""
+
+MEMO_MAX_PIECES = 256
+"""``planner`` remembers the validated layout of maps with at most this many pieces within one
+batch (see ``planner._layout_key``); larger maps are validated afresh."""
+
+REMEMBER_PIECES = 256
+"""The oracle remembers the validated layout of maps with at most this many pieces within one
+``verify_plans`` batch (``oracle.layout.validated``)."""
+
+PAIRWISE_LIMIT = 8
+"""``check.check_answers`` compares at most this many parts of one answer pairwise; more go
+through the k-d query ``box.overlapping_pairs``."""
+
+_SWITCHES = ("ARRAY_MIN_PIECES", "ORACLE_ARRAY_SEGMENTS", "QUIET_SEGMENTS", "MEMO_MAX_PIECES",
+             "REMEMBER_PIECES", "PAIRWISE_LIMIT")
+_ALWAYS = 1 << 62  # a count no input reaches
+_ON: dict[str, int] = {
+    # Taken at any size: thresholds of the "from this many on" kind go to 0 or 1, limits of the
+    # "up to this many" kind to a count no input reaches.
+    "ARRAY_MIN_PIECES": 1, "ORACLE_ARRAY_SEGMENTS": 1, "QUIET_SEGMENTS": 0,
+    "MEMO_MAX_PIECES": _ALWAYS, "REMEMBER_PIECES": _ALWAYS, "PAIRWISE_LIMIT": _ALWAYS,
+}
+_OFF: dict[str, int] = {
+    # Never taken: the plain loop (or, for the pairwise limit, the k-d query) decides everything.
+    "ARRAY_MIN_PIECES": _ALWAYS, "ORACLE_ARRAY_SEGMENTS": _ALWAYS, "QUIET_SEGMENTS": _ALWAYS,
+    "MEMO_MAX_PIECES": -1, "REMEMBER_PIECES": -1, "PAIRWISE_LIMIT": -1,
+}
+
+
+@contextmanager
+def fast_paths(enabled: bool) -> Iterator[None]:
+    """For tests: take every fast path at any size (``True``) or none at all (``False``).
+
+    Why a switch and not per-module monkeypatching: the claim each threshold rests on is "both
+    paths decide the same", and a test of that claim should flip all of them the same way, from
+    one place, and put them back even when it fails. Not thread-safe (it rebinds module globals);
+    tests only.
+    """
+    import sys
+
+    module = sys.modules[__name__]
+    saved = {name: getattr(module, name) for name in _SWITCHES}
+    try:
+        for name, value in (_ON if enabled else _OFF).items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)

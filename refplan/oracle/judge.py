@@ -1,0 +1,491 @@
+"""The oracle's judgement: exactly once, and the right element from a real holder.
+
+``verify_plan`` validates both maps (``layout``), reads the plan into box rows (``segments``) and
+then asks two questions of the rows, in this order: is every target address written exactly
+once (``check_exactly_once``), and does every written element receive the logical element the
+target map puts there, read from a source location whose pieces hold it (``check_values``).
+Both are answered with box algebra from ``box`` (k-d queries, ``covers``) and never per element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import limits
+from .._gc import cycle_collection_paused
+from ..box import Box, box_in_shard, covers, overlapping_pairs, volume
+from ..errors import AffineTransferError, InvalidMapError
+from ..plan import TransferSegment
+from .layout import (
+    Array,
+    Layout,
+    MapLike,
+    as_map,
+    holders_of,
+    logical_at,
+    piece_tables,
+    row_major_offset,
+    validated,
+)
+from .segments import (
+    PlanLike,
+    Rows,
+    boxes_of,
+    fast_boxes,
+    kind,
+    not_a_box,
+    parse_plan,
+    plain_extent,
+    runs,
+    structural,
+    volumes,
+)
+from .verdict import BatchVerdict, TooLarge, Verdict, unverifiable_internal, worst
+
+__all__ = ["FALLBACK_MAX_ELEMENTS", "check_plan", "verify_plan", "verify_plans"]
+
+FALLBACK_MAX_ELEMENTS = 1 << 16
+"""Elements, over the whole plan, that non-box segments may expand to before the verdict is
+``unverifiable``. Expansion is exact but costs memory and time per element (and the resulting
+row runs go through the same box checks), so it is kept for small odd segments only."""
+
+
+def check_plan(
+    segments: Sequence[TransferSegment], src: Layout, tgt: Layout, fallback_elements: int
+) -> Verdict:
+    """Judge segments against validated maps, in the order of the module docstring.
+
+    Each segment becomes one row (a box copy), or, if it is not a box in its shards, row runs from
+    the element-level fallback. When the non-box segments exceed ``fallback_elements`` they are left
+    out and the verdict can be at best ``unverifiable``, but the rows that were checked can still
+    yield a concrete counterexample (a double write or a wrong element is wrong whatever the rest
+    of the plan does); a gap cannot, since a left-out segment might fill it.
+    """
+    n_seg = len(segments)
+    ndim = len(tgt.logical_shape)
+    # Classify: a box on both sides, or a candidate for the element-level fallback. What depends
+    # only on (locations, shape, strides) is computed once per distinct combination; the offsets
+    # are checked per segment. Anything the fast filter does not accept goes to ``structural``
+    # and ``_box_in``, which are authoritative and write the messages.
+    index_of_kind: dict[tuple[object, ...], int] = {}
+    kinds: list[tuple[bool, int, int, int, int, bool, bool]] = []
+    kind_segment: list[TransferSegment] = []
+    kind_of: list[int] = []
+    for seg in segments:
+        key = (seg.source_rank, seg.target_rank, seg.shape, seg.source_strides, seg.target_strides)
+        k = index_of_kind.get(key)
+        if k is None:
+            k = index_of_kind[key] = len(kinds)
+            kinds.append(kind(seg, src, tgt))
+            kind_segment.append(seg)
+        kind_of.append(k)
+    boxes = (
+        fast_boxes(segments, kind_of, kinds, kind_segment, src, tgt, ndim)
+        if n_seg >= limits.ORACLE_ARRAY_SEGMENTS else None
+    )
+    if boxes is None:
+        slow: Iterable[int] = range(n_seg)
+    else:
+        slow = np.flatnonzero(~boxes[0]).tolist()
+    seg_ids: list[int] = []
+    w_rows: list[tuple[int, ...]] = []
+    r_rows: list[tuple[int, ...]] = []
+    e_rows: list[tuple[int, ...]] = []
+    odd: list[tuple[int, str]] = []
+    for i in slow:  # in segment order, so the first structural problem is the one reported
+        seg = segments[i]
+        sound, s_reach, t_reach, s_numel, t_numel, _, _ = kinds[kind_of[i]]
+        if not (
+            sound
+            and seg.source_offset >= 0
+            and seg.source_offset + s_reach < s_numel
+            and seg.target_offset >= 0
+            and seg.target_offset + t_reach < t_numel
+        ):
+            problem = structural(i, seg, src, tgt)
+            if problem is not None:
+                return problem
+        s_shard = src.shards[seg.source_rank]
+        t_shard = tgt.shards[seg.target_rank]
+        w = box_in_shard(seg.target_offset, seg.shape, seg.target_strides, t_shard)
+        r = box_in_shard(seg.source_offset, seg.shape, seg.source_strides, s_shard) if w is not None else None
+        if w is None or r is None:
+            side = (
+                f"target: {not_a_box(seg.target_offset, seg.shape, seg.target_strides, t_shard)}" if w is None
+                else f"source: {not_a_box(seg.source_offset, seg.shape, seg.source_strides, s_shard)}"
+            )
+            odd.append((i, f"segment {i} is not a box in its {side}"))
+            continue
+        seg_ids.append(i)
+        w_rows.append(w)
+        r_rows.append(r)
+        e_rows.append(seg.shape)
+    ids = np.asarray(seg_ids, dtype=np.int64)
+    w_lo = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), ndim)
+    r_lo = np.asarray(r_rows, dtype=np.int64).reshape(len(r_rows), ndim)
+    ext = np.asarray(e_rows, dtype=np.int64).reshape(len(e_rows), ndim)
+    if boxes is not None:  # merge the array-decoded rows in, keeping segment order
+        accepted, w_fast, r_fast = boxes
+        fast_ids = np.flatnonzero(accepted)
+        kind_ext = np.array(
+            [seg.shape if plain_extent(seg.shape, ndim) else (0,) * ndim for seg in kind_segment], dtype=np.int64
+        ).reshape(len(kind_segment), ndim)
+        order = np.argsort(np.concatenate((fast_ids, ids)), kind="stable")
+        ids = np.concatenate((fast_ids, ids))[order]
+        w_lo = np.concatenate((w_fast, w_lo))[order]
+        r_lo = np.concatenate((r_fast, r_lo))[order]
+        ext = np.concatenate((kind_ext[np.asarray(kind_of, dtype=np.int64)[fast_ids]], ext))[order]
+    odd_elements = sum(segments[i].numel for i, _ in odd)
+    pending: Verdict | None = None
+    parts_seg = [ids]
+    parts_w = [w_lo]
+    parts_r = [r_lo]
+    parts_e = [ext]
+    expanded = 0
+    if odd and odd_elements > fallback_elements:
+        first, why = odd[0]
+        pending = Verdict(
+            "unverifiable",
+            reason=(
+                f"{why}; the {len(odd)} non-box segment(s) total {odd_elements} elements, more than the "
+                f"element-level fallback budget of {fallback_elements}"
+            ),
+            target_location=segments[first].target_rank,
+            segments=(first,),
+            checked_segments=n_seg,
+        )
+    else:
+        for i, _ in odd:
+            seg = segments[i]
+            w_lo, r_lo, ext = runs(seg, src.shards[seg.source_rank], tgt.shards[seg.target_rank])
+            parts_seg.append(np.full(w_lo.shape[0], i, dtype=np.int64))
+            parts_w.append(w_lo)
+            parts_r.append(r_lo)
+            parts_e.append(ext)
+            expanded += seg.numel
+    seg_of = np.concatenate(parts_seg)
+    rows = Rows(
+        seg_of,
+        np.asarray([segments[i].target_rank for i in seg_of.tolist()], dtype=np.int64),
+        np.asarray([segments[i].source_rank for i in seg_of.tolist()], dtype=np.int64),
+        np.concatenate(parts_w),
+        np.concatenate(parts_r),
+        np.concatenate(parts_e),
+    )
+    verdict = _check_exactly_once(rows, segments, tgt, check_gaps=pending is None)
+    if verdict is None:
+        verdict = _check_values(rows, segments, src, tgt)
+    if verdict is None:
+        verdict = pending
+    if verdict is None:
+        verdict = Verdict(
+            "ok",
+            reason=(
+                f"{n_seg} segment(s) verified: every target element is written exactly once with its own "
+                "logical element, read from a source location that holds it"
+            ),
+        )
+    return Verdict(
+        verdict.status, None, verdict.reason, verdict.target_location, verdict.target_offset,
+        verdict.logical_coordinate, verdict.segments, verdict.map_error, n_seg, expanded,
+    )
+
+
+def _write_slabs(t_loc: Array, lo: Array, ext: Array) -> bool:
+    """Whether, per target location, the write boxes' spans on axis 0 are pairwise disjoint
+    (sorted by start, each ends where or before the next begins): then no two boxes overlap. A
+    sufficient test, exact when true; ``False`` sends the rows to the k-d query."""
+    if lo.shape[0] < 2:
+        return True
+    if lo.shape[1] == 0 or not bool(np.all(ext[:, 0] > 0)):
+        return False
+    order = np.lexsort((lo[:, 0], t_loc))
+    loc = t_loc[order]
+    start = lo[order, 0]
+    end = start + ext[order, 0]
+    return bool(np.all((end[:-1] <= start[1:]) | (loc[:-1] != loc[1:])))
+
+
+def _check_exactly_once(
+    rows: Rows, segments: Sequence[TransferSegment], tgt: Layout, *, check_gaps: bool
+) -> Verdict | None:
+    """No target address written twice (disjoint write boxes per location), and, when every
+    segment was reduced to boxes, none left unwritten (volumes add up to each shard)."""
+    if _write_slabs(rows.t_loc, rows.w_lo, rows.ext):
+        boxes: list[Box] = []
+        pairs: set[tuple[int, int]] = set()  # per location the write boxes are disjoint slabs
+    else:
+        boxes = boxes_of(rows.t_loc, rows.w_lo, rows.ext)
+        pairs = overlapping_pairs(boxes)
+    if pairs:
+        best: tuple[int, int, int, int, tuple[int, ...]] | None = None
+        for i, j in pairs:
+            common = boxes[i].intersect(boxes[j])
+            assert common is not None
+            loc = common.origin[0]
+            coord = common.origin[1:]
+            key = (loc, row_major_offset(coord, tgt.shards[loc]), i, j, coord)
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        loc, offset, i, j, coord = best
+        involved = tuple(sorted({int(rows.seg[i]), int(rows.seg[j])}))
+        by = f"segments {involved[0]} and {involved[1]}" if len(involved) == 2 else f"segment {involved[0]} twice"
+        return Verdict(
+            "invalid",
+            reason=f"target location {loc}, offset {offset} is written more than once (by {by})",
+            target_location=loc, target_offset=offset, logical_coordinate=logical_at(tgt, loc, coord),
+            segments=involved,
+        )
+    if not check_gaps:
+        return None
+    vols = volumes(rows.ext)
+    for loc in sorted(tgt.shards):
+        mask = rows.t_loc == loc
+        written = int(vols[mask].sum()) if vols.size else 0
+        numel = volume(tgt.shards[loc])
+        if written == numel:
+            continue
+        if written > numel:
+            return unverifiable_internal(f"disjoint writes exceed shard {loc}")
+        if not boxes:
+            boxes = boxes_of(rows.t_loc, rows.w_lo, rows.ext)
+        mine = [b for b, m in zip(boxes, mask.tolist()) if m]
+        shard = tgt.shards[loc]
+        gap = covers(Box((loc, *(0,) * len(shard)), (1, *shard)), mine)
+        if gap is None:
+            return unverifiable_internal(f"volume says shard {loc} has a gap, covers() finds none")
+        coord = gap.origin[1:]
+        offset = row_major_offset(coord, shard)
+        return Verdict(
+            "invalid",
+            reason=(
+                f"target location {loc}, offset {offset} is never written (the plan writes {written} of "
+                f"the {numel} elements of shard {shard}; unwritten box {Box(coord, gap.extent[1:])})"
+            ),
+            target_location=loc, target_offset=offset, logical_coordinate=logical_at(tgt, loc, coord),
+        )
+    return None
+
+
+def _ranges(first: Array, count: Array) -> tuple[Array, Array]:
+    """For rows with candidate runs ``[first, first + count)``: (row index, candidate) pairs."""
+    rows = np.repeat(np.arange(first.size, dtype=np.int64), count)
+    skip = np.repeat(np.cumsum(count) - count, count)
+    return rows, np.repeat(first, count) + np.arange(rows.size, dtype=np.int64) - skip
+
+
+def _slab_axis(lo: Array, ext: Array) -> tuple[int, Array] | None:
+    """An axis on which the boxes' intervals are pairwise disjoint, with the boxes sorted on it."""
+    for axis in range(lo.shape[1]):
+        order = np.argsort(lo[:, axis], kind="stable")
+        if bool(np.all(lo[order[:-1], axis] + ext[order[:-1], axis] <= lo[order[1:], axis])):
+            return axis, order
+    return None
+
+
+def _cut(tags: Array, lo: Array, ext: Array, pieces: tuple[Array, ...]) -> tuple[Array, Array, Array, Array]:
+    """Cut boxes (tagged by location) by that location's pieces.
+
+    Returns (box index, piece index, cut origin, cut extent) for every non-empty intersection,
+    sorted by (box, piece). Each box lies inside its shard and the pieces tile the shard (Premise
+    A), so the cuts of a box tile it. The pairs are found without comparing all boxes with all
+    pieces: a location with one piece takes every box whole; a location whose pieces are slabs
+    along one axis (disjoint intervals there; tiling then makes each span the other axes) is
+    searched by bisection on that axis; any other location goes to the k-d query
+    ``overlapping_pairs``. Whatever found them, the cuts of each box are re-checked to add up to
+    the box, so a missed pair cannot pass silently.
+    """
+    p_loc, p_lo, p_ext, _, locs, p_first, p_count = pieces
+    n, d = lo.shape
+    pos = np.minimum(np.searchsorted(locs, tags), max(locs.size - 1, 0))
+    if n and (locs.size == 0 or not np.array_equal(locs[pos], tags)):
+        raise AssertionError("a box lies in a shard without pieces")
+    found_a: list[Array] = []
+    found_p: list[Array] = []
+    single = np.flatnonzero(p_count[pos] == 1) if n else np.zeros(0, dtype=np.int64)
+    found_a.append(single)
+    found_p.append(p_first[pos[single]])
+    general_rows: list[Array] = []
+    general_pieces: list[Array] = []
+    multi = np.flatnonzero(p_count[pos] > 1) if n else np.zeros(0, dtype=np.int64)
+    order = multi[np.argsort(pos[multi], kind="stable")]
+    bounds = np.flatnonzero(np.diff(pos[order])) + 1
+    for rows in np.split(order, bounds) if order.size else []:
+        u = int(pos[rows[0]])
+        mine = np.arange(p_first[u], p_first[u] + p_count[u], dtype=np.int64)
+        slab = _slab_axis(p_lo[mine], p_ext[mine]) if d else None
+        if slab is None:
+            general_rows.append(rows)
+            general_pieces.append(mine)
+            continue
+        axis, sort = slab
+        sorted_pieces = mine[sort]
+        starts = p_lo[sorted_pieces, axis]
+        ends = starts + p_ext[sorted_pieces, axis]
+        first = np.searchsorted(ends, lo[rows, axis], side="right")
+        last = np.searchsorted(starts, lo[rows, axis] + ext[rows, axis], side="left")
+        which, candidate = _ranges(first, np.maximum(last - first, 0))
+        found_a.append(rows[which])
+        found_p.append(sorted_pieces[candidate])
+    if general_rows:
+        rows = np.concatenate(general_rows)
+        cands = np.concatenate(general_pieces)
+        boxes = boxes_of(tags[rows], lo[rows], ext[rows]) + boxes_of(p_loc[cands], p_lo[cands], p_ext[cands])
+        groups = [0] * rows.size + [1] * cands.size
+        pairs = overlapping_pairs(boxes, groups=groups)
+        found_a.append(np.asarray([rows[i] for i, _ in pairs], dtype=np.int64))
+        found_p.append(np.asarray([cands[j - rows.size] for _, j in pairs], dtype=np.int64))
+    a = np.concatenate(found_a).astype(np.int64)
+    p = np.concatenate(found_p).astype(np.int64)
+    keep = np.lexsort((p, a))
+    a, p = a[keep], p[keep]
+    c_lo = np.maximum(lo[a], p_lo[p]).reshape(a.size, d)
+    c_hi = np.minimum(lo[a] + ext[a], p_lo[p] + p_ext[p]).reshape(a.size, d)
+    c_ext = c_hi - c_lo
+    if np.any(c_ext <= 0):
+        raise AssertionError("a reported cut is empty")
+    got = np.zeros(n, dtype=np.int64)
+    np.add.at(got, a, volumes(c_ext))
+    if not np.array_equal(got, volumes(ext)):
+        raise AssertionError("the cuts of a box do not add up to the box")
+    return a, p, c_lo, c_ext
+
+
+def _check_values(
+    rows: Rows, segments: Sequence[TransferSegment], src: Layout, tgt: Layout
+) -> Verdict | None:
+    """Every written element is the logical element the target expects, from a real holder.
+
+    Cut write boxes by target pieces (logical box via the target piece), carry each cut to the
+    read side, cut again by source pieces (logical box via the source piece), and compare the two
+    logical origins of each final sub-box. Both are translations of the same sub-box, so equal
+    origins mean every element of it is right.
+    """
+    t_pieces = piece_tables(tgt)
+    s_pieces = piece_tables(src)
+    try:
+        a, p, x_lo, x_ext = _cut(rows.t_loc, rows.w_lo, rows.ext, t_pieces)
+        want = x_lo - t_pieces[1][p] + t_pieces[3][p]  # logical origin the target expects
+        y_lo = x_lo - rows.w_lo[a] + rows.r_lo[a]  # the same sub-box on the read side
+        b, q, z_lo, _ = _cut(rows.s_loc[a], y_lo, x_ext, s_pieces)
+    except AssertionError as exc:
+        return unverifiable_internal(str(exc))
+    need = z_lo - y_lo[b] + want[b]
+    have = z_lo - s_pieces[1][q] + s_pieces[3][q]
+    wrong = np.flatnonzero(np.any(need != have, axis=1)) if need.shape[1] else np.zeros(0, dtype=np.int64)
+    if wrong.size == 0:
+        return None
+    best: tuple[int, int, int, int] | None = None
+    for k in wrong.tolist():
+        row = int(a[b[k]])
+        loc = int(rows.t_loc[row])
+        t_coord = (z_lo[k] - y_lo[b[k]] + x_lo[b[k]]).tolist()
+        key = (loc, row_major_offset(t_coord, tgt.shards[loc]), int(rows.seg[row]), k)
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    loc, offset, seg_index, k = best
+    seg = segments[seg_index]
+    needed = tuple(int(v) for v in need[k])
+    got = tuple(int(v) for v in have[k])
+    read_at = row_major_offset(z_lo[k].tolist(), src.shards[seg.source_rank])
+    holders = holders_of(src, needed)
+    return Verdict(
+        "invalid",
+        reason=(
+            f"target location {loc}, offset {offset} needs logical {needed}, but segment {seg_index} reads "
+            f"source location {seg.source_rank} at offset {read_at}, which holds logical {got} "
+            f"(logical {needed} is held by source location(s) {holders})"
+        ),
+        target_location=loc, target_offset=offset, logical_coordinate=needed, segments=(seg_index,),
+    )
+
+
+def verify_plan(
+    target_map: MapLike,
+    source_map: MapLike,
+    plan: PlanLike,
+    *,
+    parameter: str | None = None,
+    fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+) -> Verdict:
+    """Judge ``plan`` against its maps (target first, like ``plan_transfer``); never raises on input.
+
+    ``plan`` may be a ``TransferPlan``, a plan dict ``{logical_shape, segments}`` (DeepSpeed's
+    ``to_dict()``), or a list of segments (``TransferSegment`` or dicts). Maps may be
+    ``ParamAffineMap`` or their dict form.
+    """
+    with cycle_collection_paused():
+        return _verify_plan(target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements)
+
+
+def _verify_plan(
+    target_map: MapLike,
+    source_map: MapLike,
+    plan: PlanLike,
+    *,
+    parameter: str | None = None,
+    fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+    layouts: dict[Any, Layout] | None = None,
+) -> Verdict:
+    """``verify_plan``'s body; ``layouts`` remembers validated maps within one ``verify_plans``."""
+    try:
+        target = as_map(target_map, "target")
+        source = as_map(source_map, "source")
+        if tuple(target.logical_shape) != tuple(source.logical_shape):
+            raise InvalidMapError(
+                f"target map describes {target.logical_shape}, source map {source.logical_shape}: "
+                "a reshape is not a transfer"
+            )
+        src = validated(source, "source", layouts)
+        tgt = validated(target, "target", layouts)
+    except AffineTransferError as exc:
+        return Verdict(
+            "invalid_map", parameter, reason="a map is invalid, so the plan was not judged",
+            map_error=f"{type(exc).__name__}: {exc}",
+        )
+    except TooLarge as exc:
+        return Verdict("unverifiable", parameter, reason=str(exc))
+    try:
+        segments, plan_shape = parse_plan(plan)
+    except AffineTransferError as exc:
+        return Verdict("invalid", parameter, reason=f"malformed plan: {exc}")
+    if plan_shape is not None and plan_shape != tgt.logical_shape:
+        return Verdict(
+            "invalid", parameter,
+            reason=f"the plan describes logical shape {plan_shape}, the maps {tgt.logical_shape}",
+        )
+    return check_plan(segments, src, tgt, fallback_elements).with_parameter(parameter)
+
+
+def verify_plans(
+    pairs: Mapping[str, tuple[MapLike, MapLike]],
+    plans: Mapping[str, PlanLike],
+    *,
+    fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+) -> BatchVerdict:
+    """``verify_plan`` for every parameter; one missing from either side is ``invalid``."""
+    with cycle_collection_paused():
+        return _verify_plans(pairs, plans, fallback_elements)
+
+
+def _verify_plans(
+    pairs: Mapping[str, tuple[MapLike, MapLike]], plans: Mapping[str, PlanLike], fallback_elements: int
+) -> BatchVerdict:
+    verdicts: dict[str, Verdict] = {}
+    layouts: dict[Any, Layout] = {}
+    for name in sorted(set(pairs) | set(plans)):
+        if name not in plans:
+            verdicts[name] = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
+        elif name not in pairs:
+            verdicts[name] = Verdict("invalid", name, reason="a plan for a parameter the maps do not describe")
+        else:
+            target, source = pairs[name]
+            verdicts[name] = _verify_plan(
+                target, source, plans[name], parameter=name, fallback_elements=fallback_elements, layouts=layouts
+            )
+    return BatchVerdict(worst(v.status for v in verdicts.values()), verdicts)

@@ -1,0 +1,380 @@
+"""The oracle's own reading of a map: validation, derived its own way, and the pieces as boxes.
+
+Why its own: the planner validates maps in ``frames`` (rules R1–R15, one rule per function, array
+fast path for big locations). The oracle must not lean on that code, or a mistake there would
+pass both. So this module states the rules in a different shape — one plain loop over the pieces
+with the scalar row-major decode of ``box``, then the tiling and holder checks as box queries —
+and shares only ``box``'s arithmetic (the trusted base named in ``proofs/theorem3.md``).
+
+There is no array decode of pieces here on purpose: the loop is the obviously correct form, and
+its measured cost on 10⁵ pieces (``refplan bench``'s ``moe-gather-100000``) stays a fraction of
+the planner's.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from .. import limits
+from ..box import Box, covers, decode_row_major, overlapping_pairs, row_major_strides, volume
+from ..errors import InvalidMapError, UnsupportedLayoutError
+from ..limits import MAX_COORDINATE
+from ..maps import AffinePiece, ParamAffineMap
+from .verdict import TooLarge
+
+__all__ = [
+    "Array",
+    "Held",
+    "Layout",
+    "MapLike",
+    "as_map",
+    "holders_of",
+    "logical_at",
+    "nonempty",
+    "piece_tables",
+    "rm",
+    "row_major_offset",
+    "row_major_on",
+    "validate_map",
+    "validated",
+]
+
+Array = np.ndarray[Any, Any]
+MapLike = ParamAffineMap | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Held:
+    """One non-empty piece: ``logical`` is its box in F, ``local`` its box in the shard."""
+
+    location: int
+    index: int
+    logical: Box
+    local: Box
+    locations: frozenset[int]
+
+
+@dataclass
+class Layout:
+    """A validated map: shard shapes and, per location with a shard, its non-empty pieces."""
+
+    side: str
+    logical_shape: tuple[int, ...]
+    shards: dict[int, tuple[int, ...]]
+    held: dict[int, list[Held]]
+    # ``piece_tables`` of this layout, built on first use: a batch judges every layer's plan against
+    # the same remembered layout, so its arrays are built once, not once per parameter.
+    tables: tuple[Array, ...] | None = field(default=None, compare=False, repr=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def rm(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, cached: plans name the same few shard shapes 10⁵ times."""
+    return row_major_strides(shape)
+
+
+def row_major_on(strides: Sequence[int], extent: Sequence[int], shape: tuple[int, ...]) -> bool:
+    """Whether ``strides`` are ``shape``'s row-major strides on every axis the extent moves along."""
+    return all(s == r for s, r, e in zip(strides, rm(shape), extent) if e > 1)
+
+
+def inside(box: Box, shape: Sequence[int]) -> bool:
+    """Whether ``box`` lies in the dense tensor of ``shape`` (every axis within ``[0, size)``)."""
+    return all(o >= 0 and o + e <= s for o, e, s in zip(box.origin, box.extent, shape))
+
+
+def nonempty(shape: Sequence[int]) -> bool:
+    """Whether a shape holds at least one element (every extent positive)."""
+    return all(s > 0 for s in shape)
+
+
+def _tagged(tag: int, box: Box) -> Box:
+    """``box`` with a leading axis holding ``tag``: one k-d query then keeps locations apart."""
+    return Box((tag, *box.origin), (1, *box.extent))
+
+
+class _PieceName:
+    """``"{side} map, location {loc}, piece {index}"``, formatted only when a message needs it."""
+
+    __slots__ = ("index", "loc", "side")
+
+    def __init__(self, side: str, loc: int, index: int) -> None:
+        self.side = side
+        self.loc = loc
+        self.index = index
+
+    def __str__(self) -> str:
+        return f"{self.side} map, location {self.loc}, piece {self.index}"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def validate_map(m: ParamAffineMap, side: str) -> Layout:
+    """Check one map and return its pieces as boxes; raise the map's error class otherwise.
+
+    Why each rule: pieces must be boxes on both sides or "which logical element sits at this
+    address" is not a translation; Premise A (disjoint local boxes that account for the shard)
+    makes it a function of the address; disjoint logical boxes within a location make volume sums
+    exact in the holder check; exact ``locations`` and source regions that are disjoint or equal
+    are what the source map asserts about replicas; coverage of F on both sides means the
+    transfer is total. The plan check needs only Premise A and the piece boxes, but a map that
+    contradicts itself may describe a corrupt checkpoint, so no plan is judged against it.
+    """
+    logical = tuple(m.logical_shape)
+    ndim = len(logical)
+    if any(s < 0 for s in logical):
+        raise InvalidMapError(f"{side} map: logical shape {logical} has a negative extent")
+    if volume(logical) >= MAX_COORDINATE:
+        raise TooLarge(f"{side} map: logical shape {logical} exceeds {MAX_COORDINATE} elements")
+    shards: dict[int, tuple[int, ...]] = {}
+    held: dict[int, list[Held]] = {}
+    for loc in m.ranks:
+        shard = m.shard_shapes.get(loc)
+        if shard is not None:
+            if len(shard) != ndim:
+                raise UnsupportedLayoutError(
+                    f"{side} map, location {loc}: shard shape {shard} has a different number of axes "
+                    f"than the logical shape {logical}"
+                )
+            if any(s < 0 for s in shard):
+                raise InvalidMapError(f"{side} map, location {loc}: shard shape {shard} has a negative extent")
+            if volume(shard) >= MAX_COORDINATE:
+                raise TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
+        out: list[Held] = []
+        for index, p in enumerate(m.pieces_by_rank.get(loc, ())):
+            where = _PieceName(side, loc, index)
+            if len(p.shape) != ndim:
+                raise InvalidMapError(f"{where}: shape {p.shape} does not have the {ndim} axes of {logical}")
+            if any(e < 0 for e in p.shape):
+                raise InvalidMapError(f"{where}: shape {p.shape} has a negative extent")
+            if not nonempty(p.shape):
+                continue  # empty pieces hold nothing; builders give them offsets one past the end
+            if shard is None:
+                raise InvalidMapError(f"{where}: location {loc} lists a non-empty piece but has no shard shape")
+            if not p.locations:
+                raise InvalidMapError(f"{where}: names no holder (empty locations)")
+            if p.scale != 1.0:
+                raise UnsupportedLayoutError(f"{where}: scale {p.scale} != 1; a byte copy cannot rescale")
+            if len(p.source_strides) != ndim or len(p.dest_strides) != ndim:
+                raise InvalidMapError(
+                    f"{where}: stride vector length does not match the {ndim} axes of the piece"
+                )
+            if not row_major_on(p.source_strides, p.shape, logical):
+                raise UnsupportedLayoutError(
+                    f"{where}: source strides {p.source_strides} are not the row-major strides of "
+                    f"{logical} on the piece's axes (a permutation or a gap)"
+                )
+            if not row_major_on(p.dest_strides, p.shape, shard):
+                raise UnsupportedLayoutError(
+                    f"{where}: dest strides {p.dest_strides} are not the row-major strides of shard {shard}"
+                )
+            origin = decode_row_major(p.source_offset, logical)
+            if origin is None:
+                raise InvalidMapError(f"{where}: source offset {p.source_offset} is not a coordinate of {logical}")
+            box = Box(origin, p.shape)
+            if not inside(box, logical):
+                raise InvalidMapError(f"{where}: logical box {box} lies outside the logical parameter {logical}")
+            local_origin = decode_row_major(p.dest_offset, shard)
+            if local_origin is None:
+                raise InvalidMapError(f"{where}: dest offset {p.dest_offset} is not a coordinate of shard {shard}")
+            local = Box(local_origin, p.shape)
+            if not inside(local, shard):
+                raise InvalidMapError(f"{where}: local box {local} lies outside the shard {shard}")
+            out.append(Held(loc, index, box, local, p.locations))
+        if shard is not None:
+            shards[loc] = shard
+            held[loc] = out
+    layout = Layout(side, logical, shards, held)
+    _check_tiling(layout)
+    _check_holders(layout)
+    return layout
+
+
+def _slabs(boxes: Sequence[Box]) -> bool:
+    """Whether the boxes are pairwise disjoint because their spans on axis 0 are (a sufficient
+    test, exact when true: sorted by start, each span ends before the next begins). Empty boxes
+    are never passed here (empty pieces are dropped), and a 0-axis box list has at most one."""
+    if len(boxes) < 2:
+        return True
+    if not boxes[0].origin:
+        return False
+    spans = sorted([(b.origin[0], b.origin[0] + b.extent[0]) for b in boxes])
+    return all(end <= start for (_, end), (start, _) in pairwise(spans))
+
+
+def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -> Layout:
+    """``validate_map``, remembered per batch for small maps with exactly the same content.
+
+    Layers of a model share their maps; validation reads only the map's content (shapes, pieces
+    field by field, dict order) and the side, so an identical map gets the identical layout.
+    Only maps that passed are remembered; anything unusual (a subclass, a big map, something
+    unhashable) is validated afresh.
+    """
+    key: Any = None
+    if layouts is not None and type(m) is ParamAffineMap:
+        pieces = m.pieces_by_rank
+        if sum(len(v) for v in pieces.values()) <= limits.REMEMBER_PIECES and all(
+            type(p) is AffinePiece for v in pieces.values() for p in v
+        ):
+            key = (side, m.logical_shape, tuple(m.shard_shapes.items()), tuple(pieces.items()))
+            try:
+                found = layouts.get(key)
+            except TypeError:
+                key = found = None
+            if found is not None:
+                return found
+    layout = validate_map(m, side)
+    if key is not None and layouts is not None:
+        layouts[key] = layout
+    return layout
+
+
+def _check_tiling(layout: Layout) -> None:
+    """Premise A per location (local boxes disjoint, volumes = shard numel), and disjoint
+    logical boxes within a location. One tagged k-d query each covers all locations at once."""
+    side = layout.side
+    locs = sorted(layout.held)
+    flat = [h for loc in locs for h in layout.held[loc]]
+    tag = {loc: i for i, loc in enumerate(locs)}
+    for attr, what in (("local", "the same shard addresses"), ("logical", "overlapping logical pieces")):
+        if all(_slabs([getattr(h, attr) for h in layout.held[loc]]) for loc in locs):
+            continue  # within each location the boxes are disjoint slabs: no pair can overlap
+        pairs = overlapping_pairs([_tagged(tag[h.location], getattr(h, attr)) for h in flat])
+        if pairs:
+            i, j = min(pairs)
+            a, b = flat[i], flat[j]
+            common = getattr(a, attr).intersect(getattr(b, attr))
+            raise InvalidMapError(
+                f"{side} map, location {a.location}: pieces {a.index} and {b.index} hold {what} "
+                f"({attr} boxes {getattr(a, attr)} and {getattr(b, attr)} share {common})"
+            )
+    for loc in locs:
+        total = sum(h.local.volume for h in layout.held[loc])
+        numel = volume(layout.shards[loc])
+        if total != numel:
+            raise InvalidMapError(
+                f"{side} map, location {loc}: the pieces account for {total} of the {numel} elements "
+                f"of shard {layout.shards[loc]}"
+            )
+
+
+def _check_holders(layout: Layout) -> None:
+    """Declared ``locations`` are exact, and the side's coverage rules hold.
+
+    For each distinct logical box, the locations touching it (holding it, or holding a box that
+    overlaps it) must be exactly what every piece with that box declares, and each declared
+    location must hold all of it (volumes of its overlaps; exact because a location's logical
+    boxes are disjoint). Source boxes must be disjoint or equal (replicas cut at different
+    boundaries cannot be served by box copies) and cover F; target boxes must cover F.
+    """
+    side = layout.side
+    by_box: dict[Box, list[Held]] = {}
+    for loc in sorted(layout.held):
+        for h in layout.held[loc]:
+            by_box.setdefault(h.logical, []).append(h)
+    distinct = sorted(by_box)
+    pairs = [] if _slabs(distinct) else sorted(overlapping_pairs(distinct))
+    neighbours: list[list[int]] = [[] for _ in distinct]
+    for i, j in pairs:
+        neighbours[i].append(j)
+        neighbours[j].append(i)
+    holders = [frozenset([h.location for h in by_box[d]]) for d in distinct]
+    for k, box in enumerate(distinct):
+        mine = by_box[box]
+        if not neighbours[k] and (
+            mine[0].locations == holders[k] if len(mine) == 1 else all(h.locations == holders[k] for h in mine)
+        ):
+            continue  # nothing else touches the box and every piece declares exactly its holders
+        touching = set(holders[k])
+        covered: dict[int, int] = {}
+        for j in neighbours[k]:
+            touching |= holders[j]
+            common = box.intersect(distinct[j])
+            share = common.volume if common is not None else 0
+            for loc in holders[j]:
+                covered[loc] = covered.get(loc, 0) + share
+        for h in by_box[box]:
+            if h.locations != touching:
+                raise InvalidMapError(
+                    f"{side} map, location {h.location}, piece {h.index}: logical box {box} declares "
+                    f"locations {sorted(h.locations)}, but the locations holding part of it are "
+                    f"{sorted(touching)} (different locations)"
+                )
+        for loc in sorted(touching - holders[k]):
+            if covered.get(loc, 0) != box.volume:
+                raise InvalidMapError(
+                    f"{side} map: location {loc} is declared a holder of logical box {box} but does not "
+                    f"hold all of it ({covered.get(loc, 0)} of {box.volume} elements)"
+                )
+    whole = Box((0,) * len(layout.logical_shape), layout.logical_shape)
+    if side == "source":
+        if pairs:
+            i, j = pairs[0]
+            raise UnsupportedLayoutError(
+                f"source map: logical boxes {distinct[i]} and {distinct[j]} overlap without being equal "
+                "(replicas cut at different piece boundaries); box copies cannot choose between them"
+            )
+        total = sum(b.volume for b in distinct)
+        if total != whole.volume:
+            gap = covers(whole, distinct)
+            raise InvalidMapError(
+                f"source map: source pieces cover {total} of the {whole.volume} elements of F"
+                + (f"; {gap} is held by nobody" if gap is not None else "")
+            )
+    else:
+        gap = covers(whole, distinct)
+        if gap is not None:
+            raise InvalidMapError(f"target map: target pieces do not cover F; {gap} is held by no target location")
+
+
+def as_map(value: MapLike, side: str) -> ParamAffineMap:
+    """A map given as a ``ParamAffineMap`` or as its dict form (DeepSpeed's), as a ``ParamAffineMap``;
+    a malformed dict raises ``InvalidMapError``, which the caller turns into ``invalid_map``."""
+    if isinstance(value, ParamAffineMap):
+        return value
+    return ParamAffineMap.from_dict(value, f"{side} map")
+
+
+def row_major_offset(coord: Sequence[int], shape: Sequence[int]) -> int:
+    """The row-major address of ``coord`` in ``shape`` (for counterexample reports)."""
+    return sum(c * s for c, s in zip(coord, rm(tuple(shape))))
+
+
+def logical_at(layout: Layout, loc: int, coord: Sequence[int]) -> tuple[int, ...] | None:
+    """The logical element a shard coordinate holds (one linear scan; used for one report)."""
+    for h in layout.held.get(loc, ()):
+        o, e = h.local.origin, h.local.extent
+        if all(oi <= c < oi + ei for c, oi, ei in zip(coord, o, e)):
+            return tuple(lo + c - oi for lo, c, oi in zip(h.logical.origin, coord, o))
+    return None
+
+
+def holders_of(layout: Layout, logical: Sequence[int]) -> list[int]:
+    """Locations whose pieces hold a logical element (one linear scan; used for one report)."""
+    point = Box(tuple(logical), (1,) * len(logical))
+    return sorted({h.location for hs in layout.held.values() for h in hs if h.logical.contains(point)})
+
+
+def piece_tables(layout: Layout) -> tuple[Array, ...]:
+    """Every held piece as arrays: location, local origin, extent, logical origin (pieces sorted
+    by location), then the distinct locations with each one's first piece and piece count."""
+    if layout.tables is not None:
+        return layout.tables
+    flat = [h for loc in sorted(layout.held) for h in layout.held[loc]]
+    ndim = len(layout.logical_shape)
+    loc = np.asarray([h.location for h in flat], dtype=np.int64)
+    local = np.asarray([h.local.origin for h in flat], dtype=np.int64).reshape(len(flat), ndim)
+    ext = np.asarray([h.local.extent for h in flat], dtype=np.int64).reshape(len(flat), ndim)
+    logical = np.asarray([h.logical.origin for h in flat], dtype=np.int64).reshape(len(flat), ndim)
+    locs, first, count = np.unique(loc, return_index=True, return_counts=True)
+    layout.tables = (loc, local, ext, logical, locs, first, count)
+    return layout.tables
+
+

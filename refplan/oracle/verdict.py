@@ -1,0 +1,140 @@
+"""The oracle's answers: ``Verdict`` for one parameter, ``BatchVerdict`` for a batch.
+
+Kept apart from the checks so that a reader of a verdict (the CLI, the conformance runner, a
+user's script) needs nothing else of the oracle, and so that the statuses and their order live in
+one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["BatchVerdict", "Status", "TooLarge", "Verdict", "unverifiable_internal", "worst"]
+
+Status = Literal["ok", "invalid", "unverifiable", "invalid_map"]
+
+_SEVERITY: dict[str, int] = {"ok": 0, "unverifiable": 1, "invalid": 2, "invalid_map": 3}
+_EXIT: dict[str, int] = {"ok": 0, "invalid": 1, "invalid_map": 2, "unverifiable": 3}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The oracle's answer for one parameter.
+
+    For ``invalid`` the counterexample fields say where: ``target_location`` and
+    ``target_offset`` (an element address in that target shard; for a segment that writes outside
+    its shard, the offending address), ``logical_coordinate`` (the element of F the target map puts
+    there, when there is one), ``segments`` (plan indices involved) and ``reason``. ``map_error``
+    is set for ``invalid_map``. ``checked_segments`` counts the segments examined;
+    ``fallback_elements`` the elements the element-level fallback expanded.
+    """
+
+    status: Status
+    parameter: str | None = None
+    reason: str = ""
+    target_location: int | None = None
+    target_offset: int | None = None
+    logical_coordinate: tuple[int, ...] | None = None
+    segments: tuple[int, ...] = ()
+    map_error: str | None = None
+    checked_segments: int = 0
+    fallback_elements: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "parameter": self.parameter,
+            "reason": self.reason,
+            "target_location": self.target_location,
+            "target_offset": self.target_offset,
+            "logical_coordinate": None if self.logical_coordinate is None else list(self.logical_coordinate),
+            "segments": list(self.segments),
+            "map_error": self.map_error,
+            "checked_segments": self.checked_segments,
+            "fallback_elements": self.fallback_elements,
+        }
+
+    def __str__(self) -> str:
+        name = f"parameter {self.parameter!r}: " if self.parameter is not None else ""
+        where: list[str] = []
+        if self.target_location is not None:
+            where.append(f"target location {self.target_location}")
+        if self.target_offset is not None:
+            where.append(f"offset {self.target_offset}")
+        if self.logical_coordinate is not None:
+            where.append(f"logical {self.logical_coordinate}")
+        if self.segments:
+            where.append("segment" + ("s " if len(self.segments) > 1 else " ") + ", ".join(map(str, self.segments)))
+        at = f" [{'; '.join(where)}]" if where else ""
+        detail = self.map_error if self.status == "invalid_map" and self.map_error else self.reason
+        return f"{self.status}: {name}{detail}{at}"
+
+    def with_parameter(self, parameter: str | None) -> Verdict:
+        return Verdict(
+            self.status, parameter, self.reason, self.target_location, self.target_offset,
+            self.logical_coordinate, self.segments, self.map_error, self.checked_segments,
+            self.fallback_elements,
+        )
+
+
+@dataclass(frozen=True)
+class BatchVerdict:
+    """Verdicts for a batch of parameters; ``status`` is the worst one
+    (``invalid_map`` > ``invalid`` > ``unverifiable`` > ``ok``)."""
+
+    status: Status
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 1 invalid, 2 invalid map (bad input), 3 unverifiable."""
+        return _EXIT[self.status]
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(_SEVERITY, 0)
+        for verdict in self.verdicts.values():
+            out[verdict.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "counts": self.counts(),
+            "parameters": {name: self.verdicts[name].to_dict() for name in sorted(self.verdicts)},
+        }
+
+    def __str__(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in self.counts().items() if n)
+        lines = [f"refplan verify: {len(self.verdicts)} parameter(s): {counts or 'none'} -> {self.status}"]
+        for name in sorted(self.verdicts):
+            lines.append(f"  {self.verdicts[name]}")
+        return "\n".join(lines)
+
+
+def worst(statuses: Iterable[str]) -> Status:
+    """The most severe status (``ok`` for none): a batch is only as good as its worst parameter."""
+    found: Status = "ok"
+    for status in statuses:
+        if _SEVERITY[status] > _SEVERITY[found]:
+            found = status  # type: ignore[assignment]
+    return found
+
+
+class TooLarge(Exception):
+    """Coordinates beyond ``MAX_COORDINATE``: the oracle cannot reason exactly, so unverifiable."""
+
+
+def unverifiable_internal(what: str) -> Verdict:
+    """An internal re-check failed (a box query missed a pair, cuts did not add up): the oracle
+    says so instead of answering from a computation it no longer trusts."""
+    return Verdict("unverifiable", reason=f"internal consistency check failed ({what}); not judged")
