@@ -48,14 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     total_killed = total = 0
     for module, (killed, count, survivors) in found.items():
         percent = 100.0 * killed / count
-        print(f"{module}: mutation score: {percent:.0f}% ({killed} of {count} mutants killed)")
+        print(f"{module}: mutation score: {percent:.1f}% ({killed} of {count} mutants killed)")
         if args.survivors:
             for name in survivors:
                 print(f"    survived: {name}")
         failed |= percent < args.fail_under
         total_killed += killed
         total += count
-    print(f"all: mutation score: {100.0 * total_killed / total:.0f}% ({total_killed} of {total} mutants killed)")
+    print(f"all: mutation score: {100.0 * total_killed / total:.1f}% ({total_killed} of {total} mutants killed)")
     return 1 if failed else 0
 
 
