@@ -473,12 +473,13 @@ class _PeerAdapter(Adapter):
     """Whether the gate also proves each shard tiled element by element (``check_tiled``). The bench
     turns it off for maps refplan's own builders made (valid by construction, and large)."""
 
-    def _gate(self, case: Case, problem: Any) -> None:
+    def _gate(self, maps: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]], problem: Any) -> None:
+        """``Inexpressible`` unless the maps read back from ``problem`` are ``maps`` (the case's own,
+        as ``_case_maps`` parsed them) and every shard of them is tiled exactly."""
         rebuilt = self.rebuild(problem)
-        for name in sorted(case.parameters):
-            pair = case.parameters[name]
+        for name in sorted(maps):
             for side, index in (("target", 0), ("source", 1)):
-                original = _map_of(pair[side], f"parameter {name!r}, {side}")
+                original = maps[name][index]
                 if self.check_memory:
                     check_tiled(original, f"parameter {name!r}, {side}")
                 why = maps_differ(original, rebuilt[name][index])
@@ -572,7 +573,7 @@ class DCPAdapter(_PeerAdapter):
         locs = sorted(src_locs)
         problem = _DCPProblem(names, logical, locs, [pl.SavePlan(items.get(loc, [])) for loc in locs], placements,
                               shard_shapes, targets)
-        self._gate(case, problem)
+        self._gate(pairs, problem)
         return problem
 
     def rebuild(self, problem: _DCPProblem) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
@@ -803,7 +804,7 @@ class MegatronAdapter(_PeerAdapter):
                    "logical": {n: maps[n][1].logical_shape for n in names},
                    "dst_by_rank": sorted(dst_by_rank.items()),
                    "src_lists": {n: [meta["source"][n][r] for r in sorted(meta["source"][n])] for n in names}}
-        self._gate(case, problem)
+        self._gate(maps, problem)
         return problem
 
     def rebuild(self, problem: Mapping[str, Any]) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
@@ -898,7 +899,7 @@ class AwexAdapter(_PeerAdapter):
             train.append(self._param_meta(name, s, f"parameter {name!r}, source", dtype, train_world))
         problem = {"names": names, "infer": infer, "train": train, "infer_world": infer_world,
                    "train_world": train_world}
-        self._gate(case, problem)
+        self._gate(maps, problem)
         return problem
 
     @staticmethod
