@@ -170,17 +170,13 @@ class RefplanAdapter(Adapter):
     strict_messages = True
 
     def plan(self, case: Case) -> Outcome:
-        from ..formats import MAPS_FORMAT, parse_maps
+        from ..formats import parse_maps
         from ..planner import plan_transfers
 
         raw = case.raw
         notes: list[str] = []
         try:
-            doc: dict[str, Any] = {"format": MAPS_FORMAT, "parameters": raw["parameters"]}
-            for key in ("endpoints", "process_node", "element_size"):
-                if raw.get(key) is not None:
-                    doc[key] = raw[key]
-            batch = parse_maps(doc)
+            batch = parse_maps(case.maps_doc())
             budget = PlanBudget(**raw.get("budget", {}))
             policy = None
             answers = case.answers

@@ -166,6 +166,22 @@ class Case:
         value = self.raw.get("requests")
         return None if value is None else list(value)
 
+    def maps_doc(self) -> dict[str, Any]:
+        """The case's problem as a ``refplan.maps/1`` document (parameters, endpoints, process
+        nodes, element sizes), for the refplan planner and for the lower bound of its requests."""
+        from ..formats import MAPS_FORMAT
+
+        raw = self.raw
+        doc: dict[str, Any] = {"format": MAPS_FORMAT, "parameters": raw["parameters"]}
+        for key in ("endpoints", "process_node", "element_size"):
+            if raw.get(key) is not None:
+                doc[key] = raw[key]
+        return doc
+
+    def map_pairs(self) -> dict[str, tuple[Any, Any]]:
+        """Parameter name -> (target map dict, source map dict), as the oracle takes them."""
+        return {name: (pair["target"], pair["source"]) for name, pair in self.parameters.items()}
+
     def input_doc(self) -> dict[str, Any]:
         """What the planner under test sees: the problem, never the expectation."""
         doc: dict[str, Any] = {"format": INPUT_FORMAT, "id": self.id, "parameters": self.raw["parameters"]}

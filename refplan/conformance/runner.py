@@ -345,7 +345,7 @@ def _oracle_says(case: Case, outcome: Outcome) -> str:
     """What the oracle finds in a plan for a case that must be refused: the counterexample (or the
     map error) that shows why accepting it was wrong; empty when the plans cannot be judged."""
     try:
-        pairs = {name: (pair["target"], pair["source"]) for name, pair in case.parameters.items()}
+        pairs = case.map_pairs()
         checked = verify_plans(pairs, dict(outcome.plans or {}))
     except Exception:  # malformed maps the oracle's loader refuses: the class already says enough
         return ""
@@ -357,16 +357,11 @@ def load_ratio(case: Case, plans: Mapping[str, Any]) -> float | None:
     """Busiest sender of ``plans`` over the LP lower bound of the case's requests (``None`` when
     the bound is zero: nothing had to be sent, or the requests cannot be collected)."""
     from ..analysis import load_lower_bound
-    from ..formats import MAPS_FORMAT, parse_maps
+    from ..formats import parse_maps
     from ..planner import collect_requests
 
-    raw = case.raw
-    doc: dict[str, Any] = {"format": MAPS_FORMAT, "parameters": raw["parameters"]}
-    for key in ("endpoints", "process_node", "element_size"):
-        if raw.get(key) is not None:
-            doc[key] = raw[key]
     try:
-        batch = parse_maps(doc)
+        batch = parse_maps(case.maps_doc())
         requests = collect_requests(batch.pairs, endpoints=batch.endpoints, element_size=batch.element_size,
                                     process_node=batch.process_node)
     except Exception:  # a case refplan refuses has no bound; judge() has already said what matters
@@ -399,7 +394,7 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
         if outcome.kind == "accept" and peer and expect.error == "UnsupportedLayoutError":
             # The reference leaves this layout out of its scope (rebuild and re-shard); a peer that
             # plans it is judged by the oracle alone: only a wrong plan is a failure.
-            pairs = {name: (pair["target"], pair["source"]) for name, pair in case.parameters.items()}
+            pairs = case.map_pairs()
             checked = verify_plans(pairs, dict(outcome.plans or {}))
             if checked.ok:
                 notes.append("plans a layout the reference leaves unsupported; the oracle finds the plan exact")
@@ -431,7 +426,7 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
     missing = sorted(set(case.parameters) - set(plans))
     if missing:
         return "fail", f"no plan for parameter(s) {', '.join(map(repr, missing))}", tuple(notes)
-    pairs = {name: (pair["target"], pair["source"]) for name, pair in case.parameters.items()}
+    pairs = case.map_pairs()
     verdict = verify_plans(pairs, plans)
     if not verdict.ok:
         bad = [str(v) for v in verdict.verdicts.values() if not v.ok]
