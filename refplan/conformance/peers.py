@@ -296,10 +296,15 @@ def check_tiled(m: ParamAffineMap, what: str) -> None:
         shard = m.shard_shapes.get(loc)
         if not full:
             continue
-        if len(full) != 1 or shard is None or full[0].shape != tuple(shard) or full[0].dest_offset != 0 or (
-                _norm_strides(full[0].shape, full[0].dest_strides)
-                != _norm_strides(full[0].shape, row_major_strides(full[0].shape))):
+        if len(full) != 1 or shard is None or full[0].shape != tuple(shard) or not _dense_at_zero(
+                full[0].shape, full[0].dest_offset, full[0].dest_strides):
             raise Inexpressible(f"{what}: too large to check that location {loc}'s shard is tiled exactly")
+
+
+def _dense_at_zero(shape: tuple[int, ...], offset: int, strides: Sequence[int]) -> bool:
+    """Whether a piece sits at the start of its memory, contiguous and row-major (strides of
+    extent-1 axes are never stepped and do not matter): a local tensor of exactly its shape."""
+    return offset == 0 and _norm_strides(shape, strides) == _norm_strides(shape, row_major_strides(shape))
 
 
 def maps_differ(case_map: ParamAffineMap, rebuilt: ParamAffineMap, *, elements: bool = False) -> str | None:
@@ -376,8 +381,7 @@ def _dense(m: ParamAffineMap, what: str) -> dict[int, tuple[tuple[int, ...], tup
         shard = m.shard_shapes.get(loc)
         if shard is None or tuple(shard) != c.shape:
             raise Inexpressible(f"{what}: location {loc} holds a box of shape {c.shape} in a shard {shard}")
-        if c.dest_offset != 0 or _norm_strides(c.shape, c.dest_strides) != _norm_strides(
-                c.shape, row_major_strides(c.shape)):
+        if not _dense_at_zero(c.shape, c.dest_offset, c.dest_strides):
             raise Inexpressible(f"{what}: location {loc} stores its box permuted or strided")
         out[loc] = (c.origin, c.shape)
     return out
