@@ -31,6 +31,7 @@ __all__ = [
     "PAIRWISE_LIMIT",
     "QUIET_SEGMENTS",
     "REMEMBER_PIECES",
+    "REMEMBER_SEGMENTS",
     "PlanBudget",
     "fast_paths",
 ]
@@ -98,23 +99,29 @@ REMEMBER_PIECES = 256
 """The oracle remembers the validated layout of maps with at most this many pieces within one
 ``verify_plans`` batch (``oracle.layout.validated``)."""
 
+REMEMBER_SEGMENTS = 64
+"""Within one ``verify_plans`` batch the oracle reuses the verdict of a plan with at most this many
+segments for a later parameter whose layouts and segments are identical (``oracle.judge``); longer
+plans are judged afresh, so that the remembered keys stay small next to the plans themselves."""
+
 PAIRWISE_LIMIT = 8
 """``check.check_answers`` compares at most this many parts of one answer pairwise; more go
 through the k-d query ``box.overlapping_pairs``."""
 
 _SWITCHES = ("ARRAY_MIN_PIECES", "ORACLE_ARRAY_SEGMENTS", "QUIET_SEGMENTS", "MEMO_MAX_PIECES",
-             "REMEMBER_PIECES", "PAIRWISE_LIMIT")
+             "REMEMBER_PIECES", "REMEMBER_SEGMENTS", "PAIRWISE_LIMIT")
 _ALWAYS = 1 << 62  # a count no input reaches
 _ON: dict[str, int] = {
     # Taken at any size: thresholds of the "from this many on" kind go to 0 or 1, limits of the
     # "up to this many" kind to a count no input reaches.
     "ARRAY_MIN_PIECES": 1, "ORACLE_ARRAY_SEGMENTS": 1, "QUIET_SEGMENTS": 0,
-    "MEMO_MAX_PIECES": _ALWAYS, "REMEMBER_PIECES": _ALWAYS, "PAIRWISE_LIMIT": _ALWAYS,
+    "MEMO_MAX_PIECES": _ALWAYS, "REMEMBER_PIECES": _ALWAYS, "REMEMBER_SEGMENTS": _ALWAYS,
+    "PAIRWISE_LIMIT": _ALWAYS,
 }
 _OFF: dict[str, int] = {
     # Never taken: the plain loop (or, for the pairwise limit, the k-d query) decides everything.
     "ARRAY_MIN_PIECES": _ALWAYS, "ORACLE_ARRAY_SEGMENTS": _ALWAYS, "QUIET_SEGMENTS": _ALWAYS,
-    "MEMO_MAX_PIECES": -1, "REMEMBER_PIECES": -1, "PAIRWISE_LIMIT": -1,
+    "MEMO_MAX_PIECES": -1, "REMEMBER_PIECES": -1, "REMEMBER_SEGMENTS": -1, "PAIRWISE_LIMIT": -1,
 }
 
 
