@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from refplan import TransferEndpoints, TransferSegment, contiguous_split_map, replicate, replicated_map
+from refplan.cli.sync import add_sync_arguments, bits_of, marker_bits, run_ranks, run_sync_cli
 from refplan.execute import (
     StagingBudget,
     TransferRejectedError,
@@ -39,7 +40,6 @@ from refplan.execute import (
 )
 from refplan.files import MapsBatch, dump_maps
 from refplan.planner import plan_transfer
-from refplan.sync import add_sync_arguments, bits_of, marker_bits, run_ranks, run_sync_cli
 
 # One launch per worker: with `pytest -n 2 --dist loadgroup` this file stays on one worker.
 pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("execute")]
@@ -490,7 +490,7 @@ def test_float_markers_are_normal_numbers_and_never_the_sentinel(dtype: torch.dt
 
 
 # ---------------------------------------------------------------------------------------------
-# `refplan sync` (the CLI logic; the lead wires it into refplan/cli.py).
+# `refplan sync` (the CLI logic; the lead wires it into refplan/cli/main.py).
 
 
 def _sync_args(*argv: str) -> argparse.Namespace:

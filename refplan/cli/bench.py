@@ -48,7 +48,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from .analysis import (
+from ..analysis import (
     DEFAULT_ALPHA,
     DEFAULT_BETA,
     CostModel,
@@ -58,13 +58,13 @@ from .analysis import (
     sender_load,
     sync_time_lower_bound,
 )
-from .check import DEFAULT_MIN_SPLIT_BYTES
-from .errors import AffineTransferError
-from .maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
-from .plan import TransferPlan
-from .planner import collect_requests, plan_transfers
-from .policies import POLICIES, split_balanced_policy
-from .requests import ReplicaPolicy, TransferEndpoints
+from ..check import DEFAULT_MIN_SPLIT_BYTES
+from ..errors import AffineTransferError
+from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
+from ..plan import TransferPlan
+from ..planner import collect_requests, plan_transfers
+from ..policies import POLICIES, split_balanced_policy
+from ..requests import ReplicaPolicy, TransferEndpoints
 
 __all__ = [
     "SCENARIOS",
@@ -468,7 +468,7 @@ def _measure(
 
 
 def _oracle(scenario: Scenario, plans: Mapping[str, TransferPlan], repeat: int) -> tuple[float, float, str]:
-    from .verify import verify_plans
+    from ..verify import verify_plans
 
     best = wall = float("inf")
     status = "?"
@@ -487,7 +487,7 @@ OTHER_PEERS = ("dcp", "megatron", "awex")
 def _other_peers(scenario: Scenario) -> dict[str, Any]:
     """Spec -> (name, planning call) or why it cannot run, for DCP, Megatron-Core and Awex on the
     scenario's maps (translated once, not timed; see ``conformance.peers.bench_contender``)."""
-    from .conformance.peers import bench_contender
+    from ..conformance.peers import bench_contender
 
     ends = None
     if scenario.endpoints is not None:
@@ -631,7 +631,7 @@ def _cross_check(
     repeat: int,
 ) -> dict[str, Any]:
     """refplan plan + verify on ``big`` against DeepSpeed's plan on ``small``, interleaved."""
-    from .verify import verify_plans
+    from ..verify import verify_plans
 
     converted = ds[1](small.pairs)
     best = {"deepspeed": float("inf"), "plan": float("inf"), "verify": float("inf")}
@@ -727,7 +727,7 @@ def _marker_shards(
     """This process's source shards filled with logical markers (as tensors of ``dtype``) and
     the marker bits its target shards must hold afterwards, per parameter and location: every
     element a sync lands can then be checked for being exactly the one that belongs there."""
-    from .simulate import extract_shards
+    from ..simulate import extract_shards
     from .sync import marker_bits, restrict, tensor_from_bits
 
     mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
@@ -752,7 +752,7 @@ def _sync_worker(
     import numpy as np
     import torch
 
-    from .execute import execute_transfers
+    from ..execute import execute_transfers
     from .sync import bits_of, tensor_from_bits
 
     dtype = torch.bfloat16
@@ -830,7 +830,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     import torch
     import torch.distributed as dist
 
-    from .execute import execute_transfers
+    from ..execute import execute_transfers
     from .sync import bits_of, tensor_from_bits
 
     dtype = torch.bfloat16
@@ -1094,7 +1094,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m refplan.bench`` until the CLI wires ``refplan bench``."""
+    """``python -m refplan.cli.bench`` until the CLI wires ``refplan bench``."""
     parser = argparse.ArgumentParser(prog="refplan bench", description=__doc__.splitlines()[0] if __doc__ else None)
     add_bench_arguments(parser)
     return run_bench_cli(parser.parse_args(argv))
