@@ -511,6 +511,7 @@ class _Schedule:
     slots: dict[tuple[str, int], list[torch.Tensor]] = field(default_factory=dict)  # (direction, peer)
     arenas: list[torch.Tensor] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    digest: int | None = None  # the schedule digest, when the checked batch was remembered with it
 
 
 _POOL: dict[tuple[str, int], list[torch.Tensor]] = {}
@@ -539,8 +540,10 @@ def _recycle(sched: _Schedule) -> None:
 
 
 def release_staging() -> None:
-    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase)."""
+    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase),
+    and forget the batches whose checks were remembered (which keeps their plans alive)."""
     _POOL.clear()
+    _CHECKED.clear()
 
 
 # Same-width carriers: copies move bits (NaN payloads, sub-byte and float8 types alike).
@@ -774,8 +777,15 @@ def _prepare(
     and chunks are built only after their count is known to fit.
     """
     args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds)
-    params, limits = _check_plans(ctx, args, dtypes)
-    sched = _Schedule(device=holds or torch.device("cpu"))
+    key = _batch_key(ctx, args, dtypes, mode)
+    remembered = _CHECKED.get(key) if key is not None else None
+    digest: int | None
+    if remembered is not None:  # the same plan objects passed these checks before: they cannot fail now
+        _kept, params, limits, digest = remembered
+    else:
+        params, limits = _check_plans(ctx, args, dtypes)
+        digest = _remember(key, args, params, limits, dtypes, mode)
+    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest)
     _check_buffers(ctx, args, params, sched)
     mine = _check_local_segments(ctx, args, params, limits, sched)
     if maps is not None:
@@ -783,6 +793,68 @@ def _prepare(
     _build_queues(ctx, mine, params, limits, args.budget, sched)
     _allocate_staging(sched)
     return sched
+
+
+_CHECKED: dict[tuple[object, ...], tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = {}
+"""Batches whose global checks passed, with their limits and digest, keyed by ``_batch_key``."""
+_CHECKED_LIMIT = 4
+
+
+def _batch_key(ctx: _Context, args: _Arguments, dtypes: object, mode: str) -> tuple[object, ...] | None:
+    """What the global checks and the digest depend on: the plan *objects* (by identity), and the
+    values of the endpoints, budget, dtypes, rank mode and group members. None when some plan is
+    not deeply immutable (a ``TransferPlan`` whose segments are not a tuple), so is not remembered.
+
+    A sync loop calls the executor with the same plans step after step; their segments are frozen
+    and were checked on the first call, so later calls skip ``_check_plans`` and the digest's
+    serialization. Buffers, bounds and everything else that can change are checked every call.
+    The remembered entry holds the plans themselves, so no id in a key can be reused by another
+    object while the entry exists.
+    """
+    try:
+        if not isinstance(dtypes, Mapping):
+            return None
+        names = sorted(args.plans)
+        plans = [args.plans[name] for name in names]
+        if not all(type(p) is TransferPlan and type(p.segments) is tuple for p in plans):
+            return None
+        kinds = tuple(dtypes.get(name) for name in names)
+        if not all(type(k) is torch.dtype for k in kinds):
+            return None
+        budget = args.budget
+        return (
+            tuple(zip(names, map(id, plans), kinds)),
+            tuple(sorted(args.endpoints.source.items())),
+            tuple(sorted(args.endpoints.target.items())),
+            (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds),
+            mode,
+            ctx.members,
+        )
+    except Exception:  # an odd key or value: checked the long way, every call
+        return None
+
+
+def _remember(
+    key: tuple[object, ...] | None,
+    args: _Arguments,
+    params: dict[str, _Param],
+    limits: dict[_Queue, int],
+    dtypes: object,
+    mode: str,
+) -> int | None:
+    """The digest of a batch whose global checks just passed, remembered with them (at most
+    ``_CHECKED_LIMIT`` batches, the oldest forgotten first). None when not remembered; then the
+    caller computes the digest itself, and reports its failure as before."""
+    if key is None or not isinstance(dtypes, Mapping):
+        return None
+    try:
+        digest = schedule_digest({n: p.plan for n, p in params.items()}, args.endpoints, args.budget, dtypes, mode)
+    except Exception:
+        return None
+    while len(_CHECKED) >= _CHECKED_LIMIT:
+        del _CHECKED[next(iter(_CHECKED))]
+    _CHECKED[key] = (tuple(p.plan for p in params.values()), params, limits, digest)
+    return digest
 
 
 def _check_arguments(
@@ -1390,7 +1462,9 @@ def execute_transfers(
         except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
             reason = f"unexpected {_describe(exc)} while checking"
     try:
-        digest = schedule_digest(plans, endpoints, budget, dtypes, str(endpoint_ranks))
+        digest = sched.digest if sched.digest is not None else schedule_digest(
+            plans, endpoints, budget, dtypes, str(endpoint_ranks)
+        )
     except Exception as exc:
         digest = 0
         reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
