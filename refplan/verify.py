@@ -54,7 +54,7 @@ def run_verify_cli(maps_path: str, plans_path: str, *, as_json: bool = False, qu
             check_keys(doc, "plan")
             plans = {name: TransferPlan.from_dict(doc, f"plans[{name!r}]")}
         else:
-            plans = parse_plans(doc)
+            plans = parse_plans(doc, from_json=True)
     except InputFileError as exc:
         print(f"refplan verify: bad input: {exc}", file=sys.stderr)
         return 2
