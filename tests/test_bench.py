@@ -366,3 +366,14 @@ def test_peak_memory_is_measured_in_a_fresh_process() -> None:
 
     peak = _peak_memory("zero2-sync")
     assert 20 << 20 < peak < 4 << 30
+
+
+def test_the_plan_stages_script_times_every_stage() -> None:
+    """``scripts/plan_stages.py`` (docs/performance.md's profile) still runs the planner's stages."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "plan_stages.py"
+    timed = runpy.run_path(str(script))["stages"]("zero2-sync", 1)
+    assert list(timed) == ["validate + requests", "policy copies", "policy", "check", "emit / reuse plans"]
+    assert all(us >= 0.0 for us in timed.values()) and sum(timed.values()) > 0.0
