@@ -31,6 +31,7 @@ __all__ = [
     "PAIRWISE_LIMIT",
     "QUIET_SEGMENTS",
     "REMEMBER_PIECES",
+    "STREAM_PLANS_BYTES",
     "PlanBudget",
     "fast_paths",
 ]
@@ -101,6 +102,15 @@ REMEMBER_PIECES = 256
 PAIRWISE_LIMIT = 8
 """``check.check_answers`` compares at most this many parts of one answer pairwise; more go
 through the k-d query ``box.overlapping_pairs``."""
+
+STREAM_PLANS_BYTES = 256 << 20
+"""``refplan verify`` reads a plans file of at least this many bytes one parameter at a time
+(``formats.PlansStream``, ``oracle.stream.verify_stream``) instead of as one document, and says
+so on stderr. Loaded whole, a plan costs about 1.3 KB of Python objects per segment (JSON dicts,
+then ``TransferSegment`` objects), so a 256 MiB file (about 3·10⁶ segments) already needs ~4 GB;
+streamed, memory follows the largest parameter instead of the file. Both paths give the same
+verdicts, report and exit code (tests/test_verify_stream.py). Not one of the ``fast_paths``
+switches: it changes memory, not speed, and the streamed path prints one more line."""
 
 _SWITCHES = ("ARRAY_MIN_PIECES", "ORACLE_ARRAY_SEGMENTS", "QUIET_SEGMENTS", "MEMO_MAX_PIECES",
              "REMEMBER_PIECES", "PAIRWISE_LIMIT")
