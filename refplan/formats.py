@@ -486,11 +486,6 @@ class _Text:
             got += len(part)
         self.text = "".join(parts)
 
-    def release(self) -> None:
-        """Drop consumed text once it is large (after a big value), without reading."""
-        if self.pos >= self.chunk:
-            self._drop_consumed()
-
     def _drop_consumed(self) -> None:
         """Forget ``text[:pos]``, counting its line breaks for later error positions."""
         if self.pos:
@@ -532,9 +527,9 @@ class _Text:
                 return
             self.more()
 
-    def value(self) -> Any:
+    def value(self, *, release: bool = False) -> Any:
         """Decode the JSON value at ``pos`` with ``json``'s decoder; read on while the text so far
-        may end inside it."""
+        may end inside it. ``release`` drops the value's text once decoded if it is large."""
         while True:
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
@@ -552,6 +547,8 @@ class _Text:
             else:
                 if end < len(self.text) or self.eof:  # a number or literal may go on in the next chunk
                     self.pos = end
+                    if release and end >= self.chunk:
+                        self._drop_consumed()
                     return value
             self.more()
 
@@ -671,8 +668,7 @@ class PlansStream:
                 if key == "parameters" and text.peek() == "{":
                     header[key] = {}
                     for name in text.members():
-                        yield name, text.value()
-                        text.release()
+                        yield name, text.value(release=True)  # bound to no name here: the consumer owns it
                 else:
                     header[key] = text.value()
             text.skip()
