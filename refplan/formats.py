@@ -530,6 +530,7 @@ class _Text:
     def value(self, *, release: bool = False) -> Any:
         """Decode the JSON value at ``pos`` with ``json``'s decoder; read on while the text so far
         may end inside it. ``release`` drops the value's text once decoded if it is large."""
+        too_long = ""
         while True:
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
@@ -541,9 +542,12 @@ class _Text:
                 raise self.fail(_twice(exc.key)) from None
             except RecursionError:
                 raise self.fail("nested too deeply") from None
-            except ValueError as exc:  # too many digits; the count may still grow, so only at the end
-                if self.eof:
+            except ValueError as exc:
+                # Too many digits in an integer; the count in the message may still grow with
+                # the next chunk, and is final once more text leaves it unchanged.
+                if self.eof or str(exc) == too_long:
                     raise self.fail(describe(str(exc))) from None
+                too_long = str(exc)
             else:
                 if end < len(self.text) or self.eof:  # a number or literal may go on in the next chunk
                     self.pos = end
