@@ -11,13 +11,13 @@ from typing import Any
 from refplan.files import MapsBatch, dump_maps, dump_plans
 from refplan.formats import MAPS_FORMAT
 from refplan.maps import (
+    LAYOUTS,
     AffinePiece,
     ParamAffineMap,
-    block_gather_map,
     contiguous_split_map,
     replicate,
     replicated_map,
-    segmented_map,
+    split,
     sub_param_map,
 )
 from refplan.planner import plan_transfers
@@ -28,12 +28,6 @@ __all__ = ["hostile_texts", "maps_doc", "refusal_docs", "split", "valid_docs", "
 Pair = tuple[ParamAffineMap, ParamAffineMap]
 
 
-def split(n: int, d: int) -> list[int]:
-    """``n`` over ``d`` locations, the first ``n % d`` one larger."""
-    base, extra = divmod(n, d)
-    return [base + (1 if r < extra else 0) for r in range(d)]
-
-
 def maps_doc(pairs: dict[str, Pair], **extra: Any) -> dict[str, Any]:
     """A ``refplan.maps/1`` document; ``pairs`` maps name -> (target, source)."""
     doc = dump_maps(MapsBatch(pairs))
@@ -42,16 +36,8 @@ def maps_doc(pairs: dict[str, Pair], **extra: Any) -> dict[str, Any]:
 
 
 def _layouts(tp: int) -> dict[str, ParamAffineMap]:
-    """The executed-coverage layouts of facts §4.6 at TP degree ``tp``."""
-    return {
-        "row_even": contiguous_split_map((8, 8), split(8, tp), 0),
-        "row_uneven": contiguous_split_map((11, 8), split(11, tp), 0),
-        "column": contiguous_split_map((8, 24), split(24, tp), 1),
-        "replicated": replicated_map((5, 6), tp),
-        "sub_params": sub_param_map((12, 8), (8, 4), [split(8, tp), split(4, tp)], 0),
-        "bigcode": segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [split(32, tp)]),
-        "yuan_gather": block_gather_map((8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)}, 8, 1),
-    }
+    """The executed-coverage layouts of facts §4.6 at TP degree ``tp`` (``maps.LAYOUTS``)."""
+    return {name: build(tp) for name, build in LAYOUTS.items()}
 
 
 def _swapped_selector_source() -> ParamAffineMap:

@@ -511,6 +511,7 @@ class _Schedule:
     slots: dict[tuple[str, int], list[torch.Tensor]] = field(default_factory=dict)  # (direction, peer)
     arenas: list[torch.Tensor] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    digest: int | None = None  # the schedule digest, when the checked batch was remembered with it
 
 
 _POOL: dict[tuple[str, int], list[torch.Tensor]] = {}
@@ -539,8 +540,10 @@ def _recycle(sched: _Schedule) -> None:
 
 
 def release_staging() -> None:
-    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase)."""
+    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase),
+    and forget the batches whose checks were remembered (which keeps their plans alive)."""
     _POOL.clear()
+    _CHECKED.clear()
 
 
 # Same-width carriers: copies move bits (NaN payloads, sub-byte and float8 types alike).
@@ -552,7 +555,7 @@ def _quantized(dtype: torch.dtype) -> bool:
     return str(dtype).removeprefix("torch.").startswith(("qint", "quint"))
 
 
-def _dtype_of(dtypes: Any, name: str) -> torch.dtype:
+def _dtype_of(dtypes: object, name: str) -> torch.dtype:
     dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else None
     if not isinstance(dtype, torch.dtype):
         raise _Refusal(f"parameter {name!r}: dtypes gives {dtype!r}, not a torch.dtype")
@@ -561,7 +564,7 @@ def _dtype_of(dtypes: Any, name: str) -> torch.dtype:
     return dtype
 
 
-def _ints(value: Any, where: str, what: str) -> tuple[int, ...]:
+def _ints(value: object, where: str, what: str) -> tuple[int, ...]:
     if not isinstance(value, tuple) or not all(type(v) is int for v in value):
         raise _Refusal(f"{where}: {what} {value!r} is not a tuple of ints")
     return value
@@ -578,7 +581,7 @@ def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
-def _check_segment(name: str, index: int, seg: Any) -> TransferSegment:
+def _check_segment(name: str, index: int, seg: object) -> TransferSegment:
     where = f"parameter {name!r}, segment {index}"
     if not isinstance(seg, TransferSegment):
         raise _Refusal(f"{where}: not a TransferSegment")
@@ -616,7 +619,7 @@ def _bound(table: Mapping[int, int], location: int, side: str, name: str, member
     return process
 
 
-def _buffers_device(source_buffers: Any, target_buffers: Any) -> torch.device | None:
+def _buffers_device(source_buffers: object, target_buffers: object) -> torch.device | None:
     """The one device every local buffer is on (None: this process holds none)."""
     devices: set[torch.device] = set()
     for buffers in (source_buffers, target_buffers):
@@ -629,7 +632,7 @@ def _buffers_device(source_buffers: Any, target_buffers: Any) -> torch.device | 
     return devices.pop() if devices else None
 
 
-def _check_buffer(name: str, side: str, location: int, tensor: Any, dtype: torch.dtype) -> torch.Tensor:
+def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: torch.dtype) -> torch.Tensor:
     """The buffer as a flat carrier view (same bytes, an integer type of the same width)."""
     where = f"parameter {name!r}: {side} buffer for location {location}"
     if not isinstance(tensor, torch.Tensor):
@@ -718,22 +721,157 @@ def _direct(buf: torch.Tensor, op: _Op) -> torch.Tensor | None:
     return view.reshape(-1).view(torch.uint8)
 
 
+_Key = tuple[str, int]  # (parameter, location)
+_Queue = tuple[int, int]  # (sending process, receiving process)
+
+
+@dataclass(frozen=True)
+class _Arguments:
+    """The caller's containers once their types are known; what they hold is checked later."""
+
+    plans: Mapping[str, object]
+    sources: Mapping[str, Mapping[int, object]]
+    targets: Mapping[str, Mapping[int, object]]
+    endpoints: TransferEndpoints
+    budget: StagingBudget
+
+
+@dataclass(frozen=True)
+class _Param:
+    """One parameter whose plan, segments and dtype passed the global checks."""
+
+    plan: TransferPlan
+    segments: list[TransferSegment]
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class _Mine:
+    """A segment with this process on at least one side, its buffers and bounds checked."""
+
+    name: str
+    segment: TransferSegment
+    source_process: int
+    target_process: int
+
+
 def _prepare(
     ctx: _Context,
-    plans: Any,
-    source_buffers: Any,
-    target_buffers: Any,
-    endpoints: Any,
-    dtypes: Any,
-    budget: Any,
-    maps: Any,
+    plans: object,
+    source_buffers: object,
+    target_buffers: object,
+    endpoints: object,
+    dtypes: object,
+    budget: object,
+    maps: object,
     mode: str,
     holds: torch.device | None,
 ) -> _Schedule:
     """Every check, then this process's schedule and staging. Raises ``_Refusal`` only.
 
-    Nothing here costs more than the number of segments, buffers and (bounded) chunks: extents
-    enter only through arithmetic, and chunks are built only after their count is known to fit.
+    The steps run in this order, and the first failure is the refusal a caller reads: the shapes
+    of the arguments, the plans (checks every process makes identically), this process's
+    buffers, the segments that touch them, the plans against ``maps``; then the schedule is built
+    and its staging allocated (a failure there is a refusal too). Nothing here costs more than
+    the number of segments, buffers and (bounded) chunks: extents enter only through arithmetic,
+    and chunks are built only after their count is known to fit.
+    """
+    args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds)
+    key = _batch_key(ctx, args, dtypes, mode)
+    remembered = _CHECKED.get(key) if key is not None else None
+    digest: int | None
+    if remembered is not None:  # the same plan objects passed these checks before: they cannot fail now
+        _kept, params, limits, digest = remembered
+    else:
+        params, limits = _check_plans(ctx, args, dtypes)
+        digest = _remember(key, args, params, limits, dtypes, mode)
+    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest)
+    _check_buffers(ctx, args, params, sched)
+    mine = _check_local_segments(ctx, args, params, limits, sched)
+    if maps is not None:
+        _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
+    _build_queues(ctx, mine, params, limits, args.budget, sched)
+    _allocate_staging(sched)
+    return sched
+
+
+_CHECKED: dict[tuple[object, ...], tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = {}
+"""Batches whose global checks passed, with their limits and digest, keyed by ``_batch_key``."""
+_CHECKED_LIMIT = 4
+
+
+def _batch_key(ctx: _Context, args: _Arguments, dtypes: object, mode: str) -> tuple[object, ...] | None:
+    """What the global checks and the digest depend on: the plan *objects* (by identity), and the
+    values of the endpoints, budget, dtypes, rank mode and group members. None when some plan is
+    not deeply immutable (a ``TransferPlan`` whose segments are not a tuple), so is not remembered.
+
+    A sync loop calls the executor with the same plans step after step; their segments are frozen
+    and were checked on the first call, so later calls skip ``_check_plans`` and the digest's
+    serialization. Buffers, bounds and everything else that can change are checked every call.
+    The remembered entry holds the plans themselves, so no id in a key can be reused by another
+    object while the entry exists.
+    """
+    try:
+        if not isinstance(dtypes, Mapping):
+            return None
+        names = sorted(args.plans)
+        plans = [args.plans[name] for name in names]
+        if not all(type(p) is TransferPlan and type(p.segments) is tuple for p in plans):
+            return None
+        kinds = tuple(dtypes.get(name) for name in names)
+        if not all(type(k) is torch.dtype for k in kinds):
+            return None
+        budget = args.budget
+        return (
+            tuple(zip(names, map(id, plans), kinds)),
+            tuple(sorted(args.endpoints.source.items())),
+            tuple(sorted(args.endpoints.target.items())),
+            (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds),
+            mode,
+            ctx.members,
+        )
+    except Exception:  # an odd key or value: checked the long way, every call
+        return None
+
+
+def _remember(
+    key: tuple[object, ...] | None,
+    args: _Arguments,
+    params: dict[str, _Param],
+    limits: dict[_Queue, int],
+    dtypes: object,
+    mode: str,
+) -> int | None:
+    """The digest of a batch whose global checks just passed, remembered with them (at most
+    ``_CHECKED_LIMIT`` batches, the oldest forgotten first). None when not remembered; then the
+    caller computes the digest itself, and reports its failure as before."""
+    if key is None or not isinstance(dtypes, Mapping):
+        return None
+    try:
+        digest = schedule_digest({n: p.plan for n, p in params.items()}, args.endpoints, args.budget, dtypes, mode)
+    except Exception:
+        return None
+    while len(_CHECKED) >= _CHECKED_LIMIT:
+        del _CHECKED[next(iter(_CHECKED))]
+    _CHECKED[key] = (tuple(p.plan for p in params.values()), params, limits, digest)
+    return digest
+
+
+def _check_arguments(
+    ctx: _Context,
+    plans: object,
+    source_buffers: object,
+    target_buffers: object,
+    endpoints: object,
+    budget: object,
+    mode: str,
+    holds: torch.device | None,
+) -> _Arguments:
+    """The containers the later checks walk: their types, the budget's fields, every buffer
+    naming a planned parameter, and a transport for the buffers' device type.
+
+    First, because every later step indexes these containers: a wrong type here is named as
+    what it is instead of surfacing as an odd exception deep inside a later check.
     """
     if mode not in ("global", "group"):
         raise _Refusal(f"endpoint_ranks must be 'global' or 'group', got {mode!r}")
@@ -763,13 +901,26 @@ def _prepare(
             f"buffers on {holds} need the {_TRANSPORTS.get(holds.type, 'a supported')} backend for "
             f"{holds.type} tensors; the process group's backend is {ctx.backend!r}"
         )
+    assert isinstance(source_buffers, Mapping) and isinstance(target_buffers, Mapping)  # checked above
+    return _Arguments(plans, source_buffers, target_buffers, endpoints, budget)
 
-    # Global checks: identical inputs give identical verdicts on every process.
-    names = sorted(plans)
-    checked: dict[str, tuple[list[TransferSegment], torch.dtype]] = {}
-    widest: dict[tuple[int, int], tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
-    for name in names:
-        plan = plans[name]
+
+def _check_plans(
+    ctx: _Context, args: _Arguments, dtypes: object
+) -> tuple[dict[str, _Param], dict[_Queue, int]]:
+    """The checks every process makes identically, and each queue's message limit.
+
+    Every process holds the same plans, endpoints, dtypes and budget (the digest proves it), so
+    these verdicts agree everywhere: each plan and segment well formed (``_check_segment``), a
+    movable dtype, every location bound to a member of the group, and a budget that can stage
+    one element of every queue's widest dtype. The limits derived here are the same at both
+    ends of a queue, which is what lets both ends cut the same messages.
+    """
+    budget, endpoints = args.budget, args.endpoints
+    params: dict[str, _Param] = {}
+    widest: dict[_Queue, tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
+    for name in sorted(args.plans):
+        plan = args.plans[name]
         if not isinstance(plan, TransferPlan):
             raise _Refusal(f"parameter {name!r}: plan is a {type(plan).__name__}, not a TransferPlan")
         dtype = _dtype_of(dtypes, name)
@@ -784,7 +935,7 @@ def _prepare(
             t_proc = _bound(endpoints.target, seg.target_rank, "target", name, ctx.members)
             if s_proc != t_proc and widest.get((s_proc, t_proc), (0, "", dtype))[0] < dtype.itemsize:
                 widest[(s_proc, t_proc)] = (dtype.itemsize, name, dtype)
-        checked[name] = (segments, dtype)
+        params[name] = _Param(plan, segments, dtype)
     limits = _queue_limits({q: w[0] for q, w in widest.items()}, budget)
     for (sender, receiver), (size, name, dtype) in sorted(widest.items()):
         if limits[(sender, receiver)] < size:
@@ -793,16 +944,22 @@ def _prepare(
                 f"total_bytes={budget.total_bytes}) leaves {limits[(sender, receiver)]} bytes per message from "
                 f"process {sender} to process {receiver}, which cannot stage one element ({dtype}, {size} bytes)"
             )
+    return params, limits
 
-    # Local buffers: bound to this process, right dtype/layout, no aliasing; carrier views kept.
-    device = holds or torch.device("cpu")
-    sched = _Schedule(device=device)
+
+def _check_buffers(ctx: _Context, args: _Arguments, params: Mapping[str, _Param], sched: _Schedule) -> None:
+    """This process's buffers: each bound to this process, of its parameter's dtype, contiguous,
+    and no two overlapping in memory where a write could land on a read or another write.
+
+    The flat carrier views made here are kept in ``sched`` and are all the movement ever
+    touches, so a mapping that changes after the checks cannot make it touch anything unchecked.
+    """
     for side, buffers, table, out in (
-        ("source", source_buffers, endpoints.source, sched.sources),
-        ("target", target_buffers, endpoints.target, sched.targets),
+        ("source", args.sources, args.endpoints.source, sched.sources),
+        ("target", args.targets, args.endpoints.target, sched.targets),
     ):
         for name in sorted(buffers):
-            dtype = checked[name][1]
+            dtype = params[name].dtype
             for location in sorted(buffers[name]):
                 if location not in table:
                     raise _Refusal(
@@ -817,14 +974,23 @@ def _prepare(
     _check_aliasing([(n, loc, t) for (n, loc), t in sched.sources.items()],
                     [(n, loc, t) for (n, loc), t in sched.targets.items()])
 
-    # Segments touching this process: buffers present, every address inside them, the targets
-    # not written more often than they have elements; then the chunk count, by arithmetic.
-    mine: list[tuple[str, int, TransferSegment, int, int]] = []
-    written: dict[tuple[str, int], int] = {}
+
+def _check_local_segments(
+    ctx: _Context, args: _Arguments, params: Mapping[str, _Param], limits: Mapping[_Queue, int], sched: _Schedule
+) -> list[_Mine]:
+    """The segments that touch this process: each one's buffer present, every address inside it
+    (``offset + Σ(extent−1)·stride < numel``), no target written more often than it has elements,
+    and the number of network chunks within ``max_chunks``.
+
+    All of it is arithmetic on extents, so a hostile extent (2**50) is refused at the cost of a
+    multiplication, before anything proportional to it is built.
+    """
+    endpoints, budget = args.endpoints, args.budget
+    mine: list[_Mine] = []
+    written: dict[_Key, int] = {}
     chunks = 0
-    for name in names:
-        segments, dtype = checked[name]
-        for index, seg in enumerate(segments):
+    for name, param in params.items():
+        for index, seg in enumerate(param.segments):
             s_proc = endpoints.source[seg.source_rank]
             t_proc = endpoints.target[seg.target_rank]
             if ctx.me not in (s_proc, t_proc):
@@ -855,24 +1021,36 @@ def _prepare(
                             f"buffer for location {loc}, which holds {buf.numel()}"
                         )
             if s_proc != t_proc:
-                chunks += chunk_count(seg.shape, limits[(s_proc, t_proc)] // dtype.itemsize)
+                chunks += chunk_count(seg.shape, limits[(s_proc, t_proc)] // param.dtype.itemsize)
                 if chunks > budget.max_chunks:
                     raise _Refusal(
                         f"the schedule of this process needs more than max_chunks={budget.max_chunks} network "
                         f"chunks (at parameter {name!r}, segment {index}) with bytes_per_peer="
                         f"{budget.bytes_per_peer}: raise the staging budget"
                     )
-            mine.append((name, index, seg, s_proc, t_proc))
+            mine.append(_Mine(name, seg, s_proc, t_proc))
+    return mine
 
-    if maps is not None:
-        _verify_against_maps(plans, maps)
 
-    # Build: chunks (bounded above), messages per queue, then the round bound.
+def _build_queues(
+    ctx: _Context,
+    mine: Sequence[_Mine],
+    params: Mapping[str, _Param],
+    limits: Mapping[_Queue, int],
+    budget: StagingBudget,
+    sched: _Schedule,
+) -> None:
+    """Local copies, then the chunks of every other segment (their count already bounded) in
+    global order, cut into messages per peer queue; refuses a schedule above ``max_rounds``.
+
+    Both ends of a queue walk the same segments in the same order with the same limit, so the
+    r-th message of A's queue to B is the r-th of B's queue from A.
+    """
     outgoing: dict[int, list[_Op]] = {}
     incoming: dict[int, list[_Op]] = {}
-    for name, _index, seg, s_proc, t_proc in mine:
-        dtype = checked[name][1]
-        size = dtype.itemsize
+    for item in mine:
+        name, seg, s_proc, t_proc = item.name, item.segment, item.source_process, item.target_process
+        size = params[name].dtype.itemsize
         sched.segments += 1
         if s_proc == t_proc:
             sched.local.append(_Local((name, seg.source_rank), (name, seg.target_rank), seg, seg.numel * size))
@@ -894,7 +1072,14 @@ def _prepare(
             "raise the staging budget"
         )
 
-    # Direct pieces (one chunk, contiguous in this process's shard); staging for the others.
+
+def _allocate_staging(sched: _Schedule) -> None:
+    """Mark the direct pieces (one chunk, contiguous in this process's shard: no staging copy)
+    and allocate two staging slots per queue for the others.
+
+    Allocated before the verdict, so that running out of memory is this process's refusal
+    rather than a raise after its peers have started moving.
+    """
     sizes: dict[tuple[str, int], int] = {}
     for direction, queues, store in (
         ("send", sched.outgoing, sched.sources),
@@ -912,15 +1097,14 @@ def _prepare(
     try:
         for key, size in sorted(sizes.items()):
             step = -(-size // 64) * 64
-            arena = _arena(device, _SLOTS * step)
+            arena = _arena(sched.device, _SLOTS * step)
             sched.arenas.append(arena)
             sched.slots[key] = [arena[i * step : i * step + size] for i in range(_SLOTS)]
     except (RuntimeError, MemoryError) as exc:
         raise _Refusal(f"cannot allocate staging: {_describe(exc)}") from None
-    return sched
 
 
-def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: Any) -> None:
+def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: object) -> None:
     """Judge each plan against its (target map, source map) with the independent oracle."""
     from .verify import verify_plan
 
@@ -1037,8 +1221,8 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
     """Run the rounds, two in flight; returns (rounds, local bytes, sent per peer, received per peer)."""
     peers = sorted(set(sched.incoming) | set(sched.outgoing))
     rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
-    sent: dict[int, int] = {}
-    received: dict[int, int] = {}
+    sent = {peer: sum(m.payload for m in queue) for peer, queue in sched.outgoing.items()}
+    received = {peer: sum(m.payload for m in queue) for peer, queue in sched.incoming.items()}
     local_bytes = 0
     to_global = dict(zip(ctx.members, ctx.global_ranks))
 
@@ -1057,6 +1241,30 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         # (NCCL ignores them anyway) messages match in posting order.
         return (r % (2 * _MAX_IN_FLIGHT)) << 24 | i if tagged else 0
 
+    def wires(r: int, direction: str) -> list[tuple[int, _Message, int, _Piece, torch.Tensor, torch.Tensor | None]]:
+        """Round r's pieces on every queue of one direction, in peer order and piece order: (peer,
+        message, piece index, piece, the tensor on the wire, the queue's staging slot this round).
+
+        The wire is the shard itself for a direct piece, else the piece's range of the slot
+        (slots alternate by round parity, so round r+1 packs while round r is in flight).
+        """
+        queues = sched.outgoing if direction == "send" else sched.incoming
+        out = []
+        for peer in peers:
+            queue = queues.get(peer, ())
+            if r >= len(queue):
+                continue
+            message = queue[r]
+            slot = sched.slots.get((direction, peer))
+            stage = slot[r % _SLOTS] if slot is not None else None
+            for i, piece in enumerate(message.pieces):
+                wire = piece.direct
+                if wire is None:
+                    assert stage is not None
+                    wire = stage[piece.start : piece.end]
+                out.append((peer, message, i, piece, wire, stage))
+        return out
+
     def post(r: int) -> _Round:
         """Post round r: every receive, then every send.
 
@@ -1069,45 +1277,26 @@ def _move(ctx: _Context, sched: _Schedule, timeout: timedelta) -> tuple[int, int
         labels: list[str] = []
         landing: list[tuple[_Message, _Piece, torch.Tensor | None]] = []
         buffers: list[torch.Tensor] = []
-        for peer in peers:
-            queue = sched.incoming.get(peer, [])
-            if r < len(queue):
-                message = queue[r]
-                slot = sched.slots.get(("receive", peer))
-                stage = slot[r % _SLOTS] if slot is not None else None
-                for i, piece in enumerate(message.pieces):
-                    wire = piece.direct
-                    if wire is None:
-                        assert stage is not None
-                        wire = stage[piece.start : piece.end]
-                    recvs.append(dist.P2POp(dist.irecv, wire, to_global[peer], ctx.group, tag(r, i)))
-                    labels.append(f"receive from process {peer}")
-                    landing.append((message, piece, None if piece.direct is not None else stage))
-                    buffers.append(wire)
-                received[peer] = received.get(peer, 0) + message.payload
         direct: list[tuple[dist.P2POp, str]] = []
         staged: list[tuple[tuple[tuple[_Op, int], ...], torch.Tensor, dist.P2POp, str]] = []
         in_order: list[tuple[dist.P2POp, str]] = []  # piece order, which NCCL matches by
-        for peer in peers:
-            queue = sched.outgoing.get(peer, [])
-            if r < len(queue):
-                message = queue[r]
-                slot = sched.slots.get(("send", peer))
-                stage = slot[r % _SLOTS] if slot is not None else None
-                for i, piece in enumerate(message.pieces):
-                    wire = piece.direct
-                    if wire is None:
-                        assert stage is not None
-                        wire = stage[piece.start : piece.end]
-                    op = dist.P2POp(dist.isend, wire, to_global[peer], ctx.group, tag(r, i))
-                    in_order.append((op, f"send to process {peer}"))
-                    if piece.direct is not None:
-                        direct.append((op, f"send to process {peer}"))
-                    else:
-                        shifted = tuple((o, at - piece.start) for o, at in message.parts[piece.first : piece.last])
-                        staged.append((shifted, wire, op, f"send to process {peer}"))
-                    buffers.append(wire)
-                sent[peer] = sent.get(peer, 0) + message.payload
+        for direction in ("receive", "send"):
+            receive = direction == "receive"
+            for peer, message, i, piece, wire, stage in wires(r, direction):
+                label = f"{direction} {'from' if receive else 'to'} process {peer}"
+                op = dist.P2POp(dist.irecv if receive else dist.isend, wire, to_global[peer], ctx.group, tag(r, i))
+                buffers.append(wire)
+                if receive:
+                    recvs.append(op)
+                    labels.append(label)
+                    landing.append((message, piece, None if piece.direct is not None else stage))
+                    continue
+                in_order.append((op, label))
+                if piece.direct is not None:
+                    direct.append((op, label))
+                else:
+                    shifted = tuple((o, at - piece.start) for o, at in message.parts[piece.first : piece.last])
+                    staged.append((shifted, wire, op, label))
 
         def pack(parts: tuple[tuple[_Op, int], ...], wire: torch.Tensor) -> None:
             for o, at in parts:
@@ -1273,7 +1462,9 @@ def execute_transfers(
         except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
             reason = f"unexpected {_describe(exc)} while checking"
     try:
-        digest = schedule_digest(plans, endpoints, budget, dtypes, str(endpoint_ranks))
+        digest = sched.digest if sched.digest is not None else schedule_digest(
+            plans, endpoints, budget, dtypes, str(endpoint_ranks)
+        )
     except Exception as exc:
         digest = 0
         reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"

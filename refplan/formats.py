@@ -180,10 +180,14 @@ def _quote(text: str) -> str:
     return json.dumps(text) if len(text) <= 80 else describe(text)
 
 
-def _known(value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
+def _known(
+    value: Any, path: str, allowed: tuple[str, ...] | frozenset[str], required: tuple[str, ...] = ()
+) -> None:
     """Refuse a key of the object ``value`` outside ``allowed`` (and a missing ``required`` one).
 
-    Non-objects are left alone: the parser that follows names the wrong type.
+    Non-objects are left alone: the parser that follows names the wrong type. ``allowed`` is a
+    tuple for a format's few keys, a frozenset where the keys are data (a file's parameter names:
+    membership in a tuple of 10⁵ names, once per name, was quadratic).
     """
     if not isinstance(value, Mapping):
         return
@@ -191,7 +195,11 @@ def _known(value: Any, path: str, allowed: tuple[str, ...], required: tuple[str,
         if key not in allowed:
             text = str(key)
             near = difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
-            hint = f" (did you mean {json.dumps(near[0])}?)" if near else f"; expected one of {', '.join(allowed)}"
+            listed = ", ".join(allowed if isinstance(allowed, tuple) else sorted(allowed))
+            expected = (
+                f"; expected one of {listed}" if len(allowed) <= 16 else f"; it is none of the {len(allowed)} names"
+            )
+            hint = f" (did you mean {json.dumps(near[0])}?)" if near else expected
             raise InvalidMapError(f"{path}: unknown key {_quote(text)}{hint}")
     for key in required:
         if key not in value:
@@ -236,8 +244,7 @@ def check_keys(doc: Any, kind: str) -> None:
         check_keys(doc.get("endpoints"), "endpoints")
         sizes = doc.get("element_size")
         if isinstance(sizes, Mapping) and isinstance(params, Mapping):
-            names = tuple(str(n) for n in params)
-            _known(sizes, "$.element_size", names)
+            _known(sizes, "$.element_size", frozenset(str(n) for n in params))
     elif kind == "map":
         _check_map_keys(doc, "$")
     elif kind == "endpoints":
@@ -302,6 +309,20 @@ def parse_maps(doc: Any) -> MapsBatch:
 
     ``element_size`` is one integer for every parameter, or an object naming each parameter.
     """
+    return _parse_maps(doc, reuse=False)
+
+
+def _parse_maps(doc: Any, *, reuse: bool) -> MapsBatch:
+    """``parse_maps``; with ``reuse``, a map whose JSON text equals an earlier one's is that map.
+
+    Models repeat layouts (an MoE file of 10⁵ expert weights holds a few dozen distinct maps), and
+    parsing a map field by field costs ~20x writing its text back with the C encoder. Only for
+    documents that came from ``loads_json`` (``read_maps``): there every value is a plain JSON
+    type, so equal text means equal content and equal parsing, errors included (only maps that
+    parsed are remembered, so each error still names its own parameter). A Python document could
+    hold a tuple, an ``int`` subclass or keys ``0`` and ``"0"`` that print alike; it is parsed
+    map by map.
+    """
     if not isinstance(doc, Mapping) or doc.get("format") != MAPS_FORMAT:
         raise InvalidMapError(f"maps file: expected an object with \"format\": \"{MAPS_FORMAT}\"")
     check_keys(doc, "maps")
@@ -309,12 +330,25 @@ def parse_maps(doc: Any) -> MapsBatch:
     if not isinstance(params, Mapping):
         raise InvalidMapError("maps file: \"parameters\" must be an object of name -> {target, source}")
     pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+    parsed: dict[str, ParamAffineMap] = {}
+
+    def parse(value: Any, where: str) -> ParamAffineMap:
+        if not reuse:
+            return ParamAffineMap.from_dict(value, where)
+        try:
+            text = json.dumps(value, separators=(",", ":"))
+        except (ValueError, RecursionError):  # nested deeper than the encoder goes: parse it plainly
+            return ParamAffineMap.from_dict(value, where)
+        found = parsed.get(text)
+        if found is None:
+            found = parsed[text] = ParamAffineMap.from_dict(value, where)
+        return found
+
     for name, entry in _names(params, "maps file"):
         if not isinstance(entry, Mapping) or "target" not in entry or "source" not in entry:
             raise InvalidMapError(f"maps file: parameter {describe(name)} needs \"target\" and \"source\" maps")
         pairs[name] = (
-            ParamAffineMap.from_dict(entry["target"], f"{_label(name)}.target"),
-            ParamAffineMap.from_dict(entry["source"], f"{_label(name)}.source"),
+            parse(entry["target"], f"{_label(name)}.target"), parse(entry["source"], f"{_label(name)}.source")
         )
     endpoints = parse_endpoints(doc["endpoints"]) if doc.get("endpoints") is not None else None
     process_node = _int_table(doc["process_node"], "process_node") if doc.get("process_node") is not None else None
@@ -380,7 +414,7 @@ def read_maps(path: str | Path) -> MapsBatch:
     """Load and parse a maps file; every error names the file, then the JSON path and the problem."""
     doc = load_json(path)  # its own errors already name the file
     try:
-        return parse_maps(doc)
+        return _parse_maps(doc, reuse=True)
     except InvalidMapError as exc:
         raise InvalidMapError(f"{path}: {exc}") from None
 

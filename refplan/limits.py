@@ -31,7 +31,9 @@ __all__ = [
     "PAIRWISE_LIMIT",
     "QUIET_SEGMENTS",
     "REMEMBER_PIECES",
+    "REMEMBER_SEGMENTS",
     "STREAM_PLANS_BYTES",
+    "STREAM_REMEMBER_PLANS",
     "PlanBudget",
     "fast_paths",
 ]
@@ -99,6 +101,11 @@ REMEMBER_PIECES = 256
 """The oracle remembers the validated layout of maps with at most this many pieces within one
 ``verify_plans`` batch (``oracle.layout.validated``)."""
 
+REMEMBER_SEGMENTS = 64
+"""Within one ``verify_plans`` batch the oracle reuses the verdict of a plan with at most this many
+segments for a later parameter whose layouts and segments are identical (``oracle.judge``); longer
+plans are judged afresh, so that the remembered keys stay small next to the plans themselves."""
+
 PAIRWISE_LIMIT = 8
 """``check.check_answers`` compares at most this many parts of one answer pairwise; more go
 through the k-d query ``box.overlapping_pairs``."""
@@ -106,25 +113,32 @@ through the k-d query ``box.overlapping_pairs``."""
 STREAM_PLANS_BYTES = 256 << 20
 """``refplan verify`` reads a plans file of at least this many bytes one parameter at a time
 (``formats.PlansStream``, ``oracle.stream.verify_stream``) instead of as one document, and says
-so on stderr. Loaded whole, a plan costs about 1.3 KB of Python objects per segment (JSON dicts,
-then ``TransferSegment`` objects), so a 256 MiB file (about 3·10⁶ segments) already needs ~4 GB;
-streamed, memory follows the largest parameter instead of the file. Both paths give the same
+so on stderr. Loaded whole, a plan costs about 1.1 KB of Python objects per segment (JSON dicts,
+then ``TransferSegment`` objects), so a 256 MiB file (about 3.5·10⁶ segments) needs ~3.6 GB;
+streamed, memory follows the largest parameter instead of the file (docs/performance.md). Both paths give the same
 verdicts, report and exit code (tests/test_verify_stream.py). Not one of the ``fast_paths``
 switches: it changes memory, not speed, and the streamed path prints one more line."""
 
+STREAM_REMEMBER_PLANS = 1024
+"""The streamed ``refplan verify`` (``oracle.stream.verify_stream``) forgets the verdicts it keeps
+for reuse (``REMEMBER_SEGMENTS``) once this many distinct plans are remembered, so that a file of
+distinct small plans does not hold a key per segment (at most 1024 × 64 segment keys, ~20 MB);
+a model's few dozen distinct layouts stay well below it."""
+
 _SWITCHES = ("ARRAY_MIN_PIECES", "ORACLE_ARRAY_SEGMENTS", "QUIET_SEGMENTS", "MEMO_MAX_PIECES",
-             "REMEMBER_PIECES", "PAIRWISE_LIMIT")
+             "REMEMBER_PIECES", "REMEMBER_SEGMENTS", "PAIRWISE_LIMIT")
 _ALWAYS = 1 << 62  # a count no input reaches
 _ON: dict[str, int] = {
     # Taken at any size: thresholds of the "from this many on" kind go to 0 or 1, limits of the
     # "up to this many" kind to a count no input reaches.
     "ARRAY_MIN_PIECES": 1, "ORACLE_ARRAY_SEGMENTS": 1, "QUIET_SEGMENTS": 0,
-    "MEMO_MAX_PIECES": _ALWAYS, "REMEMBER_PIECES": _ALWAYS, "PAIRWISE_LIMIT": _ALWAYS,
+    "MEMO_MAX_PIECES": _ALWAYS, "REMEMBER_PIECES": _ALWAYS, "REMEMBER_SEGMENTS": _ALWAYS,
+    "PAIRWISE_LIMIT": _ALWAYS,
 }
 _OFF: dict[str, int] = {
     # Never taken: the plain loop (or, for the pairwise limit, the k-d query) decides everything.
     "ARRAY_MIN_PIECES": _ALWAYS, "ORACLE_ARRAY_SEGMENTS": _ALWAYS, "QUIET_SEGMENTS": _ALWAYS,
-    "MEMO_MAX_PIECES": -1, "REMEMBER_PIECES": -1, "PAIRWISE_LIMIT": -1,
+    "MEMO_MAX_PIECES": -1, "REMEMBER_PIECES": -1, "REMEMBER_SEGMENTS": -1, "PAIRWISE_LIMIT": -1,
 }
 
 

@@ -10,7 +10,7 @@ against the budget. Any failure raises before anything is returned: no partial p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from math import prod
 from operator import attrgetter, mul, sub
 from typing import Any
@@ -39,24 +39,39 @@ SINGLE_PARAMETER = "param"
 """The parameter name ``plan_transfer`` uses for its one parameter in requests and messages."""
 
 
-class _Prepared:
-    """One parameter after validation: its frames, requests and counters."""
+class _Layout:
+    """One distinct (target, source) layout of a batch, validated once and reused.
+
+    Besides what validation produced (frames, intersections, counters) it keeps the requests
+    built for the first parameter of this layout (per element size: ``bytes`` depends on it),
+    which later parameters copy with their own name instead of rebuilding, and the plans already
+    emitted for it, keyed by the answers that produced them: a plan is a pure function of the
+    layout, the batch's budget and the chosen holders, so a parameter whose layout and answers
+    equal an earlier one's gets that plan (immutable, shared) without emitting or coalescing again.
+    """
+
+    __slots__ = ("checks", "inters", "plans", "regions", "source", "target", "templates")
 
     def __init__(
-        self,
-        name: str,
-        target: NormalizedMap,
-        source: NormalizedMap,
-        requests: list[ReplicaRequest],
-        regions: int,
-        pair_checks: int,
+        self, target: NormalizedMap, source: NormalizedMap, inters: list[Intersection], regions: int, checks: int
     ) -> None:
-        self.name = name
         self.target = target
         self.source = source
-        self.requests = requests
+        self.inters = inters
         self.regions = regions
-        self.pair_checks = pair_checks
+        self.checks = checks
+        self.templates: dict[int | None, list[ReplicaRequest]] = {}
+        self.plans: dict[tuple[Any, ...], TransferPlan] = {}
+
+
+class _Prepared:
+    """One parameter after validation: its layout and requests."""
+
+    def __init__(self, name: str, layout: _Layout, requests: list[ReplicaRequest], shared: bool) -> None:
+        self.name = name
+        self.layout = layout
+        self.requests = requests
+        self.shared = shared  # the layout is the batch's memoized one: its plans may be reused
 
 
 def _prepare(
@@ -77,13 +92,15 @@ def _prepare(
             f"source map describes {source_map.logical_shape}; a reshape is not a transfer"
         )
     key = None
+    layout = None
     if memo is not None:
         target_key = _layout_key(target_map)
         source_key = _layout_key(source_map)
-        key = None if target_key is None or source_key is None else (target_key, source_key)
-    if key is not None and memo is not None and key in memo:
-        target, source, inters, region_count, checks = memo[key]
-    else:
+        if target_key is not None and source_key is not None:
+            key = (target_key, source_key)
+            layout, hashable = _remembered(memo, key)
+            key = key if hashable else None
+    if layout is None:
         source_work = pair_budget(name, "source", budget)
         source = normalize(source_map, "source", name, budget, source_work)
         target_work = pair_budget(name, "target", budget)
@@ -92,47 +109,77 @@ def _prepare(
         check_target_cover(target, target_work)
         joint = pair_budget(name, "target", budget)
         inters = intersections(target, regions, joint)
-        region_count = len(regions)
-        checks = source_work.count + target_work.count + joint.count
+        layout = _Layout(target, source, inters, len(regions), source_work.count + target_work.count + joint.count)
         if key is not None and memo is not None:
-            memo[key] = (target, source, inters, region_count, checks)
+            memo[key] = layout
+    elif (templates := layout.templates.get(element_size)) is not None:
+        return _Prepared(name, layout, [_renamed(t, name) for t in templates], True)
     requests = build_requests(
-        name, inters, endpoints=endpoints, element_size=element_size, process_node=process_node
+        name, layout.inters, endpoints=endpoints, element_size=element_size, process_node=process_node
     )
-    return _Prepared(name, target, source, requests, region_count, checks)
+    if key is not None:
+        # Built (and so bound to endpoints without error) for this parameter: later parameters of
+        # the layout copy these with their own name; the copies are what their policy and checks see.
+        layout.templates[element_size] = requests
+    return _Prepared(name, layout, requests, key is not None)
 
+
+def _renamed(request: ReplicaRequest, name: str) -> ReplicaRequest:
+    """``dataclasses.replace(request, parameter=name)`` without the frozen ``__init__``'s cost."""
+    clone = _new_object(ReplicaRequest)
+    fields = request.__dict__.copy()
+    fields["parameter"] = name
+    _set_attribute(clone, "__dict__", fields)
+    return clone
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
 _SHAPE = attrgetter("shape")
 
-_Memo = dict[Any, tuple[NormalizedMap, NormalizedMap, list[Intersection], int, int]]
+_Memo = dict[Any, _Layout]
 
 
 def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
-    """Everything validation reads from a small map, as a hashable value; ``None`` if not memoizable.
+    """Everything validation reads from a small map, as a plain tuple; ``None`` if not memoizable.
 
-    Models repeat layouts: every layer of a transformer has the same maps, so a batch validates
-    each distinct (target, source) layout once and reuses its frames, regions and intersections
-    for every parameter with exactly the same content (pieces compared field by field, dict
-    orders included). Validation is a pure function of that content and of the batch's budget,
-    so the reuse changes nothing: a layout is remembered only after it passed, and requests are
-    still built per parameter (names, element sizes, endpoint errors). Only exact
+    Models repeat layouts: every layer of a transformer has the same maps, and an MoE model has
+    tens of thousands of expert weights over a few dozen layouts. So a batch validates each
+    distinct (target, source) layout once and reuses its frames, regions and intersections — and
+    its requests and plans (see ``_Layout``) — for every parameter with exactly the same content:
+    every field of every piece (the dataclass's own fields, so a new field is included), shard
+    shapes, and dict orders. Validation is a pure function of that content and of the batch's
+    budget, so the reuse changes nothing: a layout is remembered only after it passed. The key is
+    built from the fields, not from the pieces, so that hashing and comparing it runs in C (the
+    dataclass's ``__hash__``/``__eq__`` run in Python, once per piece and lookup). Only exact
     ``ParamAffineMap``/``AffinePiece`` instances of small maps are keyed; anything else is
-    validated afresh.
+    validated afresh, and so is a map whose key does not hash (``_remembered``).
     """
     if type(param_map) is not ParamAffineMap:
         return None
-    pieces = param_map.pieces_by_rank
     count = 0
-    for listed in pieces.values():
+    listed_by_rank = []
+    for rank, listed in param_map.pieces_by_rank.items():
         count += len(listed)
-        if count > limits.MEMO_MAX_PIECES or any(type(p) is not AffinePiece for p in listed):
+        if count > limits.MEMO_MAX_PIECES:
             return None
-    key = (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(pieces.items()))
+        for piece in listed:
+            if type(piece) is not AffinePiece:
+                return None
+        listed_by_rank.append((rank, tuple(map(_PIECE_FIELDS, listed))))
+    return (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(listed_by_rank))
+
+
+_PIECE_FIELDS = attrgetter(*(f.name for f in fields(AffinePiece)))
+
+
+def _remembered(memo: _Memo, key: tuple[Any, ...]) -> tuple[_Layout | None, bool]:
+    """(the layout remembered under ``key``, whether ``key`` can be remembered at all)."""
     try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+        return memo.get(key), True
+    except TypeError:  # a value a caller forced into a map that does not hash: validate afresh
+        return None, False
 
 
 def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSegment]:
@@ -157,10 +204,29 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
 
 
 def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
+    """The parameter's plan: emitted, coalesced and measured, or reused from its layout.
+
+    Reuse is keyed on everything the plan depends on besides the layout and the budget (both the
+    same for the whole layout): the holder chosen for each request, and for a split every part's
+    box and holder. Only plans that passed the budget checks are remembered, so a refusal is
+    always raised (and named) for the parameter that causes it.
+    """
+    layout = prepared.layout
+    if not prepared.shared:
+        return _emit_plan(prepared, answers, budget)
+    choice = tuple([a[0][1].source_rank if len(a) == 1 else a for a in answers])
+    plan = layout.plans.get(choice)
+    if plan is None:
+        plan = layout.plans[choice] = _emit_plan(prepared, answers, budget)
+    return plan
+
+
+def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
     name = prepared.name
+    layout = prepared.layout
     raw = _emit(prepared, answers)
     segments, merge_checks = coalesce(
-        raw, prepared.source.shard_shapes, prepared.target.shard_shapes, budget, name
+        raw, layout.source.shard_shapes, layout.target.shard_shapes, budget, name
     )
     # A budget exhausted only because the policy split requests is the policy's failure (RFC: the
     # extra segments from splits must stay within max_segments and max_plan_bytes); otherwise it
@@ -173,7 +239,7 @@ def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudg
             f"parameter {name!r}: {len(segments)} segments{blame} exceed max_segments={budget.max_segments}; "
             "the plan is refused, not truncated"
         )
-    logical = prepared.target.logical_shape
+    logical = layout.target.logical_shape
     plan = TransferPlan(tuple(segments), logical, sum(map(prod, map(_SHAPE, segments))))  # = Σ numel
     plan_bytes = len(plan.encode())
     if plan_bytes > budget.max_plan_bytes:  # R32
@@ -182,9 +248,9 @@ def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudg
             f"{budget.max_plan_bytes}; the plan is refused, not truncated"
         )
     stats = PlanStatistics(
-        source_pieces=prepared.regions,
-        target_pieces=len(prepared.target.frames),
-        pair_checks=prepared.pair_checks,
+        source_pieces=layout.regions,
+        target_pieces=len(layout.target.frames),
+        pair_checks=layout.checks,
         segments_before_merge=len(raw),
         segments=len(segments),
         plan_bytes=plan_bytes,

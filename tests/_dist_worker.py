@@ -35,6 +35,7 @@ from refplan import (
     contiguous_split_map,
     replicate,
 )
+from refplan.cli.sync import bits_of, marker_bits, restrict, tensor_from_bits
 from refplan.execute import (
     StagingBudget,
     TransferExecutionError,
@@ -45,7 +46,6 @@ from refplan.execute import (
 from refplan.planner import plan_transfers
 from refplan.policies import POLICIES
 from refplan.simulate import extract_shards
-from refplan.sync import bits_of, marker_bits, restrict, tensor_from_bits
 
 TIMEOUT = timedelta(seconds=20)
 GUARD = 5

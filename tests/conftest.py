@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from refplan.box import row_major_strides, volume
-from refplan.conformance.generate import piece, pmap, split  # noqa: F401  (re-exported: hand-built maps in the tests)
+from refplan.cli.generate_corpus import piece, pmap, split  # noqa: F401  (re-exported: hand-built maps in the tests)
 from refplan.maps import AffinePiece, ParamAffineMap
 
 # ---------------------------------------------------------------------------------------------

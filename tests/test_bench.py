@@ -26,7 +26,7 @@ from refplan import (
     replicated_map,
 )
 from refplan.analysis import load_lower_bound, sender_load
-from refplan.bench import (
+from refplan.cli.bench import (
     add_bench_arguments,
     llama_scenario,
     run_bench,
@@ -320,7 +320,7 @@ def test_layout_memo_keeps_per_parameter_errors() -> None:
 def test_bench_sync_rows_or_a_clear_refusal() -> None:
     """``--sync`` runs real syncs through the executor; skipped where torch is missing."""
     pytest.importorskip("torch")
-    from refplan.bench import SYNC_POLICIES, run_sync_rows
+    from refplan.cli.bench import SYNC_POLICIES, run_sync_rows
 
     got = run_sync_rows(runs=1)
     assert {(r["policy"]) for r in got} == set(SYNC_POLICIES)

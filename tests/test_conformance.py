@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from refplan.cli.generate_corpus import build_corpus
 from refplan.conformance import load_cases, run_conformance
 from refplan.conformance.adapters import Adapter, Outcome, RefplanAdapter, make_adapter
 from refplan.conformance.corpus import CASES_DIR, INPUT_FORMAT, Case, CaseFormatError, parse_case, select_cases
-from refplan.conformance.generate import build_corpus
 from refplan.conformance.runner import add_conformance_arguments, judge, run_conformance_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +75,7 @@ def test_corpus_regenerates_byte_identically() -> None:
     committed = {p.name: p.read_text(encoding="utf-8") for p in CASES_DIR.glob("*.json")}
     assert sorted(built) == sorted(committed)
     for name, text in built.items():
-        assert text == committed[name], f"{name} differs from a fresh `python -m refplan.conformance.generate`"
+        assert text == committed[name], f"{name} differs from a fresh `python -m refplan.cli.generate_corpus`"
 
 
 @pytest.mark.skipif(not SCHEMA.exists(), reason="spec/schemas/conformance-case.schema.json is not present")

@@ -19,15 +19,7 @@ from conftest import assert_executes_exactly, shuffled_map, split
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refplan.maps import (
-    ParamAffineMap,
-    block_gather_map,
-    contiguous_split_map,
-    replicate,
-    replicated_map,
-    segmented_map,
-    sub_param_map,
-)
+from refplan.maps import LAYOUTS, ParamAffineMap, contiguous_split_map, replicate, replicated_map
 from refplan.planner import plan_transfer, plan_transfers
 from refplan.policies import balanced, first_holder
 from refplan.requests import ReplicaRequest, TransferEndpoints
@@ -37,16 +29,10 @@ POLICIES = {"first_holder": first_holder, "balanced": balanced}
 Pairs = dict[str, tuple[ParamAffineMap, ParamAffineMap]]
 
 
-def _bigcode(tp: int) -> ParamAffineMap:
-    return segmented_map((48, 8), [(32, False), (16, True)], 0, tp, [split(32, tp)])
-
-
-def _yuan(tp: int) -> ParamAffineMap:
-    return block_gather_map((8, 64), {r: [h for h in range(8) if h % tp == r] for r in range(tp)}, 8, 1)
-
-
-def _sub(tp: int) -> ParamAffineMap:
-    return sub_param_map((12, 8), (8, 4), [split(8, tp), split(4, tp)], 0)
+# The §4.6 layouts these tests use, from the one table (``maps.LAYOUTS``), at a TP degree.
+_bigcode = LAYOUTS["bigcode"]
+_yuan = LAYOUTS["yuan_gather"]
+_sub = LAYOUTS["sub_params"]
 
 
 def batch() -> Pairs:

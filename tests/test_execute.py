@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from refplan import TransferEndpoints, TransferSegment, contiguous_split_map, replicate, replicated_map
+from refplan.cli.sync import add_sync_arguments, bits_of, marker_bits, run_ranks, run_sync_cli
 from refplan.execute import (
     StagingBudget,
     TransferRejectedError,
@@ -39,7 +40,6 @@ from refplan.execute import (
 )
 from refplan.files import MapsBatch, dump_maps
 from refplan.planner import plan_transfer
-from refplan.sync import add_sync_arguments, bits_of, marker_bits, run_ranks, run_sync_cli
 
 # One launch per worker: with `pytest -n 2 --dist loadgroup` this file stays on one worker.
 pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("execute")]
@@ -490,7 +490,7 @@ def test_float_markers_are_normal_numbers_and_never_the_sentinel(dtype: torch.dt
 
 
 # ---------------------------------------------------------------------------------------------
-# `refplan sync` (the CLI logic; the lead wires it into refplan/cli.py).
+# `refplan sync` (the CLI logic; the lead wires it into refplan/cli/main.py).
 
 
 def _sync_args(*argv: str) -> argparse.Namespace:
@@ -520,3 +520,70 @@ def test_sync_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # CUDA and NCCL checks live in tests/test_execute_gpu.py (scripts/gpu-check.sh runs them).
+
+
+def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync loop calls the executor with the same plans every step: the second call skips the
+    plan checks and the digest's serialization for those (frozen) plan objects, and nothing that
+    can change between calls (endpoints, budget, dtypes, buffers) is taken from the first."""
+    from refplan import execute as ex
+    from refplan.plan import TransferPlan
+
+    source_map = contiguous_split_map((4, 4), [2, 2], 0)
+    target_map = contiguous_split_map((4, 4), [2, 2], 1)
+    endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
+    plan = plan_transfer(target_map, source_map, endpoints=endpoints)
+    sources = {0: torch.arange(8.0), 1: torch.arange(8.0, 16.0)}
+    full = torch.arange(16.0).view(4, 4)
+    checked: list[int] = []
+    real = ex._check_plans
+
+    def counting(*args: Any) -> Any:
+        checked.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(ex, "_check_plans", counting)
+    ex.release_staging()
+
+    def run(the_plan: Any = plan, **kwargs: Any) -> None:
+        targets = {0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+        execute_transfer(the_plan, sources, targets, endpoints, dtype=torch.float32, **kwargs)
+        assert torch.equal(targets[0].view(4, 2), full[:, :2]) and torch.equal(targets[1].view(4, 2), full[:, 2:])
+
+    run()
+    run()
+    assert len(checked) == 1, "the same plan objects were checked twice"
+    (entry,) = ex._CHECKED.values()
+    assert entry[3] == schedule_digest({ex.SINGLE: plan}, endpoints, StagingBudget(), {ex.SINGLE: torch.float32})
+    run(budget=StagingBudget(1 << 12))
+    assert len(checked) == 2, "another budget reused the first budget's checks"
+    bindings: dict[int, int] = endpoints.source  # type: ignore[assignment]  # a plain dict inside
+    bindings[1] = 5  # the same endpoints object, changed in place
+    with pytest.raises(TransferRejectedError, match="not in the process group"):
+        run()
+    bindings[1] = 0
+    with pytest.raises(TransferRejectedError, match=r"dtype torch\.float32"):
+        execute_transfer(plan, sources, {0: torch.zeros(8), 1: torch.zeros(8)}, endpoints, dtype=torch.float64)
+    listed = TransferPlan(list(plan.segments), plan.logical_shape, plan.moved_elements)  # type: ignore[arg-type]
+    before = len(checked)
+    run(listed)
+    run(listed)
+    assert len(checked) == before + 2, "a plan with a mutable segment list was remembered"
+    ex.release_staging()
+    assert not ex._CHECKED
+
+
+def test_paired_ratios_of_the_bench() -> None:
+    """``refplan bench --sync`` judges the executor on the median of per-run ratios (each pair
+    measured side by side) and prints best-of-N and the spread beside it."""
+    from refplan.bench import paired_ratios
+
+    stats = paired_ratios([2.0, 3.0, 30.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 10.0])
+    assert stats["median"] == pytest.approx(1.5)  # ratios 0.5, 1, 1.5, 2, 10
+    assert (stats["low"], stats["high"]) == (pytest.approx(0.5), pytest.approx(10.0))
+    assert (stats["q1"], stats["q3"]) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert stats["best"] == pytest.approx(2.0)  # fastest executor over fastest raw
+    assert stats["of_medians"] == pytest.approx(4.0 / 3.0)
+    one = paired_ratios([3.0], [2.0])
+    assert one["median"] == one["q1"] == one["q3"] == one["best"] == pytest.approx(1.5)
+    assert paired_ratios([1.0], [0.0])["median"] is None

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from refplan import TransferEndpoints, contiguous_split_map
+from refplan.cli.sync import run_ranks
 from refplan.execute import execute_transfer, execute_transfers
 from refplan.planner import plan_transfer
-from refplan.sync import run_ranks
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("gpu")]
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from conftest import assert_executes_exactly, piece, pmap
 
-from refplan.conformance.generate import LAYOUTS, bigcode  # the layouts the conformance suite uses
-from refplan.maps import (
+from refplan.maps import (  # LAYOUTS: the §4.6 layouts the conformance suite uses
+    LAYOUTS,
     ParamAffineMap,
     contiguous_split_map,
     replicate,
@@ -26,6 +26,8 @@ from refplan.planner import plan_transfer, plan_transfers
 from refplan.policies import balanced, first_holder
 from refplan.requests import ReplicaPart, ReplicaRequest, ReplicaSelectionRequest, TransferEndpoints
 from refplan.verify import verify_plan
+
+bigcode = LAYOUTS["bigcode"]
 
 POLICIES = {"first_holder": first_holder, "balanced": balanced}
 

@@ -271,7 +271,7 @@ def test_balanced_is_never_worse_than_lpt_on_the_conformance_batches() -> None:
 
 
 def test_balanced_is_never_worse_than_lpt_on_the_bench_scenarios() -> None:
-    from refplan.bench import PIECES_AT_SCALE, SCENARIOS
+    from refplan.cli.bench import PIECES_AT_SCALE, SCENARIOS
 
     for name, build in SCENARIOS.items():
         if name.endswith(str(PIECES_AT_SCALE)):

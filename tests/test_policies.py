@@ -9,7 +9,7 @@ import pytest
 
 from refplan import InvalidMapError, ReplicaRequest, TransferEndpoints, contiguous_split_map, replicate
 from refplan.analysis import sender_load
-from refplan.demo import demo_batch
+from refplan.cli.demo import demo_batch
 from refplan.planner import plan_transfer, plan_transfers
 from refplan.policies import balanced, first_holder, from_selector
 from refplan.simulate import simulate_transfer

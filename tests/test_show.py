@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from refplan import show
-from refplan.demo import demo_batch
+from refplan.cli import show
+from refplan.cli.demo import demo_batch
 from refplan.files import MapsBatch, dump_maps, dump_plans, parse_maps
 from refplan.maps import contiguous_split_map, replicate
 from refplan.plan import TransferPlan, TransferSegment

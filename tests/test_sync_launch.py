@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-import refplan.sync
-from refplan.sync import add_sync_arguments, job_rank, run_ranks, run_sync_cli
+import refplan.cli.sync
+from refplan.cli.sync import add_sync_arguments, job_rank, run_ranks, run_sync_cli
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -55,7 +55,7 @@ def _fails_loudly(rank: int, world: int, cfg: Any) -> dict[str, Any]:
 
 def test_sync_failure_prints_one_line(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     """Defect 7: a failed process's traceback reached stderr; the CLI promises one line."""
-    monkeypatch.setattr(refplan.sync, "_sync_rank", _fails_loudly)
+    monkeypatch.setattr(refplan.cli.sync, "_sync_rank", _fails_loudly)
     code = run_sync_cli(_sync_args("--nproc", "2", "--timeout", "20"))
     err = capfd.readouterr().err
     lines = err.strip().splitlines()
@@ -106,7 +106,7 @@ def test_sync_under_torchrun_is_one_process_of_the_job() -> None:
 def test_bench_sync_compares_with_raw_all_to_all() -> None:
     """``refplan bench --sync`` measures the executor beside a raw ``all_to_all_single`` of the same
     per-pair bytes, every target element checked (the ratio itself is the bench's, not a test's)."""
-    from refplan.bench import TARGET_EXECUTOR_VS_RAW, _raw_target, run_sync_raw
+    from refplan.cli.bench import TARGET_EXECUTOR_VS_RAW, _raw_target, run_sync_raw
 
     raw = run_sync_raw(runs=1)
     assert raw["checked_elements"] > 0 and raw["network_bytes"] > 20 << 20  # ~28 MiB bf16, half moved

@@ -363,3 +363,14 @@ def test_nothing_of_a_plan_is_kept_once_the_next_is_read(tmp_path: Path) -> None
 
     result = verify_stream(PAIRS, watched())
     assert result.ok and len(alive) == len(PAIRS)
+
+
+@pytest.mark.parametrize("remember", [0, 1, 1024])
+def test_forgetting_reused_verdicts_changes_no_verdict(monkeypatch: pytest.MonkeyPatch, remember: int) -> None:
+    monkeypatch.setattr(limits, "STREAM_REMEMBER_PLANS", remember)
+    pairs = {f"p{i}": (TARGET, SOURCE) for i in range(6)}
+    plans: dict[str, Any] = {name: PLANS["a"] for name in pairs}
+    plans["p3"] = dataclasses.replace(PLANS["a"], segments=PLANS["a"].segments[1:])  # a gap in one of them
+    expected = verify_plans(pairs, plans)
+    assert [v.status for v in expected.verdicts.values()] == ["ok"] * 3 + ["invalid"] + ["ok"] * 2
+    assert verify_stream(pairs, plans.items()) == expected

@@ -10,6 +10,8 @@ Both are answered with box algebra from ``box`` (k-d queries, ``covers``) and ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -431,8 +433,10 @@ def _verify_plan(
     parameter: str | None = None,
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
+    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] | None = None,
 ) -> Verdict:
-    """``verify_plan``'s body; ``layouts`` remembers validated maps within one ``verify_plans``."""
+    """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps
+    and ``judged`` the verdicts of small plans (see below)."""
     try:
         target = as_map(target_map, "target")
         source = as_map(source_map, "source")
@@ -459,7 +463,25 @@ def _verify_plan(
             "invalid", parameter,
             reason=f"the plan describes logical shape {plan_shape}, the maps {tgt.logical_shape}",
         )
-    return check_plan(segments, src, tgt, fallback_elements).with_parameter(parameter)
+    if judged is None or len(segments) > limits.REMEMBER_SEGMENTS:
+        return check_plan(segments, src, tgt, fallback_elements).with_parameter(parameter)
+    # The judgement reads nothing but the segments and the two validated layouts (and the batch's
+    # fallback_elements), so a parameter whose layouts and segments are identical to an earlier
+    # one's — every field of every segment, in order — gets that verdict under its own name. The
+    # layouts are keyed by identity: ``validated`` hands out one object per distinct map content,
+    # and the entry holds both, so their ids cannot be reused by other objects meanwhile.
+    key = (id(src), id(tgt), *map(_segment_content, segments))
+    try:
+        earlier = judged.get(key)
+    except TypeError:  # a field forced to something unhashable: judge it afresh
+        return check_plan(segments, src, tgt, fallback_elements).with_parameter(parameter)
+    if earlier is None:
+        earlier = judged[key] = (src, tgt, check_plan(segments, src, tgt, fallback_elements))
+    return earlier[2].with_parameter(parameter)
+
+
+_segment_content = attrgetter(*[f.name for f in fields(TransferSegment)])
+"""Every field of a segment: two segments with equal content copy the same elements."""
 
 
 def verify_plans(
@@ -478,6 +500,7 @@ def _verify_plans(
 ) -> BatchVerdict:
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
+    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] = {}
     for name in sorted(set(pairs) | set(plans)):
         if name not in plans:
             verdicts[name] = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
@@ -486,6 +509,7 @@ def _verify_plans(
         else:
             target, source = pairs[name]
             verdicts[name] = _verify_plan(
-                target, source, plans[name], parameter=name, fallback_elements=fallback_elements, layouts=layouts
+                target, source, plans[name], parameter=name, fallback_elements=fallback_elements, layouts=layouts,
+                judged=judged,
             )
     return BatchVerdict(worst(v.status for v in verdicts.values()), verdicts)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -223,7 +224,10 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
         if sum(len(v) for v in pieces.values()) <= limits.REMEMBER_PIECES and all(
             type(p) is AffinePiece for v in pieces.values() for p in v
         ):
-            key = (side, m.logical_shape, tuple(m.shard_shapes.items()), tuple(pieces.items()))
+            # Each piece as the plain tuple of its dataclass fields: hashing and comparing plain
+            # tuples runs in C, the dataclass's generated __hash__/__eq__ in Python per piece.
+            key = (side, m.logical_shape, tuple(m.shard_shapes.items()),
+                   tuple([(loc, *map(_piece_content, v)) for loc, v in pieces.items()]))
             try:
                 found = layouts.get(key)
             except TypeError:
@@ -234,6 +238,10 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
     if key is not None and layouts is not None:
         layouts[key] = layout
     return layout
+
+
+_piece_content = attrgetter(*[f.name for f in fields(AffinePiece)])
+"""Every field of a piece, in declaration order: what two pieces must share to be equal."""
 
 
 def _check_tiling(layout: Layout) -> None:

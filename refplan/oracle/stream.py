@@ -7,8 +7,12 @@ validated layouts, as ``verify_plans`` does) between parameters; the caller's it
 how little else stays alive (``formats.PlansStream`` keeps nothing of a plan once yielded).
 
 The answer is ``verify_plans``'s, verdict for verdict: each parameter is judged by the same
-``_verify_plan`` call with the same layout memo, and a parameter only one side names is answered
-by ``verify_plans`` itself, so the two paths cannot drift apart in what they say about it.
+``_verify_plan`` call with the same layout memo and verdict reuse, and a parameter only one side
+names is answered by ``verify_plans`` itself, so the two paths cannot drift apart in what they say
+about it. The one difference is memory: the reused verdicts (keyed on every segment of plans of
+up to ``limits.REMEMBER_SEGMENTS``) are forgotten after ``limits.STREAM_REMEMBER_PLANS`` distinct
+plans, so that they do not grow with the file; forgetting one costs a re-judgement, never a
+different verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import limits
 from .._gc import cycle_collection_paused
 from .judge import FALLBACK_MAX_ELEMENTS, _verify_plan, verify_plans
 from .layout import Layout, MapLike
@@ -39,13 +44,17 @@ def verify_stream(
     """
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
+    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] = {}
     with cycle_collection_paused():
         for name, plan in plans:
             if name in pairs:
                 target, source = pairs[name]
                 verdicts[name] = _verify_plan(
-                    target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts
+                    target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts,
+                    judged=judged,
                 )
+                if len(judged) > limits.STREAM_REMEMBER_PLANS:
+                    judged.clear()  # a remembered verdict only saves time; do not grow with the file
             else:
                 verdicts[name] = verify_plans({}, {name: plan}).verdicts[name]
             del plan  # before the iterable reads the next one

@@ -48,40 +48,72 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     batches and the bench scenarios. Counts elements when no element size was given, which
     equals bytes only for one dtype.
     """
-    by_process = uses_processes(requests)
-
-    def unit(request: ReplicaRequest, k: int) -> int:
-        proc = request.candidate_processes[k]
-        return proc if by_process and proc is not None else request.candidates[k].source_rank
-
+    units = _Units(requests)
     load: dict[int, int] = {}
     answers: list[ReplicaAnswer | None] = [None] * len(requests)
     movable: list[int] = []
     for i, r in enumerate(requests):
-        candidates = r.candidates
-        if by_process and r.target_process in r.candidate_processes:
-            here = r.target_process
-            choice = min([c.source_rank for c, p in zip(candidates, r.candidate_processes) if p == here])
-            k = [c.source_rank for c in candidates].index(choice)
-        elif len(candidates) == 1:
-            choice = candidates[0].source_rank
-            k = 0
+        here = r.target_process
+        if units.by_process and here in r.candidate_processes:
+            choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
+            unit = units.of(r)[[c.source_rank for c in r.candidates].index(choice)][0]
+        elif len(r.candidates) == 1:
+            choice = r.candidates[0].source_rank
+            unit = units.of(r)[0][0]
         else:
             movable.append(i)
             continue
         answers[i] = choice
-        u = unit(r, k)
-        load[u] = load.get(u, 0) + request_load(r)
-    def coverage(r: ReplicaRequest) -> int:
-        return len({unit(r, k) for k in range(len(r.candidates))})
-
-    movable.sort(key=lambda i: (coverage(requests[i]), -request_load(requests[i]), i))
-    for i in movable:
-        r = requests[i]
-        best = min(range(len(r.candidates)), key=lambda k: (load.get(unit(r, k), 0), r.candidates[k].source_rank))
-        answers[i] = r.candidates[best].source_rank
-        load[unit(r, best)] = load.get(unit(r, best), 0) + request_load(r)
+        load[unit] = load.get(unit, 0) + request_load(r)
+    _assign_least_loaded(requests, movable, units, load, answers)
     return [a for a in answers if a is not None]
+
+
+class _Units:
+    """Per candidate of a request: (the unit its load counts on, its location).
+
+    The unit is the candidate's process when every request knows its processes, else its
+    location. Requests of one layout share their candidate tuples, so the pairs are worked out
+    once per distinct (candidates, processes) content, not once per request.
+    """
+
+    def __init__(self, requests: Sequence[ReplicaRequest]) -> None:
+        self.by_process = uses_processes(requests)
+        self._known: dict[tuple[object, object], tuple[tuple[int, int], ...]] = {}
+
+    def of(self, r: ReplicaRequest) -> tuple[tuple[int, int], ...]:
+        key = (r.candidates, r.candidate_processes)
+        pairs = self._known.get(key)
+        if pairs is None:
+            pairs = self._known[key] = tuple(
+                [(p if self.by_process and p is not None else c.source_rank, c.source_rank)
+                 for c, p in zip(r.candidates, r.candidate_processes)]
+            )
+        return pairs
+
+    def coverage(self, r: ReplicaRequest) -> int:
+        """Distinct units that can serve ``r``: the fewer, the earlier it must be placed."""
+        return len({u for u, _ in self.of(r)})
+
+
+def _assign_least_loaded(
+    requests: Sequence[ReplicaRequest],
+    order: list[int],
+    units: _Units,
+    load: dict[int, int],
+    answers: list[ReplicaAnswer | None] | list[ReplicaAnswer],
+) -> None:
+    """Megatron's rule on ``order``: fewest units first, then largest first, then request order;
+    each request goes whole to the candidate whose unit has the least load so far, ties to the
+    lowest location, then to the first such candidate."""
+    order.sort(key=lambda i: (units.coverage(requests[i]), -request_load(requests[i]), i))
+    for i in order:
+        r = requests[i]
+        pairs = units.of(r)
+        _, rank, k = min([(load.get(u, 0), rank, k) for k, (u, rank) in enumerate(pairs)])
+        answers[i] = rank
+        unit = pairs[k][0]
+        load[unit] = load.get(unit, 0) + request_load(r)
 
 
 def from_selector(selector: Callable[[ReplicaSelectionRequest], int]) -> ReplicaPolicy:
@@ -124,21 +156,6 @@ def lpt(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     rule Megatron-Core uses to spread replicated shards over their holders, kept as a peer for
     ``balanced`` (which serves local copies first) and ``split_balanced``.
     """
-    by_process = uses_processes(requests)
-    load: dict[int, int] = {}
     answers: list[ReplicaAnswer] = [0] * len(requests)
-
-    def unit(r: ReplicaRequest, k: int) -> int:
-        proc = r.candidate_processes[k]
-        return proc if by_process and proc is not None else r.candidates[k].source_rank
-
-    def coverage(r: ReplicaRequest) -> int:
-        return len({unit(r, k) for k in range(len(r.candidates))})
-
-    order = sorted(range(len(requests)), key=lambda i: (coverage(requests[i]), -request_load(requests[i]), i))
-    for i in order:
-        r = requests[i]
-        best = min(range(len(r.candidates)), key=lambda k: (load.get(unit(r, k), 0), r.candidates[k].source_rank))
-        answers[i] = r.candidates[best].source_rank
-        load[unit(r, best)] = load.get(unit(r, best), 0) + request_load(r)
+    _assign_least_loaded(requests, list(range(len(requests))), _Units(requests), {}, answers)
     return answers

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import AffineTransferError
-from .formats import dump_plans, load_json, parse_endpoints, read_maps
-from .planner import plan_transfers
-from .policies import POLICIES
+from ..errors import AffineTransferError
+from ..formats import dump_plans, load_json, parse_endpoints, read_maps
+from ..planner import plan_transfers
+from ..policies import POLICIES
 
 __all__ = ["main"]
 
@@ -73,7 +73,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import run_verify_cli
+    from ..verify import run_verify_cli
 
     return run_verify_cli(args.maps, args.plans, as_json=args.json, quiet=args.quiet)
 
@@ -91,7 +91,7 @@ def _version() -> str:
 
         return version("refplan")
     except Exception:  # running from a source tree that was never installed
-        from . import __version__
+        from .. import __version__
 
         return __version__
 
@@ -147,13 +147,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 _OPTIONAL = (
-    ("sync", "refplan.sync", "add_sync_arguments", "run_sync_cli",
+    ("sync", "refplan.cli.sync", "add_sync_arguments", "run_sync_cli",
      "run a real sync over torch.distributed on this machine and check every byte"),
     ("conformance", "refplan.conformance.runner", "add_conformance_arguments", "run_conformance_cli",
      "run the conformance corpus against a planner"),
-    ("show", "refplan.show", "add_show_arguments", "run_show_cli",
+    ("show", "refplan.cli.show", "add_show_arguments", "run_show_cli",
      "per-process load table and an SVG picture of a plan"),
-    ("bench", "refplan.bench", "add_bench_arguments", "run_bench_cli",
+    ("bench", "refplan.cli.bench", "add_bench_arguments", "run_bench_cli",
      "plan named scenarios side by side and print ratios"),
 )
 

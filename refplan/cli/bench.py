@@ -48,7 +48,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from .analysis import (
+from ..analysis import (
     DEFAULT_ALPHA,
     DEFAULT_BETA,
     CostModel,
@@ -58,13 +58,13 @@ from .analysis import (
     sender_load,
     sync_time_lower_bound,
 )
-from .check import DEFAULT_MIN_SPLIT_BYTES
-from .errors import AffineTransferError
-from .maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
-from .plan import TransferPlan
-from .planner import collect_requests, plan_transfers
-from .policies import POLICIES, split_balanced_policy
-from .requests import ReplicaPolicy, TransferEndpoints
+from ..check import DEFAULT_MIN_SPLIT_BYTES
+from ..errors import AffineTransferError
+from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
+from ..plan import TransferPlan
+from ..planner import collect_requests, plan_transfers
+from ..policies import POLICIES, split_balanced_policy
+from ..requests import ReplicaPolicy, TransferEndpoints
 
 __all__ = [
     "SCENARIOS",
@@ -468,7 +468,7 @@ def _measure(
 
 
 def _oracle(scenario: Scenario, plans: Mapping[str, TransferPlan], repeat: int) -> tuple[float, float, str]:
-    from .verify import verify_plans
+    from ..verify import verify_plans
 
     best = wall = float("inf")
     status = "?"
@@ -487,7 +487,7 @@ OTHER_PEERS = ("dcp", "megatron", "awex")
 def _other_peers(scenario: Scenario) -> dict[str, Any]:
     """Spec -> (name, planning call) or why it cannot run, for DCP, Megatron-Core and Awex on the
     scenario's maps (translated once, not timed; see ``conformance.peers.bench_contender``)."""
-    from .conformance.peers import bench_contender
+    from ..conformance.peers import bench_contender
 
     ends = None
     if scenario.endpoints is not None:
@@ -631,7 +631,7 @@ def _cross_check(
     repeat: int,
 ) -> dict[str, Any]:
     """refplan plan + verify on ``big`` against DeepSpeed's plan on ``small``, interleaved."""
-    from .verify import verify_plans
+    from ..verify import verify_plans
 
     converted = ds[1](small.pairs)
     best = {"deepspeed": float("inf"), "plan": float("inf"), "verify": float("inf")}
@@ -727,7 +727,7 @@ def _marker_shards(
     """This process's source shards filled with logical markers (as tensors of ``dtype``) and
     the marker bits its target shards must hold afterwards, per parameter and location: every
     element a sync lands can then be checked for being exactly the one that belongs there."""
-    from .simulate import extract_shards
+    from ..simulate import extract_shards
     from .sync import marker_bits, restrict, tensor_from_bits
 
     mine_src = [loc for loc, p in endpoints.source.items() if p == rank]
@@ -752,7 +752,7 @@ def _sync_worker(
     import numpy as np
     import torch
 
-    from .execute import execute_transfers
+    from ..execute import execute_transfers
     from .sync import bits_of, tensor_from_bits
 
     dtype = torch.bfloat16
@@ -820,17 +820,21 @@ def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str
 
 TARGET_EXECUTOR_VS_RAW = 1.25
 RAW_LAYOUT = "zero2 DP2 -> TP2 (procs 0-1 -> 2-3)"
+RAW_RUNS = 31
+"""Pairs (executor, raw) that ``--sync`` times at least: on 2 shared cores a single pair can be
+off by 2x either way, so the judged ratio is a median over many pairs."""
 
 
 def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int) -> dict[str, Any]:
     """One process: the balanced plan through the executor and one raw ``all_to_all_single`` of
-    exactly the same per-pair bytes, alternately first, each after a barrier; every target element
-    of every executor run is checked (outside the timed region)."""
+    exactly the same per-pair bytes, interleaved in the same processes (each after a barrier,
+    the order alternating from run to run so that neither always runs on a warmer cache); every
+    target element of every executor run is checked (outside the timed region)."""
     import numpy as np
     import torch
     import torch.distributed as dist
 
-    from .execute import execute_transfers
+    from ..execute import execute_transfers
     from .sync import bits_of, tensor_from_bits
 
     dtype = torch.bfloat16
@@ -858,6 +862,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     receives = [warm.received_bytes.get(p, 0) for p in range(world)]
     out_buf = torch.empty(sum(receives), dtype=torch.uint8)
     in_buf = torch.zeros(sum(sends), dtype=torch.uint8)
+    dist.all_to_all_single(out_buf, in_buf, receives, sends)  # warm, like the executor above
     call: list[float] = []
     move: list[float] = []
     raw: list[float] = []
@@ -879,13 +884,39 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     return {"call": call, "move": move, "raw": raw, "checked": checked, "bytes": sum(sends)}
 
 
-def run_sync_raw(runs: int = 9) -> dict[str, Any]:
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, float | None]:
+    """Statistics of per-run ratios of two timings measured side by side (run i of each).
+
+    ``median``: the median of the per-run ratios, what the executor target is judged on (each
+    pair saw the same machine load, and a median ignores the pairs one of which was preempted);
+    ``q1``/``q3``: their quartiles and ``low``/``high`` their extremes (the spread); ``best``:
+    best-of-N, the fastest numerator over the fastest denominator (noise on a shared machine only
+    ever adds time, so this is the ratio of what each can do unhindered); ``of_medians``.
+    """
+    ratios = sorted(n / d for n, d in zip(numerators, denominators) if d > 0)
+    if not ratios:
+        return dict.fromkeys(("median", "q1", "q3", "low", "high", "best", "of_medians"), None)
+    quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+    return {
+        "median": statistics.median(ratios),
+        "q1": quartiles[0],
+        "q3": quartiles[2],
+        "low": ratios[0],
+        "high": ratios[-1],
+        "best": min(numerators) / min(denominators) if min(denominators) > 0 else None,
+        "of_medians": statistics.median(numerators) / statistics.median(denominators)
+        if statistics.median(denominators) > 0 else None,
+    }
+
+
+def run_sync_raw(runs: int = RAW_RUNS) -> dict[str, Any]:
     """Executor against raw ``all_to_all_single`` on the ZeRO-2 batch, side by side in one launch.
 
-    Per run, the slowest process's time of each, measured back to back. ``ratio`` is the median
-    over runs of the executor's movement (``move_seconds``: after the verdict, until every target
-    byte landed) over the raw collective of the same run; ``call_ratio`` the same for the whole
-    call (checks and verdict included); ``ratio_of_medians`` the ratio of the two medians.
+    Per run, the slowest process's time of each, measured in the same processes one right after
+    the other. ``ratio`` (the judged one) is the median over runs of the executor's movement
+    (``move_seconds``: after the verdict, until every target byte landed) over the raw collective
+    of the same run; ``move`` holds every statistic of those ratios (``paired_ratios``) and
+    ``call`` the same for the whole call (checks, digest and verdict included).
     """
     from .sync import run_ranks
 
@@ -903,31 +934,33 @@ def run_sync_raw(runs: int = 9) -> dict[str, Any]:
         return [max(o.value[key][i] for o in outcomes) for i in range(runs)]
 
     moves, calls, raws = (slowest(k) for k in ("move", "call", "raw"))
-    move, call, raw = (statistics.median(v) for v in (moves, calls, raws))
-    paired = [m / r for m, r in zip(moves, raws) if r > 0]
-    paired_calls = [c / r for c, r in zip(calls, raws) if r > 0]
+    move, call = paired_ratios(moves, raws), paired_ratios(calls, raws)
     return {
         "layout": RAW_LAYOUT, "policy": "balanced", "runs": runs,
-        "move_seconds": move, "call_seconds": call, "raw_seconds": raw,
-        # Each run times both back to back (order alternating), so the ratio of a pair sees the
-        # same machine load; the median over runs is what the target reads.
-        "ratio": statistics.median(paired) if paired else None,
-        "call_ratio": statistics.median(paired_calls) if paired_calls else None,
-        "ratio_of_medians": move / raw if raw > 0 else None,
+        "move_seconds": statistics.median(moves), "call_seconds": statistics.median(calls),
+        "raw_seconds": statistics.median(raws),
+        "best_move_seconds": min(moves), "best_call_seconds": min(calls), "best_raw_seconds": min(raws),
+        "ratio": move["median"], "call_ratio": call["median"], "ratio_of_medians": move["of_medians"],
+        "move": move, "call": call,
         "checked_elements": sum(o.value["checked"] for o in outcomes),
         "network_bytes": sum(o.value["bytes"] for o in outcomes),
     }
 
 
+def _fmt(x: float | None) -> str:
+    return "nan" if x is None else f"{x:.2f}"
+
+
 def _raw_target(raw: dict[str, Any]) -> dict[str, Any]:
-    ratio = raw.get("ratio")
+    ratio, move = raw.get("ratio"), raw.get("move") or {}
     return {
         "target": f"zero2 DP2->TP2 executor <= {TARGET_EXECUTOR_VS_RAW}x raw all_to_all_single",
         "met": None if ratio is None else ratio <= TARGET_EXECUTOR_VS_RAW,
-        "detail": (f"median per-run ratio x{ratio if ratio is not None else float('nan'):.2f} (move "
-                   f"{raw['move_seconds'] * 1e3:.1f} ms, raw {raw['raw_seconds'] * 1e3:.1f} ms; whole call x"
-                   f"{raw['call_ratio'] if raw['call_ratio'] is not None else float('nan'):.2f}); median of "
-                   f"{raw['runs']} runs, {raw['checked_elements']} target elements checked"),
+        "detail": (f"judged on the median of {raw['runs']} per-run ratios of the movement: x{_fmt(ratio)} "
+                   f"(quartiles x{_fmt(move.get('q1'))}-x{_fmt(move.get('q3'))}, best-of-{raw['runs']} "
+                   f"x{_fmt(move.get('best'))}; move {raw['move_seconds'] * 1e3:.1f} ms, raw "
+                   f"{raw['raw_seconds'] * 1e3:.1f} ms; whole call x{_fmt(raw['call_ratio'])}), "
+                   f"{raw['checked_elements']} target elements checked"),
     }
 
 
@@ -1021,15 +1054,31 @@ def format_report(report: BenchReport) -> str:
             )
     if report.sync_raw is not None:
         raw = report.sync_raw
+        move, call = raw.get("move") or {}, raw.get("call") or {}
         lines.append("")
         lines.append(
             f"executor vs raw all_to_all_single ({raw['layout']}, {raw['policy']}, "
-            f"{_mib(raw['network_bytes'])} MiB over the network, median of {raw['runs']} runs side by side): "
-            f"move {raw['move_seconds'] * 1e3:.1f} ms, whole call {raw['call_seconds'] * 1e3:.1f} ms, raw "
-            f"{raw['raw_seconds'] * 1e3:.1f} ms -> executor/raw x{raw['ratio']:.2f} (median of per-run ratios; "
-            f"ratio of medians x{raw['ratio_of_medians']:.2f}; whole call x{raw['call_ratio']:.2f}); "
-            f"{raw['checked_elements']} target elements checked"
+            f"{_mib(raw['network_bytes'])} MiB over the network, {raw['runs']} runs side by side in the same "
+            f"processes, slowest process of each; {raw['checked_elements']} target elements checked):"
         )
+        lines.append(
+            f"  median  move {raw['move_seconds'] * 1e3:.1f} ms, whole call {raw['call_seconds'] * 1e3:.1f} ms, "
+            f"raw {raw['raw_seconds'] * 1e3:.1f} ms"
+        )
+        if "best_raw_seconds" in raw:
+            lines.append(
+                f"  best    move {raw['best_move_seconds'] * 1e3:.1f} ms, whole call "
+                f"{raw['best_call_seconds'] * 1e3:.1f} ms, raw {raw['best_raw_seconds'] * 1e3:.1f} ms"
+            )
+        for label, stats in (("move/raw", move), ("call/raw", call)):
+            lines.append(
+                f"  {label}  median of per-run ratios x{_fmt(stats.get('median'))} (quartiles "
+                f"x{_fmt(stats.get('q1'))}-x{_fmt(stats.get('q3'))}, range x{_fmt(stats.get('low'))}-"
+                f"x{_fmt(stats.get('high'))}), best-of-{raw['runs']} x{_fmt(stats.get('best'))}, ratio of medians "
+                f"x{_fmt(stats.get('of_medians'))}"
+            )
+        lines.append(f"  -> executor/raw x{_fmt(raw['ratio'])} (move/raw, median of per-run ratios: what the "
+                     f"target is judged on)")
     if report.targets:
         lines.append("")
         lines.append("targets:")
@@ -1083,7 +1132,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     )
     if getattr(args, "sync", False):
         runs = max(1, int(getattr(args, "sync_runs", 5)))
-        report.sync_raw = run_sync_raw(max(runs, 15))
+        report.sync_raw = run_sync_raw(max(runs, RAW_RUNS))
         report.targets.append(_raw_target(report.sync_raw))
         report.sync_rows = run_sync_rows(runs, cost)
     if as_json:
@@ -1094,7 +1143,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m refplan.bench`` until the CLI wires ``refplan bench``."""
+    """``python -m refplan.cli.bench`` until the CLI wires ``refplan bench``."""
     parser = argparse.ArgumentParser(prog="refplan bench", description=__doc__.splitlines()[0] if __doc__ else None)
     add_bench_arguments(parser)
     return run_bench_cli(parser.parse_args(argv))

@@ -1,4 +1,4 @@
-"""Generate the conformance corpus: ``python -m refplan.conformance.generate [--check] [DIR]``.
+"""Generate the conformance corpus: ``python -m refplan.cli.generate_corpus [--check] [DIR]``.
 
 Every case is written down here, with the outcome the facts demand (``deepspeed-affine-facts.md``
 §4.4 rules R0-R32, §4.6 accepted layouts, §6 refusal cases A1-A22, and the batch RFC's answer
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..box import row_major_strides, volume
+from ..conformance.corpus import CASES_DIR, dump_case_file
 from ..maps import (
     LAYOUTS,
     AffinePiece,
@@ -32,7 +33,6 @@ from ..maps import (
     split,
     sub_param_map,
 )
-from .corpus import CASES_DIR, dump_case_file
 
 __all__ = ["build_corpus", "main", "write_corpus"]
 
@@ -1077,7 +1077,7 @@ def write_corpus(directory: Path = CASES_DIR, *, check: bool = False) -> list[st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refplan.conformance.generate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m refplan.cli.generate_corpus", description=__doc__.split("\n")[0])
     parser.add_argument("directory", nargs="?", default=str(CASES_DIR), help="where the case files go")
     parser.add_argument("--check", action="store_true", help="exit 1 if regenerating would change any file")
     args = parser.parse_args(argv)

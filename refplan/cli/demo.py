@@ -9,12 +9,12 @@ bytes. Both plans are checked with the independent oracle when it is available.
 
 from __future__ import annotations
 
-from .analysis import sender_load
-from .maps import ParamAffineMap, contiguous_split_map, replicate, replicated_map, split
-from .plan import TransferPlan
-from .planner import plan_transfers
-from .policies import balanced, first_holder
-from .requests import ReplicaPolicy, TransferEndpoints
+from ..analysis import sender_load
+from ..maps import ParamAffineMap, contiguous_split_map, replicate, replicated_map, split
+from ..plan import TransferPlan
+from ..planner import plan_transfers
+from ..policies import balanced, first_holder
+from ..requests import ReplicaPolicy, TransferEndpoints
 
 __all__ = ["demo_batch", "run_demo"]
 
@@ -76,7 +76,7 @@ def run_demo() -> str:
         out.append(_table(f"policy {name}", plans, endpoints, sizes))
         out.append("")
     try:
-        from .verify import verify_plans
+        from ..verify import verify_plans
     except ImportError:  # pragma: no cover - the oracle ships with the package
         out.append("oracle: not available in this build")
     else:

@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._progress import Progress
-from .box import volume
-from .errors import AffineTransferError, InvalidMapError, describe_exception
-from .maps import ParamAffineMap
-from .policies import POLICIES
-from .requests import TransferEndpoints
+from .._progress import Progress
+from ..box import volume
+from ..errors import AffineTransferError, InvalidMapError, describe_exception
+from ..maps import ParamAffineMap
+from ..policies import POLICIES
+from ..requests import TransferEndpoints
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -360,7 +360,7 @@ def _load_model(model: str) -> tuple[dict[str, tuple[ParamAffineMap, ParamAffine
 
         pairs, endpoints, _sizes = demo_batch()
         return pairs, endpoints
-    from .files import read_maps
+    from ..files import read_maps
 
     batch = read_maps(model)
     return batch.pairs, batch.endpoints
@@ -402,9 +402,9 @@ def _sync_rank(rank: int, world: int, cfg: SyncConfig) -> dict[str, Any]:
     """One process of ``refplan sync``: plan, fill markers, execute, compare every target bit."""
     import torch
 
-    from .execute import StagingBudget, execute_transfers
-    from .planner import plan_transfers
-    from .simulate import extract_shards
+    from ..execute import StagingBudget, execute_transfers
+    from ..planner import plan_transfers
+    from ..simulate import extract_shards
 
     dtype = getattr(torch, cfg.dtype)
     device = torch.device("cuda", torch.cuda.current_device()) if cfg.backend == "nccl" else torch.device("cpu")
@@ -625,7 +625,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         say(f"refplan sync: bad input: --backend nccl needs {wanted} CUDA devices, found {count}", err=True)
         return 2
     try:  # refuse bad input here, before launching anything; every process plans again itself
-        from .planner import plan_transfers
+        from ..planner import plan_transfers
 
         dtype = getattr(torch, cfg.dtype)
         plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, dtype.itemsize),

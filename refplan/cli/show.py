@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from .analysis import LoadReport, sender_load
-from .box import box_in_shard, row_major_strides, volume
-from .errors import AffineTransferError, InputFileError, InvalidMapError
-from .formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans
-from .plan import TransferPlan
-from .policies import POLICIES
+from ..analysis import LoadReport, sender_load
+from ..box import box_in_shard, row_major_strides, volume
+from ..errors import AffineTransferError, InputFileError, InvalidMapError
+from ..formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans
+from ..plan import TransferPlan
+from ..policies import POLICIES
 
 __all__ = ["add_show_arguments", "load_table", "plan_svg", "run_show_cli"]
 
@@ -403,8 +403,8 @@ def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
 
 def run_show_cli(args: argparse.Namespace) -> int:
     """Print the load table; write the SVG / PNG. 0 ok, 2 bad input (one line on stderr)."""
-    from .planner import plan_transfers
-    from .verify import verify_plans
+    from ..planner import plan_transfers
+    from ..verify import verify_plans
 
     prog = "refplan show"
     quiet = bool(getattr(args, "quiet", False))

@@ -1,0 +1,227 @@
+"""Work done once per distinct layout must decide exactly what doing it per parameter decides.
+
+The planner remembers, within one batch, each distinct (target, source) layout: its validation,
+the requests built for it, and the plans emitted for it per set of answers. The oracle remembers
+validated maps and the verdicts of small plans. Each reuse is keyed on content, so a parameter
+that differs from an earlier one in any field — of a piece, of a segment, of an answer — must get
+its own result. These tests build batches of identical twins and near-twins and compare every
+outcome with the same batch run with every fast path off (``limits.fast_paths(False)``, which
+turns the memos off too): the same requests, the same plan bytes and statistics, the same error
+and message, the same verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from refplan import (
+    InvalidReplicaPolicyError,
+    PlanBudget,
+    ReplicaPart,
+    TransferEndpoints,
+    TransferPlan,
+    plan_transfers,
+    verify_plans,
+)
+from refplan.errors import AffineTransferError
+from refplan.limits import fast_paths
+from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
+from refplan.strategies import collect_batch_requests, map_pairs, replaying, valid_answers
+
+MapPair = tuple[ParamAffineMap, ParamAffineMap]
+
+
+def _fresh(m: ParamAffineMap) -> ParamAffineMap:
+    """An equal map built anew: equal content, no shared objects (what a model's builder yields)."""
+    return ParamAffineMap.from_dict(m.to_dict())
+
+
+def _nudged(m: ParamAffineMap, which: int) -> ParamAffineMap:
+    """``m`` with one field of its first piece changed (0: the destination offset, 1: the piece's
+    locations order-insensitively the same but listed under a different dict order)."""
+    ranks = list(m.pieces_by_rank)
+    if which == 0:
+        loc = ranks[0]
+        first, *rest = m.pieces_by_rank[loc]
+        pieces = dict(m.pieces_by_rank)
+        pieces[loc] = (dataclasses.replace(first, dest_offset=first.dest_offset + 1), *rest)
+        return ParamAffineMap(m.logical_shape, m.shard_shapes, pieces)
+    return ParamAffineMap(
+        m.logical_shape,
+        dict(reversed(list(m.shard_shapes.items()))),
+        dict(reversed(list(m.pieces_by_rank.items()))),
+    )
+
+
+@st.composite
+def twin_batches(draw: st.DrawFn) -> dict[str, MapPair]:
+    """2–6 parameters, most of them equal copies of one drawn pair, some nudged, one maybe other."""
+    target, source = draw(map_pairs(max_parts=4, max_locations=3))
+    batch: dict[str, MapPair] = {}
+    for i in range(draw(st.integers(2, 6))):
+        kind = draw(st.sampled_from(["twin", "twin", "twin", "nudge-target", "nudge-source", "reorder"]))
+        t, s = _fresh(target), _fresh(source)
+        if kind == "nudge-target":
+            t = _nudged(t, 0)
+        elif kind == "nudge-source":
+            s = _nudged(s, 0)
+        elif kind == "reorder":
+            t, s = _nudged(t, 1), _nudged(s, 1)
+        batch[f"p{i}"] = (t, s)
+    if draw(st.booleans()):
+        batch["other"] = draw(map_pairs(max_parts=4, max_locations=3))
+    return batch
+
+
+def _outcome(run: Callable[[], Any]) -> Any:
+    try:
+        return ("ok", run())
+    except AffineTransferError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def _plan_bytes(plans: dict[str, TransferPlan]) -> dict[str, tuple[bytes, Any]]:
+    return {name: (plan.encode(), plan.statistics) for name, plan in plans.items()}
+
+
+def _both(run: Callable[[], Any]) -> tuple[Any, Any]:
+    with fast_paths(True):
+        fast = _outcome(run)
+    with fast_paths(False):
+        slow = _outcome(run)
+    return fast, slow
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None)
+@given(batch=twin_batches(), data=st.data())
+def test_reused_layouts_plan_what_fresh_ones_plan(batch: dict[str, MapPair], data: st.DataObject) -> None:
+    """Requests, and plans under any valid answers (splits included), equal the memo-free run."""
+    fast, slow = _both(lambda: collect_batch_requests(batch))
+    assert fast == slow
+    if fast[0] != "ok":
+        return
+    requests = fast[1]
+    answers = data.draw(valid_answers(requests, min_split_bytes=1, max_parts=4))
+    fast, slow = _both(lambda: _plan_bytes(plan_transfers(batch, replica_policy=replaying(answers),
+                                                          min_split_bytes=1)))
+    assert fast == slow
+    fast, slow = _both(lambda: _plan_bytes(plan_transfers(batch)))
+    assert fast == slow
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None)
+@given(batch=twin_batches(), data=st.data())
+def test_reused_verdicts_equal_fresh_ones_for_corrupted_twins(batch: dict[str, MapPair], data: st.DataObject) -> None:
+    """One twin's plan corrupted in one field of one segment: every verdict equals the memo-free
+    one, so the corrupted twin is never handed its valid siblings' verdict."""
+    try:
+        plans: dict[str, Any] = dict(plan_transfers(batch))
+    except AffineTransferError:
+        return
+    victim = data.draw(st.sampled_from(sorted(plans)))
+    plan = plans[victim]
+    if plan.segments:
+        k = data.draw(st.integers(0, len(plan.segments) - 1))
+        field = data.draw(st.sampled_from(["source_offset", "target_offset", "source_rank", "target_rank"]))
+        delta = data.draw(st.sampled_from([-1, 1]))
+        segs = list(plan.segments)
+        segs[k] = dataclasses.replace(segs[k], **{field: getattr(segs[k], field) + delta})
+        plans[victim] = dataclasses.replace(plan, segments=tuple(segs))
+    fast, slow = _both(lambda: verify_plans(batch, plans).to_dict())
+    assert fast == slow
+
+
+def _layer(shape: tuple[int, int] = (8, 4)) -> MapPair:
+    """TP=2 x 2 replicas (locations 0-3) -> TP=2 on locations 0-1: every request has two holders."""
+    return contiguous_split_map(shape, [4, 4], 0), replicate(contiguous_split_map(shape, [4, 4], 0), 2)
+
+
+def test_twins_with_different_answers_get_different_plans() -> None:
+    """The plan memo is keyed on the answers: twins served by different replicas differ."""
+    batch = {"a": _layer(), "b": _layer()}
+
+    def alternate(requests: Any) -> list[int]:
+        # 'a' from the first holder of each request, 'b' from the last.
+        return [min(r.locations) if r.parameter == "a" else max(r.locations) for r in requests]
+
+    plans = plan_transfers(batch, replica_policy=alternate)
+    assert {s.source_rank for s in plans["a"].segments} == {0, 1}
+    assert {s.source_rank for s in plans["b"].segments} == {2, 3}
+    assert verify_plans(batch, plans).status == "ok"
+
+
+def test_a_bad_answer_for_a_later_twin_names_that_twin() -> None:
+    batch = {"a": _layer(), "b": _layer()}
+
+    def bad_for_b(requests: Any) -> list[int]:
+        return [min(r.locations) if r.parameter == "a" else 7 for r in requests]
+
+    with pytest.raises(InvalidReplicaPolicyError, match="parameter 'b'"):
+        plan_transfers(batch, replica_policy=bad_for_b)
+
+
+def test_a_budget_refusal_caused_by_a_later_twin_names_that_twin() -> None:
+    """'a' is planned (and its plan remembered) first; 'b' splits and blows ``max_plan_bytes``."""
+    batch = {"a": _layer((8, 1 << 10)), "b": _layer((8, 1 << 10))}
+    whole = plan_transfers({"a": batch["a"]})["a"]
+    budget = PlanBudget(max_plan_bytes=len(whole.encode()))
+
+    def split_b(requests: Any) -> list[Any]:
+        out: list[Any] = []
+        for r in requests:
+            if r.parameter == "a":
+                out.append(min(r.locations))
+                continue
+            half = r.shape[1] // 2
+            out.append([
+                ReplicaPart(r.logical_origin, (r.shape[0], half), min(r.locations)),
+                ReplicaPart((r.logical_origin[0], r.logical_origin[1] + half), (r.shape[0], half), max(r.locations)),
+            ])
+        return out
+
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parameter 'b'.*max_plan_bytes"):
+        plan_transfers(batch, budget, replica_policy=split_b, min_split_bytes=1)
+
+
+def test_an_endpoint_missing_for_a_twin_is_refused_like_before() -> None:
+    """Requests are copied from the first twin only after it was bound to endpoints without error."""
+    batch = {"a": _layer(), "b": _layer()}
+    partial = TransferEndpoints({0: 0, 1: 1, 2: 2}, {0: 4, 1: 5})
+    fast, slow = _both(lambda: plan_transfers(batch, endpoints=partial))
+    assert fast == slow
+    assert fast[0] == "InvalidMapError" and "parameter 'a'" in fast[1] and "source location 3" in fast[1]
+
+
+def test_element_sizes_are_part_of_the_request_memo() -> None:
+    """Twins with different dtypes get requests with their own byte counts."""
+    batch = {"a": _layer(), "b": _layer(), "c": _layer()}
+    sizes = {"a": 2, "b": 4, "c": 2}
+    fast, slow = _both(lambda: collect_batch_requests(batch, element_size=sizes))
+    assert fast == slow
+    by_name = {r.parameter: r.bytes for r in fast[1]}
+    assert by_name == {"a": 16 * 2, "b": 16 * 4, "c": 16 * 2}
+
+
+def test_a_piece_subclass_is_never_memoized() -> None:
+    """Only exact ``AffinePiece``/``ParamAffineMap`` instances are keyed; a subclass could compare
+    equal while meaning something else, so it is validated (and planned) on its own."""
+
+    class Tagged(AffinePiece):
+        pass
+
+    target, source = _layer()
+    odd_pieces = {
+        loc: tuple(Tagged(p.shape, p.source_offset, p.source_strides, p.dest_offset, p.dest_strides, p.locations)
+                   for p in listed)
+        for loc, listed in source.pieces_by_rank.items()
+    }
+    odd = ParamAffineMap(source.logical_shape, source.shard_shapes, odd_pieces)
+    batch = {"a": (target, source), "b": (_fresh(target), odd)}
+    fast, slow = _both(lambda: _plan_bytes(plan_transfers(batch)))
+    assert fast == slow and fast[0] == "ok"
