@@ -640,7 +640,11 @@ class PlansStream:
     come after ``parameters``; an unknown key; a malformed plan) is known to win only once the
     whole file has been read, so plans stop being yielded at the first of them and it is raised
     at the end. Consumers must therefore treat what they received as provisional until the
-    iteration has finished without an error.
+    iteration has finished without an error. One corner is not the same: ``json`` gives up on
+    nesting ("nested too deeply") at a depth that depends on the call stack, and an entry is
+    decoded on its own, two levels shallower than in the whole document, so a file nested within
+    a few levels of Python's recursion limit may be refused for its nesting by one reader and for
+    its structure by the other (exit 2 either way; no plan nests deeper than four levels).
 
     A document that is not an object, or that is a bare plan (``segments`` and no ``format``,
     which ``refplan verify`` accepts for one parameter), is not a plans batch: after iterating,
