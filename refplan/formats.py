@@ -21,7 +21,7 @@ import difflib
 import io
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,12 @@ _PLAN_KEYS = ("logical_shape", "segments")
 _SEGMENT_KEYS = ("shape", "source", "target")
 _PIECE_SET = frozenset(_PIECE_KEYS)
 _SEGMENT_SET = frozenset(_SEGMENT_KEYS)
+_PAIR_SET = frozenset(_PAIR_KEYS)
+_MAP_SET = frozenset(_MAP_KEYS)
+_LOCATION_SET = frozenset(_LOCATION_KEYS)
+_PLAN_SET = frozenset(_PLAN_KEYS)
+# One set test per object first; the JSON path of an object is written only for one that fails it
+# (a file of 10⁵ parameters has ~10⁶ objects, and writing each path cost more than parsing them).
 
 
 def _path_key(path: str, key: Any) -> str:
@@ -196,9 +202,8 @@ def _known(
             text = str(key)
             near = difflib.get_close_matches(text, allowed, n=1, cutoff=0.6)
             listed = ", ".join(allowed if isinstance(allowed, tuple) else sorted(allowed))
-            expected = (
-                f"; expected one of {listed}" if len(allowed) <= 16 else f"; it is none of the {len(allowed)} names"
-            )
+            many = len(allowed) > 16
+            expected = f"; it is none of the {len(allowed)} names" if many else f"; expected one of {listed}"
             hint = f" (did you mean {json.dumps(near[0])}?)" if near else expected
             raise InvalidMapError(f"{path}: unknown key {_quote(text)}{hint}")
     for key in required:
@@ -206,19 +211,33 @@ def _known(
             raise InvalidMapError(f"{path}: missing key {_quote(key)}")
 
 
-def _check_map_keys(value: Any, path: str) -> None:
-    _known(value, path, _MAP_KEYS)
-    ranks = value.get("ranks") if isinstance(value, Mapping) else None
+def _check_map_keys(value: Any, where: Callable[[], str]) -> None:
+    """The keys of one map and of its locations and pieces; ``where()`` is the map's JSON path."""
+    if not isinstance(value, Mapping):
+        return
+    if not value.keys() <= _MAP_SET:
+        _known(value, where(), _MAP_KEYS)
+    ranks = value.get("ranks")
     if not isinstance(ranks, Mapping):
         return
     for key, location in ranks.items():
-        where = _path_key(f"{path}.ranks", key)
-        _known(location, where, _LOCATION_KEYS, required=_LOCATION_KEYS)
-        pieces = location.get("pieces") if isinstance(location, Mapping) else None
+        if not isinstance(location, Mapping):
+            continue
+        if location.keys() != _LOCATION_SET:
+            _known(location, _path_key(f"{where()}.ranks", key), _LOCATION_KEYS, required=_LOCATION_KEYS)
+        pieces = location.get("pieces")
         if isinstance(pieces, (list, tuple)):
             for i, piece in enumerate(pieces):
-                if isinstance(piece, Mapping) and not piece.keys() <= _PIECE_SET:  # a set test per piece
-                    _known(piece, f"{where}.pieces[{i}]", _PIECE_KEYS)
+                if isinstance(piece, Mapping) and not piece.keys() <= _PIECE_SET:
+                    _known(piece, f"{_path_key(f'{where()}.ranks', key)}.pieces[{i}]", _PIECE_KEYS)
+
+
+def _plan_path(name: Any) -> str:
+    return "$" if name is None else _path_key("$.parameters", name)
+
+
+def _side_path(name: Any, side: str) -> Callable[[], str]:
+    return lambda: f"{_path_key('$.parameters', name)}.{side}"
 
 
 def check_keys(doc: Any, kind: str) -> None:
@@ -236,17 +255,18 @@ def check_keys(doc: Any, kind: str) -> None:
         params = doc.get("parameters")
         if isinstance(params, Mapping):
             for name, pair in params.items():
-                where = _path_key("$.parameters", name)
-                _known(pair, where, _PAIR_KEYS)
-                if isinstance(pair, Mapping):
-                    for side in _PAIR_KEYS:
-                        _check_map_keys(pair.get(side), f"{where}.{side}")
+                if not isinstance(pair, Mapping):
+                    continue
+                if not pair.keys() <= _PAIR_SET:
+                    _known(pair, _path_key("$.parameters", name), _PAIR_KEYS)
+                for side in _PAIR_KEYS:
+                    _check_map_keys(pair.get(side), _side_path(name, side))
         check_keys(doc.get("endpoints"), "endpoints")
         sizes = doc.get("element_size")
         if isinstance(sizes, Mapping) and isinstance(params, Mapping):
             _known(sizes, "$.element_size", frozenset(str(n) for n in params))
     elif kind == "map":
-        _check_map_keys(doc, "$")
+        _check_map_keys(doc, lambda: "$")
     elif kind == "endpoints":
         _known(doc, "$.endpoints", _ENDPOINTS_KEYS)
     elif kind in ("plans", "plan"):
@@ -259,13 +279,15 @@ def check_keys(doc: Any, kind: str) -> None:
         if not isinstance(plans, Mapping):
             return
         for name, plan in plans.items():
-            where = "$" if name is None else _path_key("$.parameters", name)
-            _known(plan, where, _PLAN_KEYS)
-            segments = plan.get("segments") if isinstance(plan, Mapping) else None
+            if not isinstance(plan, Mapping):
+                continue
+            if not plan.keys() <= _PLAN_SET:
+                _known(plan, _plan_path(name), _PLAN_KEYS)
+            segments = plan.get("segments")
             if isinstance(segments, (list, tuple)):
                 for i, seg in enumerate(segments):
                     if isinstance(seg, Mapping) and not seg.keys() <= _SEGMENT_SET:
-                        _known(seg, f"{where}.segments[{i}]", _SEGMENT_KEYS)
+                        _known(seg, f"{_plan_path(name)}.segments[{i}]", _SEGMENT_KEYS)
     else:
         raise ValueError(f"check_keys: unknown document kind {kind!r}")
 
@@ -304,24 +326,19 @@ def _names(value: Mapping[Any, Any], what: str) -> list[tuple[str, Any]]:
     return out
 
 
-def parse_maps(doc: Any) -> MapsBatch:
+def parse_maps(doc: Any, *, from_json: bool = False) -> MapsBatch:
     """A ``refplan.maps/1`` document; ``InvalidMapError`` for any key or value it does not define.
 
     ``element_size`` is one integer for every parameter, or an object naming each parameter.
-    """
-    return _parse_maps(doc, reuse=False)
 
-
-def _parse_maps(doc: Any, *, reuse: bool) -> MapsBatch:
-    """``parse_maps``; with ``reuse``, a map whose JSON text equals an earlier one's is that map.
-
-    Models repeat layouts (an MoE file of 10⁵ expert weights holds a few dozen distinct maps), and
-    parsing a map field by field costs ~20x writing its text back with the C encoder. Only for
-    documents that came from ``loads_json`` (``read_maps``): there every value is a plain JSON
-    type, so equal text means equal content and equal parsing, errors included (only maps that
-    parsed are remembered, so each error still names its own parameter). A Python document could
-    hold a tuple, an ``int`` subclass or keys ``0`` and ``"0"`` that print alike; it is parsed
-    map by map.
+    ``from_json``: the document came from ``load_json``/``loads_json``. Then every value is a
+    plain JSON type, whose ``repr`` is equal exactly when the values are (types and key order
+    included), so a map whose ``repr`` equals an earlier one's is that map, parsed once. Models
+    repeat layouts (an MoE file of 10⁵ expert weights holds a few dozen distinct maps), and
+    parsing a map field by field costs ~20x its ``repr``. Only maps that parsed are remembered,
+    so each error still names its own parameter. A Python document may hold objects whose
+    ``repr`` hides a difference (an ``int`` subclass, say): without ``from_json`` every map is
+    parsed on its own.
     """
     if not isinstance(doc, Mapping) or doc.get("format") != MAPS_FORMAT:
         raise InvalidMapError(f"maps file: expected an object with \"format\": \"{MAPS_FORMAT}\"")
@@ -332,24 +349,19 @@ def _parse_maps(doc: Any, *, reuse: bool) -> MapsBatch:
     pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
     parsed: dict[str, ParamAffineMap] = {}
 
-    def parse(value: Any, where: str) -> ParamAffineMap:
-        if not reuse:
-            return ParamAffineMap.from_dict(value, where)
-        try:
-            text = json.dumps(value, separators=(",", ":"))
-        except (ValueError, RecursionError):  # nested deeper than the encoder goes: parse it plainly
-            return ParamAffineMap.from_dict(value, where)
+    def parse(value: Any, name: str, side: str) -> ParamAffineMap:
+        text = _json_text(value) if from_json else None
+        if text is None:
+            return ParamAffineMap.from_dict(value, f"{_label(name)}.{side}")
         found = parsed.get(text)
         if found is None:
-            found = parsed[text] = ParamAffineMap.from_dict(value, where)
+            found = parsed[text] = ParamAffineMap.from_dict(value, f"{_label(name)}.{side}")
         return found
 
     for name, entry in _names(params, "maps file"):
         if not isinstance(entry, Mapping) or "target" not in entry or "source" not in entry:
             raise InvalidMapError(f"maps file: parameter {describe(name)} needs \"target\" and \"source\" maps")
-        pairs[name] = (
-            parse(entry["target"], f"{_label(name)}.target"), parse(entry["source"], f"{_label(name)}.source")
-        )
+        pairs[name] = (parse(entry["target"], name, "target"), parse(entry["source"], name, "source"))
     endpoints = parse_endpoints(doc["endpoints"]) if doc.get("endpoints") is not None else None
     process_node = _int_table(doc["process_node"], "process_node") if doc.get("process_node") is not None else None
     element_size = _element_size(doc.get("element_size"), pairs)
@@ -394,16 +406,40 @@ def dump_maps(batch: MapsBatch) -> dict[str, Any]:
     return doc
 
 
-def parse_plans(doc: Any) -> dict[str, TransferPlan]:
+def parse_plans(doc: Any, *, from_json: bool = False) -> dict[str, TransferPlan]:
+    """A ``refplan.plans/1`` document as plans by name.
+
+    ``from_json``: the document came from ``load_json``/``loads_json``, so a plan whose ``repr``
+    equals an earlier one's is parsed once (plans of a model repeat as its layouts do; the
+    argument is ``parse_maps``'s).
+    """
     if not isinstance(doc, Mapping) or doc.get("format") != PLANS_FORMAT:
         raise InvalidMapError(f"plans file: expected an object with \"format\": \"{PLANS_FORMAT}\"")
     params = doc.get("parameters")
     if not isinstance(params, Mapping):
         raise InvalidMapError("plans file: \"parameters\" must be an object of name -> plan")
     check_keys(doc, "plans")
-    return {
-        name: TransferPlan.from_dict(entry, f"plans[{_label(name)}]") for name, entry in _names(params, "plans file")
-    }
+    parsed: dict[str, TransferPlan] = {}
+    plans: dict[str, TransferPlan] = {}
+    for name, entry in _names(params, "plans file"):
+        text = _json_text(entry) if from_json else None
+        plan = None if text is None else parsed.get(text)
+        if plan is None:
+            plan = TransferPlan.from_dict(entry, f"plans[{_label(name)}]")
+            if text is not None:
+                parsed[text] = plan
+        plans[name] = plan
+    return plans
+
+
+def _json_text(value: Any) -> str | None:
+    """A text that is equal for two JSON values exactly when they are equal, types included
+    (``repr``: it tells ``1`` from ``1.0`` and ``true``, keeps key order, and runs in C);
+    ``None`` when it cannot be written (nested too deeply)."""
+    try:
+        return repr(value)
+    except RecursionError:
+        return None
 
 
 def dump_plans(plans: Mapping[str, TransferPlan]) -> dict[str, Any]:
@@ -414,7 +450,7 @@ def read_maps(path: str | Path) -> MapsBatch:
     """Load and parse a maps file; every error names the file, then the JSON path and the problem."""
     doc = load_json(path)  # its own errors already name the file
     try:
-        return _parse_maps(doc, reuse=True)
+        return parse_maps(doc, from_json=True)
     except InvalidMapError as exc:
         raise InvalidMapError(f"{path}: {exc}") from None
 

@@ -102,7 +102,7 @@ def _plans_of(doc: Any, batch: MapsBatch, plans_path: str) -> dict[str, Transfer
         (name,) = batch.pairs
         check_keys(doc, "plan")
         return {name: TransferPlan.from_dict(doc, f"plans[{name!r}]")}
-    return parse_plans(doc)
+    return parse_plans(doc, from_json=True)
 
 
 def _verify_streaming(batch: MapsBatch, plans_path: str) -> BatchVerdict:

@@ -333,3 +333,47 @@ def test_bench_sync_rows_or_a_clear_refusal() -> None:
     # The model, deterministic: in place, balanced copies locally and first_holder does not.
     inplace = next(layout for layout, _ in by if "in place" in layout)
     assert by[(inplace, "balanced")]["estimate_ratio_to_first_holder"] < 0.5
+
+
+def test_moe_scale_targets_are_judged_from_the_rows() -> None:
+    """The MoE-scale issue's targets come from the rows of the run: plan against the fastest
+    peer's own planning call, plan + verify against DeepSpeed's plan, and a measured peak."""
+    from refplan.cli.bench import TARGET_MOE_MEMORY_BYTES, BenchReport, Row, _targets
+
+    report = BenchReport(model={}, deepspeed="0.19.8", repeat=1)
+    report.rows = [
+        Row("moe-model", "refplan", "balanced", 0.30, oracle_seconds=0.20),
+        Row("moe-model", "deepspeed", "lowest holder", 3.00),
+        Row("moe-model", "megatron", "megatron-core", 0.10),
+        Row("moe-model", "awex", "awex", 0.40),
+        Row("llama-sync", "refplan", "balanced", 0.010),
+        Row("llama-sync", "awex", "awex", 0.012),
+        Row("llama-sync", "dcp", "dcp", None, error="refused"),
+    ]
+    report.peak_memory = {"moe-model-100k": TARGET_MOE_MEMORY_BYTES + 1}
+    met = {t["target"]: (t["met"], t["detail"]) for t in _targets(report)}
+    assert met["moe-model plan <= fastest peer's plan"][0] is False
+    assert "megatron" in met["moe-model plan <= fastest peer's plan"][1]
+    assert met["llama-sync plan <= fastest peer's plan"][0] is True
+    assert met["moe-model plan+verify <= 0.25x DeepSpeed's plan"] == (
+        True, "0.300 + 0.200 s vs 3.000 s = 0.17x")
+    assert [m for name, (m, _) in met.items() if "peak memory" in name] == [False]
+    assert "zero2-sync plan <= fastest peer's plan" not in met  # not run: not judged
+
+
+def test_peak_memory_is_measured_in_a_fresh_process() -> None:
+    from refplan.cli.bench import _peak_memory
+
+    peak = _peak_memory("zero2-sync")
+    assert 20 << 20 < peak < 4 << 30
+
+
+def test_the_plan_stages_script_times_every_stage() -> None:
+    """``scripts/plan_stages.py`` (docs/performance.md's profile) still runs the planner's stages."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "plan_stages.py"
+    timed = runpy.run_path(str(script))["stages"]("zero2-sync", 1)
+    assert list(timed) == ["validate + requests", "policy copies", "policy", "check", "emit / reuse plans"]
+    assert all(us >= 0.0 for us in timed.values()) and sum(timed.values()) > 0.0

@@ -222,3 +222,60 @@ def test_cli_verify_refuses_an_unknown_key_in_a_bare_plan(tmp_path: Path) -> Non
     (tmp_path / "p.json").write_text(json.dumps(plan), encoding="utf-8")
     code, _out, err = _cli(["verify", str(tmp_path / "m.json"), str(tmp_path / "p.json")])
     assert code == 2 and "extra" in err, err
+
+
+def _twins(count: int) -> dict[str, Any]:
+    """A maps document whose parameters all carry the example's first map pair, as JSON copies."""
+    doc = _maps()
+    first = doc["parameters"][_first(doc)]
+    doc["parameters"] = {f"p{i}": json.loads(json.dumps(first)) for i in range(count)}
+    doc.pop("element_size", None)
+    return doc
+
+
+def test_maps_parsed_once_per_text_equal_maps_parsed_one_by_one() -> None:
+    """``from_json`` parses identical map texts once; the result equals parsing every map, and a
+    twin that differs in one value (or only in its type: 4 against 4.0) is parsed on its own."""
+    doc = _twins(4)
+    target = doc["parameters"]["p2"]["target"]
+    rank = next(iter(target["ranks"]))
+    target["ranks"][rank]["pieces"][0]["dest"][0] += 0  # the same value, a fresh list
+    doc["parameters"]["p3"]["source"]["logical_shape"] = list(doc["parameters"]["p3"]["source"]["logical_shape"])
+    fast = parse_maps(json.loads(json.dumps(doc)), from_json=True)
+    slow = parse_maps(json.loads(json.dumps(doc)))
+    assert fast.pairs == slow.pairs
+    assert fast.pairs["p0"][0] is fast.pairs["p1"][0]  # parsed once, shared
+    shape = doc["parameters"]["p3"]["target"]["logical_shape"]
+    doc["parameters"]["p3"]["target"]["logical_shape"] = [shape[0] + 1, *shape[1:]]
+    fast = parse_maps(json.loads(json.dumps(doc)), from_json=True)
+    assert fast.pairs["p3"][0].logical_shape == (shape[0] + 1, *shape[1:])
+    assert fast.pairs["p3"][0] != fast.pairs["p0"][0]
+    doc["parameters"]["p3"]["target"]["logical_shape"] = [float(shape[0]), *shape[1:]]
+    with pytest.raises(InvalidMapError, match="p3"):
+        parse_maps(json.loads(json.dumps(doc)), from_json=True)
+
+
+def test_plans_parsed_once_per_text_keep_each_error_with_its_parameter() -> None:
+    doc = _plans()
+    name = next(iter(doc["parameters"]))
+    plan = doc["parameters"][name]
+    doc["parameters"] = {"a": plan, "b": json.loads(json.dumps(plan)), "c": json.loads(json.dumps(plan))}
+    fast = parse_plans(json.loads(json.dumps(doc)), from_json=True)
+    assert fast == parse_plans(json.loads(json.dumps(doc)))
+    assert fast["a"] is fast["b"]
+    doc["parameters"]["c"]["segments"][0]["shape"][0] = True
+    with pytest.raises(InvalidMapError, match=r"plans\[c\]"):
+        parse_plans(json.loads(json.dumps(doc)), from_json=True)
+
+
+def test_an_element_size_table_of_many_names_is_checked_by_set() -> None:
+    """10⁴ parameters: an unknown name in ``element_size`` is named with its nearest parameter
+    (the names are data, so the message does not list them all)."""
+    doc = _twins(10_000)
+    doc["element_size"] = {f"p{i}": 2 for i in range(10_000)}
+    doc["element_size"]["p10000x"] = 2
+    message = _loader_refuses(parse_maps, doc)
+    assert message is not None and '"p10000x"' in message and "did you mean" in message
+    assert message.count("p") < 40
+    del doc["element_size"]["p10000x"]
+    assert parse_maps(doc, from_json=True).element_size == dict.fromkeys((f"p{i}" for i in range(10_000)), 2)

@@ -101,6 +101,12 @@ TARGET_PLAN_VS_PEER = 1 / 3
 TARGET_SCALE_SECONDS = 10.0
 TARGET_SPLIT_BALANCED = 1.05
 TARGET_BALANCED = 1.25
+TARGET_MOE_VS_DEEPSPEED = 0.25
+"""MoE-scale issue: refplan's plan + verify per parameter against DeepSpeed's plan, on moe-model."""
+TARGET_MOE_MEMORY_BYTES = 4 << 30
+"""MoE-scale issue: peak memory of a process that plans and verifies moe-model-100k."""
+PLAN_VS_FASTEST_PEER = ("llama-sync", "zero2-sync", "moe-model")
+"""Scenarios where refplan's plan alone is held to the fastest peer's own planning call (<= 1x)."""
 
 
 def _split(n: int, degree: int) -> list[int]:
@@ -420,6 +426,7 @@ class BenchReport:
     sync_rows: list[dict[str, Any]] = field(default_factory=list)
     cross: list[dict[str, Any]] = field(default_factory=list)
     sync_raw: dict[str, Any] | None = None
+    peak_memory: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -432,6 +439,7 @@ class BenchReport:
             "sync": self.sync_rows,
             "sync_raw": self.sync_raw,
             "cross": self.cross,
+            "peak_memory": self.peak_memory,
         }
 
 
@@ -612,8 +620,41 @@ def run_bench(
             if big in by_name and small in by_name and by_name[small].peer:
                 say(f"bench: {big} against DeepSpeed on {small}, interleaved ...")
                 report.cross.append(_cross_check(by_name[big], by_name[small], ds, max(repeat, CROSS_REPEAT)))
+    for scenario in chosen:
+        if scenario.name in MEMORY_SCENARIOS:
+            say(f"bench: {scenario.name} peak memory, in a fresh process ...")
+            report.peak_memory[scenario.name] = _peak_memory(scenario.name)
     report.targets = _targets(report)
     return report
+
+
+MEMORY_SCENARIOS = ("moe-model-100k",)
+"""Scenarios whose plan + verify peak memory is measured (in a fresh process of its own)."""
+
+
+def _peak_memory(name: str) -> int:
+    """Peak resident memory, in bytes, of a fresh process that builds scenario ``name``, plans it
+    with the default policy and verifies the plans. A fresh (spawned) process, because a process's
+    peak is a high-water mark: in this one it would include the peers and earlier scenarios."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        peak: int = pool.apply(_plan_and_verify_peak, (name,))
+    return peak
+
+
+def _plan_and_verify_peak(name: str) -> int:
+    import resource
+
+    from ..verify import verify_plans
+
+    scenario = SCENARIOS[name]()
+    plans = plan_transfers(scenario.pairs, endpoints=scenario.endpoints, element_size=scenario.element_size,
+                           process_node=scenario.process_node)
+    verdict = verify_plans(scenario.pairs, plans)
+    if verdict.status != "ok":
+        raise RuntimeError(f"{name}: the oracle found the plans {verdict.status}")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 CROSS_CHECKS = (("moe-gather-4096", "moe-gather-256"), ("moe-reshard-4096", "moe-reshard-256"))
@@ -690,6 +731,33 @@ def _targets(report: BenchReport) -> list[dict[str, Any]]:
         add(f"{label} 4096 plan+verify < 1/3 DeepSpeed@256 (interleaved)", cross["ratio"] < TARGET_PLAN_VS_PEER,
             f"{cross['plan_seconds']:.3f} + {cross['oracle_seconds']:.3f} s vs {cross['deepspeed_seconds']:.3f} s "
             f"= {cross['ratio']:.3f}x (best of {cross['rounds']} interleaved rounds)")
+    for scenario in PLAN_VS_FASTEST_PEER:
+        mine = _row(report, scenario, "refplan", "balanced")
+        peers = [r for r in report.rows if r.scenario == scenario and r.peer != "refplan" and r.plan_seconds]
+        if mine is None or mine.plan_seconds is None:
+            continue
+        if not peers:
+            add(f"{scenario} plan <= fastest peer's plan", None, "no peer ran")
+            continue
+        fastest = min(peers, key=lambda r: r.plan_seconds or 0.0)
+        assert fastest.plan_seconds is not None
+        ratio = mine.plan_seconds / fastest.plan_seconds
+        add(f"{scenario} plan <= fastest peer's plan", ratio <= 1.0,
+            f"{mine.plan_seconds:.3f} s vs {fastest.peer} {fastest.plan_seconds:.3f} s = {ratio:.2f}x")
+    mine = _row(report, "moe-model", "refplan", "balanced")
+    peer = _row(report, "moe-model", "deepspeed")
+    if mine is not None and mine.plan_seconds is not None and mine.oracle_seconds is not None:
+        name = f"moe-model plan+verify <= {TARGET_MOE_VS_DEEPSPEED}x DeepSpeed's plan"
+        if peer is not None and peer.plan_seconds:
+            ratio = (mine.plan_seconds + mine.oracle_seconds) / peer.plan_seconds
+            add(name, ratio <= TARGET_MOE_VS_DEEPSPEED,
+                f"{mine.plan_seconds:.3f} + {mine.oracle_seconds:.3f} s vs {peer.plan_seconds:.3f} s = {ratio:.2f}x")
+        else:
+            add(name, None, "DeepSpeed not run")
+    for scenario, peak in sorted(report.peak_memory.items()):
+        add(f"{scenario} plan + verify peak memory < {_mib(TARGET_MOE_MEMORY_BYTES)} MiB",
+            peak < TARGET_MOE_MEMORY_BYTES,
+            f"{_mib(peak)} MiB peak RSS of a fresh process that builds, plans and verifies it")
     scale = _row(report, f"moe-gather-{PIECES_AT_SCALE}", "refplan")
     if scale is not None and scale.plan_seconds is not None and scale.plan_wall_seconds is not None:
         add(f"{PIECES_AT_SCALE} pieces plan < {TARGET_SCALE_SECONDS:.0f} s (wall)",

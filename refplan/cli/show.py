@@ -383,7 +383,7 @@ def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
             check_keys(doc, "plan")
             plans = {name: TransferPlan.from_dict(doc, "$")}
         else:
-            plans = parse_plans(doc)
+            plans = parse_plans(doc, from_json=True)
     except (AffineTransferError, InputFileError) as exc:
         raise _BadInput(_prefixed(path, exc)) from None
     for name in sorted(plans):

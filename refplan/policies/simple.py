@@ -56,10 +56,10 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
         here = r.target_process
         if units.by_process and here in r.candidate_processes:
             choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
-            unit = units.of(r)[[c.source_rank for c in r.candidates].index(choice)][0]
+            unit = units.of(r)[0][[c.source_rank for c in r.candidates].index(choice)][0]
         elif len(r.candidates) == 1:
             choice = r.candidates[0].source_rank
-            unit = units.of(r)[0][0]
+            unit = units.of(r)[0][0][0]
         else:
             movable.append(i)
             continue
@@ -79,21 +79,20 @@ class _Units:
 
     def __init__(self, requests: Sequence[ReplicaRequest]) -> None:
         self.by_process = uses_processes(requests)
-        self._known: dict[tuple[object, object], tuple[tuple[int, int], ...]] = {}
+        self._known: dict[tuple[object, object], tuple[tuple[tuple[int, int], ...], int]] = {}
 
-    def of(self, r: ReplicaRequest) -> tuple[tuple[int, int], ...]:
+    def of(self, r: ReplicaRequest) -> tuple[tuple[tuple[int, int], ...], int]:
+        """(the pairs, the number of distinct units among them: the fewer, the earlier ``r`` must
+        be placed)."""
         key = (r.candidates, r.candidate_processes)
-        pairs = self._known.get(key)
-        if pairs is None:
-            pairs = self._known[key] = tuple(
+        known = self._known.get(key)
+        if known is None:
+            pairs = tuple(
                 [(p if self.by_process and p is not None else c.source_rank, c.source_rank)
                  for c, p in zip(r.candidates, r.candidate_processes)]
             )
-        return pairs
-
-    def coverage(self, r: ReplicaRequest) -> int:
-        """Distinct units that can serve ``r``: the fewer, the earlier it must be placed."""
-        return len({u for u, _ in self.of(r)})
+            known = self._known[key] = (pairs, len({u for u, _ in pairs}))
+        return known
 
 
 def _assign_least_loaded(
@@ -106,14 +105,18 @@ def _assign_least_loaded(
     """Megatron's rule on ``order``: fewest units first, then largest first, then request order;
     each request goes whole to the candidate whose unit has the least load so far, ties to the
     lowest location, then to the first such candidate."""
-    order.sort(key=lambda i: (units.coverage(requests[i]), -request_load(requests[i]), i))
+    queue = []
     for i in order:
         r = requests[i]
-        pairs = units.of(r)
+        pairs, coverage = units.of(r)
+        size = request_load(r)
+        queue.append((coverage, -size, i, size, pairs))  # i is unique: pairs are never compared
+    queue.sort()
+    for _, _, i, size, pairs in queue:
         _, rank, k = min([(load.get(u, 0), rank, k) for k, (u, rank) in enumerate(pairs)])
         answers[i] = rank
         unit = pairs[k][0]
-        load[unit] = load.get(unit, 0) + request_load(r)
+        load[unit] = load.get(unit, 0) + size
 
 
 def from_selector(selector: Callable[[ReplicaSelectionRequest], int]) -> ReplicaPolicy:
