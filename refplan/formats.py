@@ -16,9 +16,12 @@ as if it had never been given. A file that cannot be read at all is an ``InputFi
 
 from __future__ import annotations
 
+import codecs
 import difflib
+import io
 import json
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ __all__ = [
     "MAPS_FORMAT",
     "PLANS_FORMAT",
     "MapsBatch",
+    "PlansStream",
     "check_keys",
     "dump_maps",
     "dump_plans",
@@ -83,6 +87,10 @@ class _DuplicateKey(Exception):
         self.key = key
 
 
+def _twice(key: str) -> str:
+    return f"key {describe(key)} appears twice in one object"
+
+
 def loads_json(text: str | bytes, where: str = "JSON") -> Any:
     """Parse JSON text, turning every way it can be malformed into ``InvalidMapError``.
 
@@ -94,7 +102,7 @@ def loads_json(text: str | bytes, where: str = "JSON") -> Any:
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
-        raise InvalidMapError(f"{where}: not valid JSON: key {describe(exc.key)} appears twice in one object") from None
+        raise InvalidMapError(f"{where}: not valid JSON: {_twice(exc.key)}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidMapError(f"{where}: not valid JSON: {exc}") from None
     except RecursionError:
@@ -445,3 +453,305 @@ def read_maps(path: str | Path) -> MapsBatch:
         return parse_maps(doc, from_json=True)
     except InvalidMapError as exc:
         raise InvalidMapError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming a plans file. ``load_json`` holds the whole text and then the whole document (about
+# 1.3 KB of Python objects per segment); ``PlansStream`` holds one parameter's plan at a time.
+# It reads the file in chunks, walks the top-level object and the ``parameters`` object itself,
+# and hands each value to ``json``'s own decoder (``raw_decode``), so values are parsed by the
+# same code as ``load_json``'s. What it must add is what ``json.loads`` does between values, and
+# it does it the same way, so that a malformed file is refused with the same message: the same
+# punctuation errors at the same line, column and character, duplicate keys refused when their
+# object closes (``_unique_keys`` runs then), ``Extra data`` after the document, a UTF-8 BOM,
+# and undecodable bytes anywhere in the file taking precedence over every JSON error (``load_json``
+# decodes the whole file before parsing it). tests/test_verify_stream.py holds the two readers to
+# the same answers on valid, truncated and corrupted files.
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_SETTLED = 64
+"""A decode error this many characters or more before the end of the text read so far is the
+file's own: ``json`` reports an error where the text first stops being a valid prefix (strings
+aside: an unterminated one is reported at its start), and at most a ``\\uXXXX\\uXXXX`` escape
+(12 characters) lies between what it examined and where it reports."""
+
+
+def _trailing_comma_rule() -> tuple[str, bool]:
+    """How this Python's ``json`` reports ``{"a": 0, }``: its message, and whether at the comma.
+
+    Python 3.13 added "Illegal trailing comma before end of object" at the comma; older ones say
+    "Expecting property name enclosed in double quotes" at the ``}``. Asked of ``json`` itself, so
+    the stream says what ``load_json`` says on whichever Python runs it.
+    """
+    try:
+        json.loads('{"a": 0, }')
+    except json.JSONDecodeError as exc:
+        return exc.msg, exc.pos == 7
+    raise AssertionError("json accepted a trailing comma")  # pragma: no cover
+
+
+_TRAILING_COMMA, _TRAILING_AT_COMMA = _trailing_comma_rule()
+
+
+class _Text:
+    """A file's text, decoded in chunks exactly as ``load_json`` decodes it whole (UTF-8, strict,
+    universal newlines), keeping only what is not consumed yet plus the counts that turn a
+    position in it back into the whole file's line, column and character."""
+
+    def __init__(self, path: str | Path, chunk: int) -> None:
+        self.path = path
+        self.chunk = chunk
+        try:
+            self.handle = open(path, "rb")  # noqa: SIM115 (closed by close(), also on errors)
+        except OSError as exc:
+            raise InputFileError(f"{path}: cannot read: {exc.strerror or exc}", exc.errno) from None
+        self.decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(), translate=True)
+        self.fed = 0  # bytes given to the decoder
+        self.text = ""  # text[pos:] is not consumed yet
+        self.pos = 0
+        self.base = 0  # characters dropped before text[0]
+        self.lines = 0  # line breaks among them
+        self.line_start = 0  # absolute index of the character after the last of them
+        self.eof = False
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def _decode(self, data: bytes, final: bool) -> str:
+        try:
+            text: str = self.decoder.decode(data, final)
+        except UnicodeDecodeError as exc:
+            start = self.fed - (len(exc.object) - len(data)) + exc.start
+            end = start + exc.end - exc.start
+            what = (
+                f"byte 0x{exc.object[exc.start]:02x} in position {start}" if end == start + 1
+                else f"bytes in position {start}-{end - 1}"
+            )
+            raise InvalidMapError(
+                f"{self.path}: not valid JSON: '{exc.encoding}' codec can't decode {what}: {exc.reason}"
+            ) from None
+        self.fed += len(data)
+        return text
+
+    def _read(self) -> str:
+        try:
+            data = self.handle.read(self.chunk)
+        except OSError as exc:
+            raise InputFileError(f"{self.path}: cannot read: {exc.strerror or exc}", exc.errno) from None
+        if not data:
+            self.eof = True
+        return self._decode(data, not data)
+
+    def more(self) -> None:
+        """Drop the consumed text and read at least as much again as is left (so that a value
+        retried after each read costs amortized linear time), or to the end of the file."""
+        self._drop_consumed()
+        want = max(self.chunk, len(self.text))
+        parts = [self.text]
+        got = 0
+        while got < want and not self.eof:
+            part = self._read()
+            parts.append(part)
+            got += len(part)
+        self.text = "".join(parts)
+
+    def _drop_consumed(self) -> None:
+        """Forget ``text[:pos]``, counting its line breaks for later error positions."""
+        if self.pos:
+            self.lines += self.text.count("\n", 0, self.pos)
+            newline = self.text.rfind("\n", 0, self.pos)
+            if newline >= 0:
+                self.line_start = self.base + newline + 1
+            self.base += self.pos
+            self.text = self.text[self.pos:]
+            self.pos = 0
+
+    def fail(self, message: str) -> InvalidMapError:
+        """The error for a file that is not JSON, after reading the rest: an undecodable byte
+        later in the file is what ``load_json`` reports instead (it decodes before it parses)."""
+        while not self.eof:
+            self._read()
+        return InvalidMapError(f"{self.path}: not valid JSON: {message}")
+
+    def fail_at(self, message: str, at: int) -> InvalidMapError:
+        """``fail`` for ``json``'s ``message`` at ``text[at]``, placed as ``JSONDecodeError`` places it."""
+        lineno = self.lines + self.text.count("\n", 0, at) + 1
+        newline = self.text.rfind("\n", 0, at)
+        colno = at - newline if newline >= 0 else self.base + at - self.line_start + 1
+        return self.fail(f"{message}: line {lineno} column {colno} (char {self.base + at})")
+
+    def peek(self) -> str:
+        """The next character, or "" at the end of the file."""
+        while self.pos >= len(self.text) and not self.eof:
+            self.more()
+        return self.text[self.pos:self.pos + 1]
+
+    def skip(self) -> None:
+        """Skip JSON white space (``json``'s own set), reading on while it lasts."""
+        while True:
+            match = _WHITESPACE.match(self.text, self.pos)
+            assert match is not None
+            self.pos = match.end()
+            if self.pos < len(self.text) or self.eof:
+                return
+            self.more()
+
+    def value(self, *, release: bool = False) -> Any:
+        """Decode the JSON value at ``pos`` with ``json``'s decoder; read on while the text so far
+        may end inside it. ``release`` drops the value's text once decoded if it is large."""
+        too_long = ""
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError as exc:
+                settled = exc.pos < len(self.text) - _SETTLED and not exc.msg.startswith("Unterminated string")
+                if self.eof or settled:
+                    raise self.fail_at(exc.msg, exc.pos) from None
+            except _DuplicateKey as exc:  # an object inside the value closed: the file's own
+                raise self.fail(_twice(exc.key)) from None
+            except RecursionError:
+                raise self.fail("nested too deeply") from None
+            except ValueError as exc:
+                # Too many digits in an integer; the count in the message may still grow with
+                # the next chunk, and is final once more text leaves it unchanged.
+                if self.eof or str(exc) == too_long:
+                    raise self.fail(describe(str(exc))) from None
+                too_long = str(exc)
+            else:
+                if end < len(self.text) or self.eof:  # a number or literal may go on in the next chunk
+                    self.pos = end
+                    if release and end >= self.chunk:
+                        self._drop_consumed()
+                    return value
+            self.more()
+
+    def members(self) -> Iterator[str]:
+        """Walk the object whose ``{`` is at ``pos`` as ``json`` does: yield each key with ``pos``
+        at its value, which the caller consumes before the next key; refuse a key given twice
+        when the object closes, where ``_unique_keys`` refuses it."""
+        self.pos += 1
+        self.skip()
+        seen: set[str] = set()
+        twice: str | None = None
+        if self.peek() != "}":
+            while True:
+                if self.peek() != '"':
+                    raise self.fail_at("Expecting property name enclosed in double quotes", self.pos)
+                key = self.value()
+                self.skip()
+                if self.peek() != ":":
+                    raise self.fail_at("Expecting ':' delimiter", self.pos)
+                self.pos += 1
+                self.skip()
+                if twice is None and key in seen:
+                    twice = key
+                seen.add(key)
+                yield key
+                self.skip()
+                if self.peek() == "}":
+                    break
+                if self.peek() != ",":
+                    raise self.fail_at("Expecting ',' delimiter", self.pos)
+                comma = self.pos
+                self.pos += 1
+                self.skip()
+                if self.peek() == "}" and _TRAILING_AT_COMMA:
+                    raise self.fail_at(_TRAILING_COMMA, comma)
+        self.pos += 1
+        if twice is not None:
+            raise self.fail(_twice(twice))
+
+
+class PlansStream:
+    """A ``refplan.plans/1`` file read one parameter at a time: iterate for ``(name, TransferPlan)``.
+
+    For files too large to hold as one document (``refplan verify`` streams from
+    ``limits.STREAM_PLANS_BYTES``). Each plan is parsed and yielded as soon as its entry has been
+    read, and nothing of it is kept afterwards, so memory follows the largest parameter rather than
+    the file. The answer is ``load_json`` + ``parse_plans``'s: every error they raise is raised
+    here, with the same class and message, and the precedence they give it, which is why the
+    iteration ends with the error rather than at it. A JSON error is raised where it is found (the
+    rest of the file is only checked to decode); every other error (the ``format``, which may
+    come after ``parameters``; an unknown key; a malformed plan) is known to win only once the
+    whole file has been read, so plans stop being yielded at the first of them and it is raised
+    at the end. Consumers must therefore treat what they received as provisional until the
+    iteration has finished without an error. One corner is not the same: ``json`` gives up on
+    nesting ("nested too deeply") at a depth that depends on the call stack, and an entry is
+    decoded on its own, two levels shallower than in the whole document, so a file nested within
+    a few levels of Python's recursion limit may be refused for its nesting by one reader and for
+    its structure by the other (exit 2 either way; no plan nests deeper than four levels).
+
+    A document that is not an object, or that is a bare plan (``segments`` and no ``format``,
+    which ``refplan verify`` accepts for one parameter), is not a plans batch: after iterating,
+    ``streamed`` is ``False`` and ``document`` holds it (a non-object read whole with
+    ``load_json``; a bare plan with a placeholder ``{}`` for any ``parameters`` it names, whose
+    entries were yielded), for the caller to handle as it handles ``load_json``'s result.
+    """
+
+    def __init__(self, path: str | Path, *, chunk: int = 1 << 20) -> None:
+        if chunk < 1:
+            raise ValueError("PlansStream: chunk must be positive")
+        self.path = path
+        self.chunk = chunk
+        self.streamed = True
+        self.document: Any = None
+
+    def __iter__(self) -> Iterator[tuple[str, TransferPlan]]:
+        key_error: InvalidMapError | None = None
+        plan_error: InvalidMapError | None = None
+        for name, entry in self._entries():
+            if key_error is None:
+                try:
+                    check_keys({"format": PLANS_FORMAT, "parameters": {name: entry}}, "plans")
+                except InvalidMapError as exc:
+                    key_error = exc
+            if key_error is None and plan_error is None:
+                try:
+                    plan = TransferPlan.from_dict(entry, f"plans[{_label(name)}]")
+                except InvalidMapError as exc:
+                    plan_error = exc
+                else:
+                    del entry  # the consumer holds only the parsed plan
+                    yield name, plan
+                    del plan
+        header = self.document
+        if not self.streamed:
+            return
+        if "format" not in header and "segments" in header:  # a bare plan: the caller's case
+            self.streamed = False
+            return
+        parse_plans(header)  # the file-level errors, which come first
+        if key_error is not None:
+            raise key_error
+        if plan_error is not None:
+            raise plan_error
+
+    def _entries(self) -> Iterator[tuple[str, Any]]:
+        """``(name, entry)`` of the ``parameters`` object, in file order; the other top-level
+        values, in order, end up in ``document`` (``{}`` for a streamed ``parameters``)."""
+        text = _Text(self.path, self.chunk)
+        try:
+            text.more()
+            if text.text.startswith("\ufeff"):
+                raise text.fail_at("Unexpected UTF-8 BOM (decode using utf-8-sig)", 0)
+            text.skip()
+            if text.peek() != "{":
+                text.close()
+                self.streamed = False
+                self.document = load_json(self.path)
+                return
+            header: dict[str, Any] = {}
+            for key in text.members():
+                if key == "parameters" and text.peek() == "{":
+                    header[key] = {}
+                    for name in text.members():
+                        yield name, text.value(release=True)  # bound to no name here: the consumer owns it
+                else:
+                    header[key] = text.value()
+            text.skip()
+            if text.peek():
+                raise text.fail_at("Extra data", text.pos)
+            self.document = header
+        finally:
+            text.close()

@@ -32,6 +32,8 @@ __all__ = [
     "QUIET_SEGMENTS",
     "REMEMBER_PIECES",
     "REMEMBER_SEGMENTS",
+    "STREAM_PLANS_BYTES",
+    "STREAM_REMEMBER_PLANS",
     "PlanBudget",
     "fast_paths",
 ]
@@ -107,6 +109,21 @@ plans are judged afresh, so that the remembered keys stay small next to the plan
 PAIRWISE_LIMIT = 8
 """``check.check_answers`` compares at most this many parts of one answer pairwise; more go
 through the k-d query ``box.overlapping_pairs``."""
+
+STREAM_PLANS_BYTES = 256 << 20
+"""``refplan verify`` reads a plans file of at least this many bytes one parameter at a time
+(``formats.PlansStream``, ``oracle.stream.verify_stream``) instead of as one document, and says
+so on stderr. Loaded whole, a plan costs about 1.1 KB of Python objects per segment (JSON dicts,
+then ``TransferSegment`` objects), so a 256 MiB file (about 3.5·10⁶ segments) needs ~3.6 GB;
+streamed, memory follows the largest parameter instead of the file (docs/performance.md). Both paths give the same
+verdicts, report and exit code (tests/test_verify_stream.py). Not one of the ``fast_paths``
+switches: it changes memory, not speed, and the streamed path prints one more line."""
+
+STREAM_REMEMBER_PLANS = 1024
+"""The streamed ``refplan verify`` (``oracle.stream.verify_stream``) forgets the verdicts it keeps
+for reuse (``REMEMBER_SEGMENTS``) once this many distinct plans are remembered, so that a file of
+distinct small plans does not hold a key per segment (at most 1024 × 64 segment keys, ~20 MB);
+a model's few dozen distinct layouts stay well below it."""
 
 _SWITCHES = ("ARRAY_MIN_PIECES", "ORACLE_ARRAY_SEGMENTS", "QUIET_SEGMENTS", "MEMO_MAX_PIECES",
              "REMEMBER_PIECES", "REMEMBER_SEGMENTS", "PAIRWISE_LIMIT")
