@@ -576,7 +576,7 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
 def test_paired_ratios_of_the_bench() -> None:
     """``refplan bench --sync`` judges the executor on the median of per-run ratios (each pair
     measured side by side) and prints best-of-N and the spread beside it."""
-    from refplan.bench import paired_ratios
+    from refplan.cli.bench import paired_ratios
 
     stats = paired_ratios([2.0, 3.0, 30.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 10.0])
     assert stats["median"] == pytest.approx(1.5)  # ratios 0.5, 1, 1.5, 2, 10

@@ -374,3 +374,22 @@ def test_forgetting_reused_verdicts_changes_no_verdict(monkeypatch: pytest.Monke
     expected = verify_plans(pairs, plans)
     assert [v.status for v in expected.verdicts.values()] == ["ok"] * 3 + ["invalid"] + ["ok"] * 2
     assert verify_stream(pairs, plans.items()) == expected
+
+
+def test_the_command_line_chooses_the_path_with_stream_and_no_stream(
+    tmp_path: Path, maps_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``refplan verify --stream`` streams a small file (and says so); ``--no-stream`` never does,
+    and giving both is a usage error (exit 2), not a silent choice."""
+    from refplan.cli import main as refplan_main
+
+    path = write(tmp_path / "plans.json", json.dumps(dump_plans(PLANS)))
+    assert refplan_main(["verify", str(maps_file), str(path), "--stream"]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith(NOTICE) and "ok" in out
+    assert refplan_main(["verify", str(maps_file), str(path), "--no-stream"]) == 0
+    out, err = capsys.readouterr()
+    assert NOTICE not in err and "ok" in out
+    with pytest.raises(SystemExit) as exc:
+        refplan_main(["verify", str(maps_file), str(path), "--stream", "--no-stream"])
+    assert exc.value.code == 2

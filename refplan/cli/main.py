@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import AffineTransferError
 from ..formats import dump_plans, load_json, parse_endpoints, read_maps
+from ..limits import STREAM_PLANS_BYTES
 from ..planner import plan_transfers
 from ..policies import POLICIES
 
@@ -75,7 +76,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from ..verify import run_verify_cli
 
-    return run_verify_cli(args.maps, args.plans, as_json=args.json, quiet=args.quiet)
+    return run_verify_cli(args.maps, args.plans, as_json=args.json, quiet=args.quiet, stream=args.stream)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -136,6 +137,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     verify.add_argument("plans",
                         help="plans file (refplan.plans/1), or one bare plan dict for a one-parameter maps file")
     verify.add_argument("--json", action="store_true", help="machine-readable report")
+    streaming = verify.add_mutually_exclusive_group()
+    streaming.add_argument("--stream", dest="stream", action="store_const", const=True, default=None,
+                           help="read the plans file one parameter at a time (default: only from "
+                                f"{STREAM_PLANS_BYTES >> 20} MiB on)")
+    streaming.add_argument("--no-stream", dest="stream", action="store_const", const=False,
+                           help="read the whole plans file at once, whatever its size")
     verify.set_defaults(func=_cmd_verify)
 
     demo = sub.add_parser("demo", parents=[common], help="plan a built-in TPxDP -> TP sync with two policies")
