@@ -6,14 +6,17 @@ and 3, or a kill signal) or ran past mutmut's time limit (a mutant that makes th
 caught, just not by an assertion); survived, "no tests" (no selected test reaches the function),
 crashes and anything not checked count against the score. Files without mutants are not listed.
 
-Usage: ``python tests/mutation_score.py [--fail-under PERCENT] [--survivors]``; exits 1 when a
-module scores under ``--fail-under``.
+Usage: ``python tests/mutation_score.py [--fail-under PERCENT] [--survivors] [--doc FILE]``; exits 1
+when a module scores under ``--fail-under``. With ``--doc`` (``docs/mutation.md``) it also lists
+the surviving mutants that the document does not argue equivalent, and the document's entries
+that no longer survive (a mutant is named there as `` `judge.py:x__cut__mutmut_61` ``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -39,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default="mutants", help="mutmut's mutants folder")
     parser.add_argument("--fail-under", type=float, default=0.0, help="exit 1 if a module scores below this")
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants too")
+    parser.add_argument("--doc", help="a document arguing the equivalent mutants (docs/mutation.md)")
     args = parser.parse_args(argv)
     found = scores(Path(args.root))
     if not found:
@@ -56,7 +60,25 @@ def main(argv: list[str] | None = None) -> int:
         total_killed += killed
         total += count
     print(f"all: mutation score: {100.0 * total_killed / total:.1f}% ({total_killed} of {total} mutants killed)")
+    if args.doc:
+        argued = documented(Path(args.doc).read_text(encoding="utf-8"))
+        surviving = {short(module, name) for module, (_, _, names) in found.items() for name in names}
+        for name in sorted(surviving - argued):
+            print(f"not in {args.doc}: {name}")
+        for name in sorted(argued - surviving):
+            print(f"in {args.doc} but killed (or gone): {name}")
     return 1 if failed else 0
+
+
+def short(module: str, name: str) -> str:
+    """``refplan/oracle/judge.py`` and ``refplan.oracle.judge.x__cut__mutmut_61`` as the document
+    names them: ``judge.py:x__cut__mutmut_61``."""
+    return f"{Path(module).name}:{name.rsplit('.', 1)[-1]}"
+
+
+def documented(text: str) -> set[str]:
+    """The mutants a document names, as `` `judge.py:x__cut__mutmut_61` ``."""
+    return set(re.findall(r"`(\w+\.py:x\S*?__mutmut_\d+)`", text))
 
 
 if __name__ == "__main__":

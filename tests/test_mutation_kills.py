@@ -817,3 +817,216 @@ def test_expanded_elements_add_up_over_segments() -> None:
     transposed = [S(0, 0, (1, 3), 0, 0, (1, 3), (3, 2)), S(1, 0, (1, 3), 1, 0, (1, 3), (3, 2))]
     verdict = verify_plan(SPLIT, SPLIT, transposed)
     assert verdict.ok and verdict.fallback_elements == 12 and verdict.checked_segments == 2, verdict
+
+
+# ---------------------------------------------------------------------------------------------
+# Second round (issue 15): the survivors of the first `make mutation` that a test can tell apart.
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_a_footprint_past_the_end_from_offset_zero_names_its_last_element(paths: bool) -> None:
+    """Offset 0 is in range, the end is not: the element reported is the last one read."""
+    rows = contiguous_split_map((4, 3), [1, 1, 1, 1], 0)  # source shards (1, 3)
+    with fast_paths(paths):
+        verdict = verify_plan(SPLIT, rows, [S(0, 0, (3, 1), 0, 0, (3, 1), (2, 3))])
+    assert verdict == Verdict(
+        "invalid", None, "segment 0: reads addresses 0..5 of source location 0, outside its 3 elements (shard (1, 3))",
+        0, 5, (1, 2), (0,), None, 1, 0,
+    ), verdict
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_a_write_past_the_end_names_the_target_location_not_the_source(paths: bool) -> None:
+    with fast_paths(paths):
+        verdict = verify_plan(SPLIT, SPLIT, [S(1, 0, (3, 1), 0, 3, (3, 1), (2, 3))])
+    assert verdict == Verdict(
+        "invalid", None, "segment 0: writes addresses 3..8 of target location 0, outside its 6 elements (shard (2, 3))",
+        0, 8, None, (0,), None, 1, 0,
+    ), verdict
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_a_segment_that_wraps_is_named_with_its_side_and_offset(paths: bool) -> None:
+    """Row-major strides, but the box runs past the end of a row: the report says which side and
+    from which offset (over the fallback budget, so the reason is the verdict's)."""
+    budget = "; the 1 non-box segment(s) total 2 elements, more than the element-level fallback budget of 0"
+    for seg, why in [
+        (S(1, 0, (3, 1), 1, 2, (3, 1), (1, 2)), "target: offset 2 with shape (1, 2) wraps past the edge of shard (2, 3)"),
+        (S(1, 2, (3, 1), 1, 0, (3, 1), (1, 2)), "source: offset 2 with shape (1, 2) wraps past the edge of shard (2, 3)"),
+    ]:
+        with fast_paths(paths):
+            verdict = verify_plan(SPLIT, SPLIT, [FIRST, seg], fallback_elements=0)
+        assert verdict == Verdict(
+            "unverifiable", None, f"segment 1 is not a box in its {why}{budget}", 1, None, None, (1,), None, 2, 0,
+        ), verdict
+
+
+# A shard whose pieces are not slabs along any axis, though their starts along axis 0 look like
+# it (each piece's extent fits before the next start when measured from the shard's first row):
+# the cut must use the k-d query and still find every piece.
+#   rows 0-1: A (both columns); row 2: B | D; row 3: B | C; row 4: E | C
+STAIRS = M((5, 2), {0: (5, 2)}, {0: [
+    P((2, 2), 0, (2, 1), 0, (2, 1), [0]),  # A
+    P((2, 1), 4, (2, 1), 4, (2, 1), [0]),  # B
+    P((1, 1), 5, (2, 1), 5, (2, 1), [0]),  # D
+    P((2, 1), 7, (2, 1), 7, (2, 1), [0]),  # C
+    P((1, 1), 8, (2, 1), 8, (2, 1), [0]),  # E
+]})
+ROWS_OF_TWO = contiguous_split_map((5, 2), [1, 1, 1, 1, 1], 0)
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_pieces_that_only_look_like_slabs_are_cut_exactly(paths: bool) -> None:
+    by_row = [S(r, 0, (2, 1), 0, 2 * r, (2, 1), (1, 2)) for r in range(5)]
+    with fast_paths(paths):
+        assert verify_plan(STAIRS, ROWS_OF_TWO, by_row).ok
+        assert verify_plan(ROWS_OF_TWO, STAIRS, [S(0, 2 * r, (2, 1), r, 0, (2, 1), (1, 2)) for r in range(5)]).ok
+        wrong = verify_plan(STAIRS, ROWS_OF_TWO, [*by_row[:4], S(3, 0, (2, 1), 0, 8, (2, 1), (1, 2))])
+    assert wrong == Verdict(
+        "invalid", None,
+        "target location 0, offset 8 needs logical (4, 0), but segment 4 reads source location 3 at offset 0, which "
+        "holds logical (3, 0) (logical (4, 0) is held by source location(s) [4])",
+        0, 8, (4, 0), (4,), None, 5, 0,
+    ), wrong
+
+
+# Past 2**53 elements a float64 can no longer count them one by one: volumes must stay integers.
+BIG = (1 << 53) + 3
+BIG_PIECES = M((BIG,), {0: (BIG,)}, {0: [
+    P((1 << 53,), 0, (1,), 0, (1,), [0]),
+    *(P((1,), (1 << 53) + k, (1,), (1 << 53) + k, (1,), [0]) for k in range(3)),
+]})
+BIG_WHOLE = M((BIG,), {0: (BIG,)}, {0: [P((BIG,), 0, (1,), 0, (1,), [0])]})
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_volumes_past_two_to_the_53_are_counted_exactly(paths: bool) -> None:
+    whole = S(0, 0, (1,), 0, 0, (1,), (BIG,))
+    with fast_paths(paths):
+        assert verify_plan(BIG_PIECES, BIG_WHOLE, [whole]).ok
+        assert verify_plan(BIG_WHOLE, BIG_PIECES, [whole]).ok
+        short = verify_plan(BIG_WHOLE, BIG_WHOLE, [S(0, 0, (1,), 0, 0, (1,), (BIG - 1,))])
+    assert short == Verdict(
+        "invalid", None,
+        f"target location 0, offset {BIG - 1} is never written (the plan writes {BIG - 1} of the {BIG} elements of "
+        f"shard ({BIG},); unwritten box [{BIG - 1}:{BIG}])",
+        0, BIG - 1, (BIG - 1,), (), None, 1, 0,
+    ), short
+
+
+# The oracle re-checks what box.py's queries answer: a wrong answer is "unverifiable", with the
+# re-check that caught it in the reason, never "ok" or a made-up counterexample.
+QUADS = M((4, 4), {0: (4, 4)}, {0: [
+    P((2, 2), 4 * lr + lc, (4, 1), 4 * sr + sc, (4, 1), [0])
+    for (lr, lc), (sr, sc) in {(0, 0): (2, 2), (0, 2): (0, 0), (2, 0): (0, 2), (2, 2): (2, 0)}.items()
+]})
+HALVES = [S(0, 8 * h, (4, 1), 0, 8 * h, (4, 1), (2, 4)) for h in range(2)]
+
+
+def _internal(what: str) -> str:
+    return f"internal consistency check failed ({what}); not judged"
+
+
+def test_a_box_query_that_misses_pairs_is_caught_by_the_volume_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import refplan.oracle.judge as judge_module
+
+    assert verify_plan(QUADS, QUADS, HALVES).ok
+    monkeypatch.setattr(judge_module, "overlapping_pairs", lambda *args, **kwargs: set())
+    missed = verify_plan(QUADS, QUADS, HALVES)
+    assert missed == Verdict(
+        "unverifiable", None, _internal("the cuts of a box do not add up to the box"), checked_segments=2
+    ), missed
+    doubled = verify_plan(SPLIT, SPLIT, [FIRST, SECOND, FIRST])
+    assert doubled == Verdict(
+        "unverifiable", None, _internal("disjoint writes exceed shard 0"), checked_segments=3
+    ), doubled
+
+
+def test_a_box_query_that_reports_pairs_that_do_not_meet_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import refplan.oracle.judge as judge_module
+
+    real = judge_module.overlapping_pairs
+
+    def every_pair(boxes: Sequence[Box], *args: Any, groups: Sequence[int] | None = None, **kwargs: Any) -> Any:
+        if groups is None:
+            return real(boxes, *args, **kwargs)
+        return {(i, j) for i, g in enumerate(groups) for j, h in enumerate(groups) if (g, h) == (0, 1)}
+
+    monkeypatch.setattr(judge_module, "overlapping_pairs", every_pair)
+    verdict = verify_plan(QUADS, QUADS, HALVES)
+    assert verdict == Verdict("unverifiable", None, _internal("a reported cut is empty"), checked_segments=2), verdict
+
+
+def test_a_gap_that_covers_cannot_find_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import refplan.oracle.judge as judge_module
+
+    monkeypatch.setattr(judge_module, "covers", lambda *args, **kwargs: None)
+    verdict = verify_plan(SPLIT, SPLIT, [FIRST])
+    assert verdict == Verdict(
+        "unverifiable", None, _internal("volume says shard 1 has a gap, covers() finds none"), checked_segments=1
+    ), verdict
+
+
+LINE = M((6,), {0: (6,)}, {0: [P((6,), 0, (1,), 0, (1,), [0])]})
+COLUMN = M((4, 1), {0: (4, 1)}, {0: [P((4, 1), 0, (1, 1), 0, (1, 1), [0])]})
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_one_axis_and_one_column_plans_with_several_writes_per_location(paths: bool) -> None:
+    """Two writes at one location, on a 1-d tensor and on a one-column one: the quick
+    'disjoint slabs on axis 0' test must read axis 0 and nothing else."""
+    halves = [S(0, 3 * h, (1,), 0, 3 * h, (1,), (3,)) for h in range(2)]
+    overlapping = [S(0, 0, (1,), 0, 0, (1,), (3,)), S(0, 2, (1,), 0, 2, (1,), (3,)), S(0, 5, (1,), 0, 5, (1,), (1,))]
+    # Rows 0-1 and 1-2: as many elements as the shard, one written twice and one never.
+    stacked = [S(0, 0, (1, 1), 0, 0, (1, 1), (2, 1)), S(0, 1, (1, 1), 0, 1, (1, 1), (2, 1))]
+    with fast_paths(paths):
+        assert verify_plan(LINE, LINE, halves).ok
+        twice = verify_plan(LINE, LINE, overlapping)
+        column = verify_plan(COLUMN, COLUMN, stacked)
+    assert twice == Verdict(
+        "invalid", None, "target location 0, offset 2 is written more than once (by segments 0 and 1)",
+        0, 2, (2,), (0, 1), None, 3, 0,
+    ), twice
+    assert column == Verdict(
+        "invalid", None, "target location 0, offset 1 is written more than once (by segments 0 and 1)",
+        0, 1, (1, 0), (0, 1), None, 2, 0,
+    ), column
+
+
+@pytest.mark.parametrize("paths", [True, False])
+def test_a_flat_copy_of_a_shard_is_expanded_not_taken_as_a_box(paths: bool) -> None:
+    """A segment with one axis on a 2-d tensor (a flat copy of a whole (2, 3) shard) is not a
+    box there: it goes to the element-level runs, beside ordinary box segments."""
+    flat = S(1, 0, (1,), 1, 0, (1,), (6,))
+    with fast_paths(paths):
+        verdict = verify_plan(SPLIT, SPLIT, [FIRST, flat])
+        shifted = verify_plan(SPLIT, SPLIT, [FIRST, S(1, 0, (1,), 1, 1, (1,), (5,)), S(1, 5, (1,), 1, 0, (1,), (1,))])
+    assert verdict.ok and (verdict.checked_segments, verdict.fallback_elements) == (2, 6), verdict
+    assert shifted == Verdict(
+        "invalid", None,
+        "target location 1, offset 0 needs logical (2, 0), but segment 2 reads source location 1 at offset 5, which "
+        "holds logical (3, 2) (logical (2, 0) is held by source location(s) [1])",
+        1, 0, (2, 0), (2,), None, 3, 6,
+    ), shifted
+
+
+class _AllAlike(P):
+    """A piece subclass that claims to equal every other piece (a careless user type)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, P)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def test_maps_of_piece_subclasses_are_validated_afresh_in_a_batch() -> None:
+    """Two maps whose pieces compare equal but hold F's rows differently: the batch must not
+    hand the first one's layout to the second."""
+    def rows(order: Sequence[int]) -> M:
+        return M((2, 3), {0: (2, 3)}, {0: [_AllAlike((1, 3), 3 * r, (3, 1), 3 * k, (3, 1), [0]) for k, r in enumerate(order)]})
+
+    plan = [S(0, 0, (3, 1), 0, 0, (3, 1), (2, 3))]
+    batch = verify_plans({"a": (rows([0, 1]), WHOLE), "b": (rows([1, 0]), WHOLE)}, {"a": plan, "b": plan})
+    assert batch.verdicts["a"].ok, batch
+    assert batch.verdicts["b"].status == "invalid" and batch.verdicts["b"].target_offset == 0, batch
