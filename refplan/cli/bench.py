@@ -658,11 +658,10 @@ def _plan_and_verify_peak(name: str) -> int:
     # VmHWM is the high-water mark of this process's own memory since it exec'd. Not ru_maxrss:
     # Linux carries that across fork and exec, so a child spawned by a bench that already holds
     # gigabytes (the peers) would report the parent's size (3.1 GiB measured for 0.5 GiB used).
-    with contextlib.suppress(OSError):
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # elsewhere: the best there is
 
 
