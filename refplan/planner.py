@@ -127,9 +127,9 @@ def _prepare(
 def _renamed(request: ReplicaRequest, name: str) -> ReplicaRequest:
     """``dataclasses.replace(request, parameter=name)`` without the frozen ``__init__``'s cost."""
     clone = _new_object(ReplicaRequest)
-    fields = request.__dict__.copy()
-    fields["parameter"] = name
-    _set_attribute(clone, "__dict__", fields)
+    values = request.__dict__.copy()
+    values["parameter"] = name
+    _set_attribute(clone, "__dict__", values)
     return clone
 
 
