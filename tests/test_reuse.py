@@ -27,6 +27,7 @@ from refplan import (
     TransferEndpoints,
     TransferPlan,
     plan_transfers,
+    verify_plan,
     verify_plans,
 )
 from refplan.errors import AffineTransferError
@@ -225,3 +226,82 @@ def test_a_piece_subclass_is_never_memoized() -> None:
     batch = {"a": (target, source), "b": (_fresh(target), odd)}
     fast, slow = _both(lambda: _plan_bytes(plan_transfers(batch)))
     assert fast == slow and fast[0] == "ok"
+
+
+# -- the oracle's memos: what they must not hide, and when they apply ----------------------------
+
+
+def _judgements(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    import refplan.oracle.judge as judge
+    import refplan.oracle.layout as layout
+
+    calls = {"validate_map": 0, "check_plan": 0}
+    validate, check = layout.validate_map, judge.check_plan
+
+    def counted_validate(*args: Any, **kwargs: Any) -> Any:
+        calls["validate_map"] += 1
+        return validate(*args, **kwargs)
+
+    def counted_check(*args: Any, **kwargs: Any) -> Any:
+        calls["check_plan"] += 1
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(layout, "validate_map", counted_validate)
+    monkeypatch.setattr(judge, "check_plan", counted_check)
+    return calls
+
+
+def test_a_verdict_is_reused_only_for_plans_up_to_the_segment_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from refplan import limits
+    from refplan.policies import first_holder
+
+    batch = {"a": _layer(), "b": _layer(), "c": _layer()}
+    plans = plan_transfers(batch, replica_policy=first_holder)  # three equal plans
+    size = len(plans["a"].segments)
+    calls = _judgements(monkeypatch)
+    monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", size)
+    assert verify_plans(batch, plans).status == "ok" and calls["check_plan"] == 1
+    monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", size - 1)
+    assert verify_plans(batch, plans).status == "ok" and calls["check_plan"] == 1 + 3
+
+
+def test_a_map_is_remembered_only_up_to_the_piece_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from refplan import limits
+
+    batch = {"a": _layer(), "b": _layer()}  # target: 2 pieces, source: 4
+    plans = plan_transfers(batch)
+    calls = _judgements(monkeypatch)
+    monkeypatch.setattr(limits, "REMEMBER_PIECES", 3)  # the target is remembered, the source not
+    assert verify_plans(batch, plans).status == "ok"
+    assert calls["validate_map"] == 1 + 2
+
+
+def test_twins_that_differ_only_in_their_source_get_their_own_verdicts() -> None:
+    """Same target map, same segments, different sources: the reused verdict is keyed on both
+    layouts, so the twin whose source holds other data at the addresses read is invalid."""
+    target = contiguous_split_map((8, 4), [8], 0)
+    right = contiguous_split_map((8, 4), [8], 0)
+    # Location 0 holds rows 4-7 first, then rows 0-3: the same plan reads the wrong rows.
+    swapped = ParamAffineMap((8, 4), {0: (8, 4)}, {0: (
+        AffinePiece((4, 4), 16, (4, 1), 0, (4, 1), {0}),
+        AffinePiece((4, 4), 0, (4, 1), 16, (4, 1), {0}),
+    )})
+    batch = {"a": (target, right), "b": (target, swapped)}
+    plan = plan_transfers({"a": batch["a"]})["a"]
+    verdicts = verify_plans(batch, {"a": plan, "b": plan}).verdicts
+    assert verdicts["a"].status == "ok"
+    assert verdicts["b"].status == "invalid"
+
+
+def test_a_map_with_an_unhashable_field_is_validated_afresh_not_remembered() -> None:
+    """A map whose piece's locations were forced to a (mutable, unhashable) set cannot be a memo
+    key: it is validated on its own (and here still valid), with its own name."""
+    target, source = _layer()
+    for listed in source.pieces_by_rank.values():
+        for piece in listed:
+            object.__setattr__(piece, "locations", set(piece.locations))
+    twisted = {"a": _layer(), "b": (target, source)}
+    plans = dict(plan_transfers({"a": _layer(), "b": _layer()}))
+    verdicts = verify_plans(twisted, plans).verdicts
+    assert verdicts["b"] == verify_plan(target, source, plans["b"], parameter="b")
+    assert verdicts["b"].status == "ok" and verdicts["a"].status == "ok"

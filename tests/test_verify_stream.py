@@ -393,3 +393,64 @@ def test_the_command_line_chooses_the_path_with_stream_and_no_stream(
     with pytest.raises(SystemExit) as exc:
         refplan_main(["verify", str(maps_file), str(path), "--stream", "--no-stream"])
     assert exc.value.code == 2
+
+
+# -- the stream does per distinct layout and plan what the batch does -----------------------------
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count map validations and plan judgements as the oracle makes them."""
+    import refplan.oracle.judge as judge
+    import refplan.oracle.layout as layout
+
+    calls = {"validate_map": 0, "check_plan": 0}
+    validate, check = layout.validate_map, judge.check_plan
+
+    def counted_validate(*args: Any, **kwargs: Any) -> Any:
+        calls["validate_map"] += 1
+        return validate(*args, **kwargs)
+
+    def counted_check(*args: Any, **kwargs: Any) -> Any:
+        calls["check_plan"] += 1
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(layout, "validate_map", counted_validate)
+    monkeypatch.setattr(judge, "check_plan", counted_check)
+    return calls
+
+
+@pytest.mark.parametrize("judge", ["stream", "batch"])
+def test_twins_are_validated_and_judged_once(monkeypatch: pytest.MonkeyPatch, judge: str) -> None:
+    """Four parameters with one layout and one plan: two map validations and one judgement, by
+    the stream as by ``verify_plans``, with every verdict under its own name."""
+    calls = _counting(monkeypatch)
+    plans = dict(PLANS)
+    result = verify_stream(PAIRS, plans.items()) if judge == "stream" else verify_plans(PAIRS, plans)
+    assert result.ok and sorted(result.verdicts) == sorted(PAIRS)
+    assert all(v.parameter == name for name, v in result.verdicts.items())
+    assert calls == {"validate_map": 2, "check_plan": 1}
+
+
+@pytest.mark.parametrize(("remember", "judgements"), [(0, 4), (1, 1), (2, 1)])
+def test_the_stream_forgets_reused_verdicts_only_beyond_its_bound(
+    monkeypatch: pytest.MonkeyPatch, remember: int, judgements: int
+) -> None:
+    """With room for ``remember`` distinct plans, twins of one plan are judged once (the memo
+    holds one plan, which is not beyond any bound of at least one); with none, each is judged."""
+    calls = _counting(monkeypatch)
+    monkeypatch.setattr(limits, "STREAM_REMEMBER_PLANS", remember)
+    assert verify_stream(PAIRS, dict(PLANS).items()).ok
+    assert calls["check_plan"] == judgements
+
+
+def test_the_stream_passes_the_element_budget_on() -> None:
+    """A segment that is not a box needs the element-level fallback: with a budget of 0 it is
+    unverifiable, with the default it is judged (and here found valid), by both paths alike."""
+    identity = contiguous_split_map((4, 4), [4], 0)
+    plan = [TransferSegment(0, 0, (8, 1), 0, 0, (8, 1), (2, 8))]  # the shard read as 2 x 8
+    pairs = {"x": (identity, identity)}
+    default = verify_stream(pairs, [("x", plan)])
+    assert default.verdicts["x"].status == verify_plans(pairs, {"x": plan}).verdicts["x"].status
+    assert default.verdicts["x"].status == "ok"
+    none = verify_stream(pairs, [("x", plan)], fallback_elements=0)
+    assert none.verdicts["x"].status == "unverifiable"

@@ -471,10 +471,7 @@ def _verify_plan(
     # layouts are keyed by identity: ``validated`` hands out one object per distinct map content,
     # and the entry holds both, so their ids cannot be reused by other objects meanwhile.
     key = (id(src), id(tgt), *map(_segment_content, segments))
-    try:
-        earlier = judged.get(key)
-    except TypeError:  # a field forced to something unhashable: judge it afresh
-        return check_plan(segments, src, tgt, fallback_elements).with_parameter(parameter)
+    earlier = judged.get(key)
     if earlier is None:
         earlier = judged[key] = (src, tgt, check_plan(segments, src, tgt, fallback_elements))
     return earlier[2].with_parameter(parameter)
