@@ -383,6 +383,10 @@ def plan_transfers(
     budgets) without returning any plan when anything is wrong. Bad arguments (a non-positive or
     missing ``element_size``, a negative or non-int ``min_split_bytes``) are ``ValueError`` /
     ``TypeError``: no map or policy is at fault.
+
+    Work is done once per distinct (target, source) layout of the batch and reused for every
+    parameter with the same content (see ``_Layout``): two parameters whose layouts and answers
+    are equal get the same plan object (plans are immutable).
     """
     with cycle_collection_paused():
         # The work happens in a function so that its intermediates (frames, intersections,
