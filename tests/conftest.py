@@ -328,3 +328,27 @@ def assert_executes_exactly(
 def execute() -> Callable[..., Execution]:
     """Fixture form of ``assert_executes_exactly``."""
     return assert_executes_exactly
+
+
+@pytest.fixture
+def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of the oracle's map validations (``validate_map``) and plan judgements
+    (``check_plan``) made while the test runs: how the per-batch reuse is observed."""
+    import refplan.oracle.judge as judge
+    import refplan.oracle.layout as layout
+
+    calls = {"validate_map": 0, "check_plan": 0}
+    validate, check = layout.validate_map, judge.check_plan
+
+    def counted_validate(*args: Any, **kwargs: Any) -> Any:
+        calls["validate_map"] += 1
+        return validate(*args, **kwargs)
+
+    def counted_check(*args: Any, **kwargs: Any) -> Any:
+        calls["check_plan"] += 1
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(layout, "validate_map", counted_validate)
+    monkeypatch.setattr(judge, "check_plan", counted_check)
+    return calls
+

@@ -231,49 +231,31 @@ def test_a_piece_subclass_is_never_memoized() -> None:
 # -- the oracle's memos: what they must not hide, and when they apply ----------------------------
 
 
-def _judgements(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    import refplan.oracle.judge as judge
-    import refplan.oracle.layout as layout
-
-    calls = {"validate_map": 0, "check_plan": 0}
-    validate, check = layout.validate_map, judge.check_plan
-
-    def counted_validate(*args: Any, **kwargs: Any) -> Any:
-        calls["validate_map"] += 1
-        return validate(*args, **kwargs)
-
-    def counted_check(*args: Any, **kwargs: Any) -> Any:
-        calls["check_plan"] += 1
-        return check(*args, **kwargs)
-
-    monkeypatch.setattr(layout, "validate_map", counted_validate)
-    monkeypatch.setattr(judge, "check_plan", counted_check)
-    return calls
-
-
-def test_a_verdict_is_reused_only_for_plans_up_to_the_segment_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_verdict_is_reused_only_for_plans_up_to_the_segment_bound(
+    monkeypatch: pytest.MonkeyPatch, oracle_work: dict[str, int]
+) -> None:
     from refplan import limits
     from refplan.policies import first_holder
 
     batch = {"a": _layer(), "b": _layer(), "c": _layer()}
     plans = plan_transfers(batch, replica_policy=first_holder)  # three equal plans
     size = len(plans["a"].segments)
-    calls = _judgements(monkeypatch)
     monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", size)
-    assert verify_plans(batch, plans).status == "ok" and calls["check_plan"] == 1
+    assert verify_plans(batch, plans).status == "ok" and oracle_work["check_plan"] == 1
     monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", size - 1)
-    assert verify_plans(batch, plans).status == "ok" and calls["check_plan"] == 1 + 3
+    assert verify_plans(batch, plans).status == "ok" and oracle_work["check_plan"] == 1 + 3
 
 
-def test_a_map_is_remembered_only_up_to_the_piece_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_map_is_remembered_only_up_to_the_piece_bound(
+    monkeypatch: pytest.MonkeyPatch, oracle_work: dict[str, int]
+) -> None:
     from refplan import limits
 
     batch = {"a": _layer(), "b": _layer()}  # target: 2 pieces, source: 4
     plans = plan_transfers(batch)
-    calls = _judgements(monkeypatch)
     monkeypatch.setattr(limits, "REMEMBER_PIECES", 3)  # the target is remembered, the source not
     assert verify_plans(batch, plans).status == "ok"
-    assert calls["validate_map"] == 1 + 2
+    assert oracle_work["validate_map"] == 1 + 2
 
 
 def test_twins_that_differ_only_in_their_source_get_their_own_verdicts() -> None:

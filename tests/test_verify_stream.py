@@ -398,49 +398,26 @@ def test_the_command_line_chooses_the_path_with_stream_and_no_stream(
 # -- the stream does per distinct layout and plan what the batch does -----------------------------
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Count map validations and plan judgements as the oracle makes them."""
-    import refplan.oracle.judge as judge
-    import refplan.oracle.layout as layout
-
-    calls = {"validate_map": 0, "check_plan": 0}
-    validate, check = layout.validate_map, judge.check_plan
-
-    def counted_validate(*args: Any, **kwargs: Any) -> Any:
-        calls["validate_map"] += 1
-        return validate(*args, **kwargs)
-
-    def counted_check(*args: Any, **kwargs: Any) -> Any:
-        calls["check_plan"] += 1
-        return check(*args, **kwargs)
-
-    monkeypatch.setattr(layout, "validate_map", counted_validate)
-    monkeypatch.setattr(judge, "check_plan", counted_check)
-    return calls
-
-
 @pytest.mark.parametrize("judge", ["stream", "batch"])
-def test_twins_are_validated_and_judged_once(monkeypatch: pytest.MonkeyPatch, judge: str) -> None:
+def test_twins_are_validated_and_judged_once(oracle_work: dict[str, int], judge: str) -> None:
     """Four parameters with one layout and one plan: two map validations and one judgement, by
     the stream as by ``verify_plans``, with every verdict under its own name."""
-    calls = _counting(monkeypatch)
     plans = dict(PLANS)
     result = verify_stream(PAIRS, plans.items()) if judge == "stream" else verify_plans(PAIRS, plans)
     assert result.ok and sorted(result.verdicts) == sorted(PAIRS)
     assert all(v.parameter == name for name, v in result.verdicts.items())
-    assert calls == {"validate_map": 2, "check_plan": 1}
+    assert oracle_work == {"validate_map": 2, "check_plan": 1}
 
 
 @pytest.mark.parametrize(("remember", "judgements"), [(0, 4), (1, 1), (2, 1)])
 def test_the_stream_forgets_reused_verdicts_only_beyond_its_bound(
-    monkeypatch: pytest.MonkeyPatch, remember: int, judgements: int
+    monkeypatch: pytest.MonkeyPatch, oracle_work: dict[str, int], remember: int, judgements: int
 ) -> None:
     """With room for ``remember`` distinct plans, twins of one plan are judged once (the memo
     holds one plan, which is not beyond any bound of at least one); with none, each is judged."""
-    calls = _counting(monkeypatch)
     monkeypatch.setattr(limits, "STREAM_REMEMBER_PLANS", remember)
     assert verify_stream(PAIRS, dict(PLANS).items()).ok
-    assert calls["check_plan"] == judgements
+    assert oracle_work["check_plan"] == judgements
 
 
 def test_the_stream_passes_the_element_budget_on() -> None:
