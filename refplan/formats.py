@@ -24,12 +24,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .endpoints import TransferEndpoints
 from .errors import InputFileError, InvalidMapError
 from .maps import ParamAffineMap, describe, parse_int_key
 from .plan import TransferPlan
+
+_T = TypeVar("_T")
 
 __all__ = [
     "MAPS_FORMAT",
@@ -350,13 +352,7 @@ def parse_maps(doc: Any, *, from_json: bool = False) -> MapsBatch:
     parsed: dict[str, ParamAffineMap] = {}
 
     def parse(value: Any, name: str, side: str) -> ParamAffineMap:
-        text = _json_text(value) if from_json else None
-        if text is None:
-            return ParamAffineMap.from_dict(value, f"{_label(name)}.{side}")
-        found = parsed.get(text)
-        if found is None:
-            found = parsed[text] = ParamAffineMap.from_dict(value, f"{_label(name)}.{side}")
-        return found
+        return _parsed_once(parsed if from_json else None, value, ParamAffineMap.from_dict, "{}." + side, name)
 
     for name, entry in _names(params, "maps file"):
         if not isinstance(entry, Mapping) or "target" not in entry or "source" not in entry:
@@ -420,26 +416,37 @@ def parse_plans(doc: Any, *, from_json: bool = False) -> dict[str, TransferPlan]
         raise InvalidMapError("plans file: \"parameters\" must be an object of name -> plan")
     check_keys(doc, "plans")
     parsed: dict[str, TransferPlan] = {}
-    plans: dict[str, TransferPlan] = {}
-    for name, entry in _names(params, "plans file"):
-        text = _json_text(entry) if from_json else None
-        plan = None if text is None else parsed.get(text)
-        if plan is None:
-            plan = TransferPlan.from_dict(entry, f"plans[{_label(name)}]")
-            if text is not None:
-                parsed[text] = plan
-        plans[name] = plan
-    return plans
+    return {
+        name: _parsed_once(parsed if from_json else None, entry, TransferPlan.from_dict, "plans[{}]", name)
+        for name, entry in _names(params, "plans file")
+    }
 
 
-def _json_text(value: Any) -> str | None:
-    """A text that is equal for two JSON values exactly when they are equal, types included
-    (``repr``: it tells ``1`` from ``1.0`` and ``true``, keeps key order, and runs in C);
-    ``None`` when it cannot be written (nested too deeply)."""
+def _parsed_once(
+    parsed: dict[str, _T] | None, value: Any, parse: Callable[[Any, str], _T], where: str, name: str
+) -> _T:
+    """``parse(value, where)`` with ``where`` naming entry ``name`` (``where.format(label)``), once
+    per distinct ``value`` when ``parsed`` remembers them (``from_json``); the label is written
+    only for a value that is parsed.
+
+    The key is ``repr(value)``: for plain JSON values it is equal exactly when the values are
+    (it tells ``1`` from ``1.0`` and ``true``, keeps key order, and runs in C). Only values that
+    parsed are remembered, so each error is raised, and named, for its own entry; a value nested
+    too deeply to ``repr`` is parsed on its own.
+    """
+    def fresh() -> _T:
+        return parse(value, where.format(_label(name)))
+
+    if parsed is None:
+        return fresh()
     try:
-        return repr(value)
+        text = repr(value)
     except RecursionError:
-        return None
+        return fresh()
+    found = parsed.get(text)
+    if found is None:
+        found = parsed[text] = fresh()
+    return found
 
 
 def dump_plans(plans: Mapping[str, TransferPlan]) -> dict[str, Any]:

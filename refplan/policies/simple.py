@@ -56,7 +56,7 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
         here = r.target_process
         if units.by_process and here in r.candidate_processes:
             choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
-            unit = units.of(r)[0][[c.source_rank for c in r.candidates].index(choice)][0]
+            unit = next(u for u, rank in units.of(r)[0] if rank == choice)
         elif len(r.candidates) == 1:
             choice = r.candidates[0].source_rank
             unit = units.of(r)[0][0][0]
