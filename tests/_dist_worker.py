@@ -557,6 +557,84 @@ def s_direct_and_ordered(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_free_chunks(me: int, world: int) -> dict[str, Any]:
+    """Chunks contiguous at both ends take no staging, so the staging budget does not cut them
+    into rounds: each process sends 2 MiB of such chunks (64 KiB each at this budget) to the next
+    process. Only ``_FREE_FACTOR`` x the 64 KiB message limit (1 MiB) share one round: 2 rounds,
+    not the 32 that counting them against staging gave. From a column-split source the chunks are
+    contiguous there but strided in the target, so the receiver stages them: 512 KiB per queue,
+    one 64 KiB message per round."""
+    shape = (4096, 512)
+    rows = contiguous_split_map(shape, [1024] * 4, 0)
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    cols_source = contiguous_split_map(shape, [128] * 4, 1)
+    out = {
+        "free": run_exact({"w": (rows, rows)}, ends, {"w": torch.float32}, me, budget=StagingBudget(1 << 17)),
+        "staged": run_exact({"w": (rows, cols_source)}, ends, {"w": torch.float32}, me,
+                            budget=StagingBudget(1 << 17)),
+    }
+    return out
+
+
+def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
+    """The staged sends of the first two rounds are packed while the verdict is in flight.
+
+    Row-split sources into column-split targets: every chunk is strided in its source shard, so
+    the sender stages it (4 rounds at this budget). ``ahead``: how many rounds each process
+    packed during the verdict. If packing there fails (forced on process 0), ``_move`` packs
+    those rounds itself and the transfer is still exact; if a peer refuses, the processes that
+    packed ahead raise the same rejection and no shard changed.
+    """
+    from refplan import execute
+
+    shape = (256, 512)
+    pairs = {"w": (contiguous_split_map(shape, [128] * 4, 1), contiguous_split_map(shape, [64] * 4, 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    budget = StagingBudget(1 << 14)
+    ahead: list[int] = []
+    original_ahead, original_pack = execute._pack_ahead, execute._pack
+
+    def spy(sched: Any) -> int:
+        ahead.append(original_ahead(sched))
+        return ahead[-1]
+
+    failures = [1 if me == 0 else 0]
+
+    def failing_pack(*args: Any) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("injected packing failure")
+        original_pack(*args)
+
+    execute._pack_ahead = spy  # type: ignore[assignment]
+    out: dict[str, Any] = {}
+    try:
+        out["clean"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead)}
+        ahead.clear()
+        execute._pack = failing_pack  # type: ignore[assignment]
+        out["failed_ahead"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead)}
+        execute._pack = original_pack  # type: ignore[assignment]
+        ahead.clear()
+        plans = plan(pairs, ends, dtypes, "balanced")
+        buffers = make_buffers(pairs, ends, me, dtypes)
+        targets = buffers.targets
+        if me == 3:  # one element short: process 3 refuses, the others pack ahead and must not move
+            (loc, t), = targets["w"].items()
+            targets = {"w": {loc: t[: t.numel() - 1]}}
+        out["refused"] = {
+            **expect_rejection(
+                lambda: execute_transfers(plans, buffers.sources, targets, ends, dtypes=dtypes, budget=budget,
+                                          timeout=TIMEOUT),
+                buffers,
+            ),
+            "ahead": list(ahead),
+        }
+    finally:
+        execute._pack_ahead, execute._pack = original_ahead, original_pack  # type: ignore[assignment]
+    return out
+
+
 def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
     """Process 3 never posts its messages: the others must fail within the timeout, not hang.
 
@@ -602,6 +680,8 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("schedule_bounds", s_schedule_bounds),
     ("backend_strings", s_backend_strings),
     ("direct_and_ordered", s_direct_and_ordered),
+    ("free_chunks", s_free_chunks),
+    ("pack_ahead", s_pack_ahead),
     ("stuck_peer", s_stuck_peer),
 ]
 

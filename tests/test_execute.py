@@ -262,6 +262,61 @@ def test_direct_pieces_and_both_posting_paths(dist_results: dict[str, list[Any]]
         assert any(r[path]["direct"] < r[path]["messages"] for r in per_process), "no staged piece"
 
 
+def test_chunks_contiguous_at_both_ends_are_not_cut_into_rounds_by_staging(
+    dist_results: dict[str, list[Any]],
+) -> None:
+    per_process = scenario(dist_results, "free_chunks")
+    for rank, res in enumerate(per_process):
+        for kind in ("free", "staged"):
+            assert_exact(res[kind], f"{kind} chunks, process {rank}")
+        # 2 MiB per queue in 64 KiB chunks: 1 MiB of in-place chunks per round.
+        assert res["free"]["chunks"] == 64 and res["free"]["rounds"] == 2
+        assert res["free"]["direct"] == res["free"]["messages"] == 64
+        # Staged by the receiver: one 64 KiB message of each 512 KiB queue (3 per direction) per
+        # round; the sender still sends each straight from its shard.
+        assert res["staged"]["rounds"] == 8
+        assert res["staged"]["messages"] == 48 and res["staged"]["direct"] == 24
+
+
+def test_first_rounds_are_packed_while_the_verdict_is_in_flight(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "pack_ahead")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["clean"], f"packed ahead, process {rank}")
+        assert res["clean"]["rounds"] == 4 and res["clean"]["ahead"] == [2], "rounds 0 and 1 packed early"
+        assert_exact(res["failed_ahead"], f"packing ahead failed, process {rank}")
+        assert res["failed_ahead"]["ahead"] == ([0] if rank == 0 else [2]), "a failure leaves it to the rounds"
+    assert_same_rejection([r["refused"] for r in per_process], "process 3")
+    for rank, res in enumerate(per_process):
+        assert res["refused"]["ahead"] == ([] if rank == 3 else [2]), "only processes that accepted pack ahead"
+
+
+def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
+    from refplan.execute import _FREE_FACTOR
+
+    free = [False, True, False, True]
+    assert pack_messages([8, 100, 8, 100], 16, [8, 1, 8, 1], free) == [[(0, 0), (1, -1), (2, 8), (3, -1)]]
+    cap = _FREE_FACTOR * 16
+    assert pack_messages([cap, 1], 16, [1, 1], [True, True]) == [[(0, -1)], [(1, -1)]]
+    assert pack_messages([cap - 1, 1], 16, [1, 1], [True, True]) == [[(0, -1), (1, -1)]]
+    assert pack_messages([16, cap, 1], 16, [1, 1, 1], [False, True, False]) == [[(0, 0), (1, -1)], [(2, 0)]]
+
+
+def test_contiguity_is_decided_from_the_segment_as_torch_decides_it() -> None:
+    """Both ends decide "in place at both ends" from the plan alone (``_contiguous``); it must be
+    exactly torch's ``is_contiguous`` of the same view, or one end would stage what the other
+    sends in place."""
+    from refplan.execute import _contiguous
+
+    rng = random.Random(11)
+    base = torch.empty(4096)
+    for _ in range(3000):
+        shape = tuple(rng.choice((1, 1, 2, 3, 4)) for _ in range(rng.randint(0, 4)))
+        strides = tuple(rng.choice((0, 1, 2, 3, 4, 6, 8, 12, 16, 24)) for _ in shape)
+        view = torch.as_strided(base, shape, strides)
+        assert _contiguous(shape, strides) == view.is_contiguous(), (shape, strides)
+    assert _contiguous((3, 4), (4, 1)) and _contiguous((1, 4), (99, 1)) and not _contiguous((3, 4), (5, 1))
+
+
 def test_queue_limits_keep_two_messages_within_the_budget() -> None:
     """Two messages of a queue are staged at once, so each gets half of bytes_per_peer (one
     element where half holds none), and total_bytes is shared by the busier end's queues."""
