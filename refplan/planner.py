@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
+from itertools import chain
 from math import prod
 from operator import attrgetter, mul, sub
 from typing import Any
@@ -158,19 +159,34 @@ def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
     """
     if type(param_map) is not ParamAffineMap:
         return None
-    count = 0
-    listed_by_rank = []
-    for rank, listed in param_map.pieces_by_rank.items():
-        count += len(listed)
-        if count > limits.MEMO_MAX_PIECES:
-            return None
-        for piece in listed:
-            if type(piece) is not AffinePiece:
+    by_rank = param_map.pieces_by_rank
+    head = (param_map.logical_shape, tuple(param_map.shard_shapes.items()))
+    if len(by_rank) <= _FEW_RANKS:  # one Python iteration per rank is cheapest for a few
+        listed_by_rank = []
+        count = 0
+        for rank, listed in by_rank.items():
+            count += len(listed)
+            if count > limits.MEMO_MAX_PIECES:
                 return None
-        listed_by_rank.append((rank, tuple(map(_PIECE_FIELDS, listed))))
-    return (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(listed_by_rank))
+            for piece in listed:
+                if type(piece) is not AffinePiece:
+                    return None
+            listed_by_rank.append((rank, tuple(map(_PIECE_FIELDS, listed))))
+        return (*head, tuple(listed_by_rank))
+    # Many ranks: the same content (ranks in dict order, pieces per rank, every field of every
+    # piece in that order) laid out flat, so that C loops build it; a different shape from the
+    # few-ranks key, but each content always gets the same one (it depends on the rank count).
+    lists = [*by_rank.values()]
+    if sum(map(len, lists)) > limits.MEMO_MAX_PIECES:  # before listing a huge map's pieces
+        return None
+    pieces = [*chain.from_iterable(lists)]
+    for piece in pieces:
+        if type(piece) is not AffinePiece:
+            return None
+    return (*head, tuple(by_rank), tuple(map(len, lists)), tuple(map(_PIECE_FIELDS, pieces)))
 
 
+_FEW_RANKS = 4
 _PIECE_FIELDS = attrgetter(*(f.name for f in fields(AffinePiece)))
 
 

@@ -6,7 +6,10 @@ for the determinism contract they keep.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import NamedTuple
 
+from ..box import volume
 from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest
 
 __all__ = ["balanced", "first_holder", "from_selector", "lpt", "request_load", "uses_processes"]
@@ -56,10 +59,10 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
         here = r.target_process
         if units.by_process and here in r.candidate_processes:
             choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
-            unit = next(u for u, rank in units.of(r)[0] if rank == choice)
+            unit = next(u for u, rank in units.of(r).pairs if rank == choice)
         elif len(r.candidates) == 1:
             choice = r.candidates[0].source_rank
-            unit = units.of(r)[0][0][0]
+            unit = units.of(r).pairs[0][0]
         else:
             movable.append(i)
             continue
@@ -67,6 +70,15 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
         load[unit] = load.get(unit, 0) + request_load(r)
     _assign_least_loaded(requests, movable, units, load, answers)
     return [a for a in answers if a is not None]
+
+
+class _Holders(NamedTuple):
+    """What the least-loaded rule needs of one distinct (candidates, processes) content."""
+
+    pairs: tuple[tuple[int, int], ...]  # per candidate, in request order: (its unit, its location)
+    coverage: int  # distinct units among them: the fewer, the earlier the request is placed
+    units: tuple[int, ...]  # the candidates' units sorted by (location, request order) ...
+    ranks: tuple[int, ...]  # ... and their locations in the same order
 
 
 class _Units:
@@ -79,19 +91,29 @@ class _Units:
 
     def __init__(self, requests: Sequence[ReplicaRequest]) -> None:
         self.by_process = uses_processes(requests)
-        self._known: dict[tuple[object, object], tuple[tuple[tuple[int, int], ...], int]] = {}
+        self._known: dict[tuple[object, object], _Holders] = {}
+        # By the identity of the two tuples (held in the entry, so their ids stay theirs while
+        # this object lives): copies of one layout's requests share them, and hashing a tuple of
+        # candidates costs more than the rest of placing the request.
+        self._seen: dict[tuple[int, int], tuple[object, object, _Holders]] = {}
 
-    def of(self, r: ReplicaRequest) -> tuple[tuple[tuple[int, int], ...], int]:
-        """(the pairs, the number of distinct units among them: the fewer, the earlier ``r`` must
-        be placed)."""
-        key = (r.candidates, r.candidate_processes)
+    def of(self, r: ReplicaRequest) -> _Holders:
+        candidates, processes = r.candidates, r.candidate_processes
+        seen = self._seen.get((id(candidates), id(processes)))
+        if seen is not None and seen[0] is candidates and seen[1] is processes:
+            return seen[2]
+        key = (candidates, processes)
         known = self._known.get(key)
         if known is None:
             pairs = tuple(
                 [(p if self.by_process and p is not None else c.source_rank, c.source_rank)
-                 for c, p in zip(r.candidates, r.candidate_processes)]
+                 for c, p in zip(candidates, processes)]
             )
-            known = self._known[key] = (pairs, len({u for u, _ in pairs}))
+            order = sorted(range(len(pairs)), key=lambda k: (pairs[k][1], k))
+            known = self._known[key] = _Holders(
+                pairs, len({u for u, _ in pairs}), tuple(pairs[k][0] for k in order), tuple(pairs[k][1] for k in order)
+            )
+        self._seen[(id(candidates), id(processes))] = (candidates, processes, known)
         return known
 
 
@@ -104,19 +126,25 @@ def _assign_least_loaded(
 ) -> None:
     """Megatron's rule on ``order``: fewest units first, then largest first, then request order;
     each request goes whole to the candidate whose unit has the least load so far, ties to the
-    lowest location, then to the first such candidate."""
+    lowest location, then to the first such candidate.
+
+    The holders are kept sorted by (location, request order), so that choice is the first
+    holder with the least load: found by ``min`` and ``index`` over the loads, in C.
+    """
     queue = []
     for i in order:
         r = requests[i]
-        pairs, coverage = units.of(r)
-        size = request_load(r)
-        queue.append((coverage, -size, i, size, pairs))  # i is unique: pairs are never compared
+        holders = units.of(r)
+        size = r.bytes if r.bytes is not None else volume(r.shape)  # request_load(r), without the call
+        queue.append((holders.coverage, -size, i, size, holders))  # i is unique: holders are never compared
     queue.sort()
-    for _, _, i, size, pairs in queue:
-        _, rank, k = min([(load.get(u, 0), rank, k) for k, (u, rank) in enumerate(pairs)])
-        answers[i] = rank
-        unit = pairs[k][0]
-        load[unit] = load.get(unit, 0) + size
+    get = load.get
+    for _, _, i, size, holders in queue:
+        loads = list(map(get, holders.units, repeat(0)))
+        k = loads.index(min(loads))
+        answers[i] = holders.ranks[k]
+        unit = holders.units[k]
+        load[unit] = loads[k] + size
 
 
 def from_selector(selector: Callable[[ReplicaSelectionRequest], int]) -> ReplicaPolicy:
