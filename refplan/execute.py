@@ -484,6 +484,11 @@ def _free(
     return nbytes >= _DIRECT_MIN and _contiguous(shape, source_strides) and _contiguous(shape, target_strides)
 
 
+def _large(op: _Op) -> bool:
+    """Whether a chunk travels as a message of its own (see ``_DIRECT_MIN``)."""
+    return op.nbytes >= _DIRECT_MIN
+
+
 def _pieces(parts: tuple[tuple[_Op, int], ...]) -> list[_Piece]:
     out: list[_Piece] = []
     i = 0
@@ -1116,6 +1121,11 @@ def _build_queues(
             else:
                 key, off, strides = (name, seg.target_rank), chunk.target_offset, seg.target_strides
                 incoming.setdefault(s_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size, free))
+    # Small chunks first in each queue (a stable partition, so both ends still agree): they then
+    # share one staged piece instead of each travelling as a message of its own between two large
+    # chunks (the ZeRO-2 bench batch: 9 norm halves of 1 KiB were 9 of a queue's 26 messages).
+    for ops in (*outgoing.values(), *incoming.values()):
+        ops.sort(key=_large)
     sched.outgoing = {p: _messages(ops, limits[(ctx.me, p)]) for p, ops in sorted(outgoing.items())}
     sched.incoming = {p: _messages(ops, limits[(p, ctx.me)]) for p, ops in sorted(incoming.items())}
     rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)

@@ -576,6 +576,18 @@ def s_free_chunks(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_small_chunks_together(me: int, world: int) -> dict[str, Any]:
+    """Small chunks interleaved with large ones (parameters alternate in name order) still share
+    one staged piece: each queue carries 3 large chunks as messages of their own and its 2
+    small ones in one, not 5 messages."""
+    big = contiguous_split_map((256, 512), [64] * 4, 0)
+    small = contiguous_split_map((64,), [16] * 4, 0)
+    pairs = {"a": (big, big), "b": (small, small), "c": (big, big), "d": (small, small), "e": (big, big)}
+    dtypes = dict.fromkeys(pairs, torch.float32)
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    return run_exact(pairs, ends, dtypes, me)
+
+
 def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     """The staged sends of the first two rounds are packed while the verdict is in flight.
 
@@ -682,6 +694,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("direct_and_ordered", s_direct_and_ordered),
     ("free_chunks", s_free_chunks),
     ("pack_ahead", s_pack_ahead),
+    ("small_chunks_together", s_small_chunks_together),
     ("stuck_peer", s_stuck_peer),
 ]
 

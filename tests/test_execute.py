@@ -290,6 +290,15 @@ def test_first_rounds_are_packed_while_the_verdict_is_in_flight(dist_results: di
         assert res["refused"]["ahead"] == ([] if rank == 3 else [2]), "only processes that accepted pack ahead"
 
 
+def test_small_chunks_share_one_message_between_large_ones(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "small_chunks_together")
+    for rank, res in enumerate(per_process):
+        assert_exact(res, f"process {rank}")
+        assert res["chunks"] == 10 and res["rounds"] == 1
+        # Per direction: 3 large chunks straight from/into the shards, 2 small ones in one message.
+        assert res["messages"] == 8 and res["direct"] == 6, res
+
+
 def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
     from refplan.execute import _FREE_FACTOR
 
