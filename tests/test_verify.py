@@ -464,6 +464,68 @@ def test_malformed_plans_are_invalid(plan: object) -> None:
     assert verdict.status == "invalid" and verdict.reason.startswith("malformed plan")
 
 
+_SEGMENT_FIELDS = ("source_rank", "source_offset", "source_strides", "target_rank", "target_offset",
+                   "target_strides", "shape")
+
+
+@pytest.mark.parametrize("field", _SEGMENT_FIELDS)
+@pytest.mark.parametrize("kind", ["list", "numpy", "float", "bool", "none", "dict", "object"])
+def test_segment_fields_of_other_types_get_a_verdict_never_an_exception(field: str, kind: str) -> None:
+    """``TransferSegment``'s constructor converts nothing, so a segment built in Python, or forced
+    with ``object.__setattr__``, can hold anything; the judgement hashes fields and compares them
+    with tuples. Such a segment is read by the plan file's rules: integer lists are tuples there,
+    anything else a file could not hold is a malformed plan. Never a raise (it was a TypeError)."""
+    segments = hand_segments()
+    good = getattr(segments[1], field)
+    value = {
+        "list": list(good) if isinstance(good, tuple) else [good],
+        "numpy": np.int64(good) if isinstance(good, int) else tuple(np.int64(v) for v in good),
+        "float": float(good) if isinstance(good, int) else tuple(float(v) for v in good),
+        "bool": True if isinstance(good, int) else tuple(True for _ in good),
+        "none": None,
+        "dict": {"a": 1},
+        "object": object(),
+    }[kind]
+    whole = as_plan(segments, (8, 8))  # holds the same segment objects
+    object.__setattr__(segments[1], field, value)
+    for plan in (whole, segments):
+        verdict = verify_plan(TARGET, SOURCE, plan)
+        if kind == "list" and isinstance(good, tuple):
+            assert verdict.ok, verdict
+        else:
+            assert verdict.status == "invalid" and verdict.reason.startswith("malformed plan: segments[1]"), verdict
+    assert verify_plans({"w": (TARGET, SOURCE)}, {"w": segments}).status == verdict.status
+
+
+def test_plain_segments_are_judged_as_given_and_only_odd_ones_are_rebuilt() -> None:
+    from refplan.oracle import segments as oracle_segments
+
+    plain = hand_segments()[0]
+    odd = dataclasses.replace(plain, shape=[4, 2])  # type: ignore[arg-type]
+    many = [plain] * 5
+    parsed, shape = oracle_segments.parse_plan(many)
+    assert shape is None and all(s is plain for s in parsed), "plain segments are used, not copied"
+    for at in (0, 2, 4):
+        mixed = list(many)
+        mixed[at] = odd
+        parsed, _ = oracle_segments.parse_plan(mixed)
+        assert parsed[at] == plain and parsed[at] is not odd and parsed[at].shape == (4, 2)
+        assert all(s is plain for i, s in enumerate(parsed) if i != at), at
+
+
+def test_a_plan_with_forced_fields_is_malformed_not_a_raise() -> None:
+    plan = as_plan(hand_segments(), (8, 8))
+    object.__setattr__(plan, "segments", 5)
+    verdict = verify_plan(TARGET, SOURCE, plan)
+    assert verdict.status == "invalid" and verdict.reason == "malformed plan: plan: cannot be read (TypeError)"
+    object.__setattr__(plan, "segments", (hand_segments()[0], {"shape": [4, 2]}))
+    verdict = verify_plan(TARGET, SOURCE, plan)
+    assert verdict.status == "invalid" and "expected TransferSegment objects" in verdict.reason
+    object.__setattr__(plan, "segments", tuple(hand_segments()))
+    object.__setattr__(plan, "logical_shape", [8, 8])
+    assert verify_plan(TARGET, SOURCE, plan).ok
+
+
 def test_empty_plan_for_a_non_empty_parameter_is_a_gap() -> None:
     verdict = verify_plan(TARGET, SOURCE, [])
     assert verdict.status == "invalid" and verdict.target_location == 0 and verdict.target_offset == 0
