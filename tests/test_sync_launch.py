@@ -115,3 +115,15 @@ def test_bench_sync_compares_with_raw_all_to_all() -> None:
     assert raw["ratio_of_medians"] == pytest.approx(raw["ratio"])
     target = _raw_target(raw)
     assert target["met"] == (raw["ratio"] <= TARGET_EXECUTOR_VS_RAW)
+    # The whole call beside raw + one verdict-sized all-gather, timed in the same processes.
+    assert raw["verdict_seconds"] > 0
+    assert raw["call_vs_raw_and_verdict"]["median"] == pytest.approx(
+        raw["call_seconds"] / (raw["raw_seconds"] + raw["verdict_seconds"])
+    )
+
+
+def test_bench_times_the_executors_own_verdict_size() -> None:
+    from refplan import execute
+    from refplan.cli.bench import VERDICT_WORDS
+
+    assert VERDICT_WORDS == execute._VERDICT_WORDS
