@@ -308,6 +308,32 @@ def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
     assert pack_messages([cap, 1], 16, [1, 1], [True, True]) == [[(0, -1)], [(1, -1)]]
     assert pack_messages([cap - 1, 1], 16, [1, 1], [True, True]) == [[(0, -1), (1, -1)]]
     assert pack_messages([16, cap, 1], 16, [1, 1, 1], [False, True, False]) == [[(0, 0), (1, -1)], [(2, 0)]]
+    rng = random.Random(5)
+    for _ in range(300):
+        budget = rng.randint(16, 96)
+        count = rng.randint(0, 40)
+        aligns = [rng.choice((1, 2, 4, 8, 16)) for _ in range(count)]
+        marks = [rng.random() < 0.5 for _ in range(count)]
+        sizes = [rng.randint(1, 2 * _FREE_FACTOR * budget) if m else a * rng.randint(1, budget // a)
+                 for a, m in zip(aligns, marks)]
+        messages = pack_messages(sizes, budget, aligns, marks)
+        assert [i for m in messages for i, _ in m] == list(range(count))  # FIFO, each once
+        for m in messages:
+            staged = [(i, at) for i, at in m if not marks[i]]
+            assert all(at == -1 for i, at in m if marks[i])
+            assert all(at % aligns[i] == 0 for i, at in staged)
+            assert not staged or staged[-1][1] + sizes[staged[-1][0]] <= budget
+            assert all(a + sizes[i] <= b for (i, a), (_j, b) in pairwise(staged))
+            wire = sum(sizes[i] for i, _ in m if marks[i])
+            assert wire <= _FREE_FACTOR * budget or sum(1 for i, _ in m if marks[i]) == 1
+        for a, b in pairwise(messages):  # a message closes only when the next chunk did not fit
+            i = b[0][0]
+            if marks[i]:
+                assert sum(sizes[j] for j, _ in a if marks[j]) + sizes[i] > _FREE_FACTOR * budget
+            else:
+                staged_end = max((at + sizes[j] for j, at in a if not marks[j]), default=0)
+                start = -(-staged_end // aligns[i]) * aligns[i]
+                assert start + sizes[i] > budget
 
 
 def test_contiguity_is_decided_from_the_segment_as_torch_decides_it() -> None:
