@@ -1123,7 +1123,7 @@ def _build_queues(
                 incoming.setdefault(s_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size, free))
     # Small chunks first in each queue (a stable partition, so both ends still agree): they then
     # share one staged piece instead of each travelling as a message of its own between two large
-    # chunks (the ZeRO-2 bench batch: 9 norm halves of 1 KiB were 9 of a queue's 26 messages).
+    # chunks (the ZeRO-2 bench batch: 8 norm halves of 1 KiB were 8 of a queue's 26 messages).
     for ops in (*outgoing.values(), *incoming.values()):
         ops.sort(key=_large)
     sched.outgoing = {p: _messages(ops, limits[(ctx.me, p)]) for p, ops in sorted(outgoing.items())}
@@ -1380,7 +1380,8 @@ def _move(
         """Post round r: every receive, then every send.
 
         Over gloo each piece carries a tag, so a send may be posted out of order: direct pieces
-        go out at once and each staged piece as soon as it is packed, overlapping the packing
+        (and staged ones packed during the verdict) go out at once and each other staged piece as
+        soon as it is packed, overlapping the packing
         with the transfer. NCCL matches in posting order and needs one grouped batch, so there
         the whole round is packed first and posted in piece order. Labels for error messages are
         (direction, peer) pairs, worded only if a wait fails: this runs once per piece.
@@ -1389,7 +1390,7 @@ def _move(
         labels: list[tuple[str, int]] = []
         landing: list[tuple[_Message, _Piece, torch.Tensor | None]] = []
         buffers: list[torch.Tensor] = []
-        direct: list[tuple[torch.Tensor, int, int, tuple[str, int]]] = []
+        ready: list[tuple[torch.Tensor, int, int, tuple[str, int]]] = []  # direct, or packed during the verdict
         staged: list[tuple[_Message, _Piece, torch.Tensor, int, int, tuple[str, int]]] = []
         in_order: list[tuple[torch.Tensor, int, int, tuple[str, int]]] = []  # piece order, which NCCL matches by
         for direction in ("receive", "send"):
@@ -1405,7 +1406,7 @@ def _move(
                     continue
                 in_order.append((wire, dst, t, label))
                 if piece.direct is not None or r < packed:
-                    direct.append((wire, dst, t, label))
+                    ready.append((wire, dst, t, label))
                 else:
                     staged.append((message, piece, wire, dst, t, label))
 
@@ -1416,7 +1417,7 @@ def _move(
                 # batch call per packed piece.
                 for wire, dst, t in recvs:
                     works.append(dist.irecv(wire, dst, ctx.group, t))
-                for wire, dst, t, label in direct:
+                for wire, dst, t, label in ready:
                     works.append(dist.isend(wire, dst, ctx.group, t))
                     labels.append(label)
                 for message, piece, wire, dst, t, label in staged:

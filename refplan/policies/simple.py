@@ -98,6 +98,7 @@ class _Units:
         self._seen: dict[tuple[int, int], tuple[object, object, _Holders]] = {}
 
     def of(self, r: ReplicaRequest) -> _Holders:
+        """The holders of ``r``, worked out once per distinct candidate content."""
         candidates, processes = r.candidates, r.candidate_processes
         seen = self._seen.get((id(candidates), id(processes)))
         if seen is not None and seen[0] is candidates and seen[1] is processes:
