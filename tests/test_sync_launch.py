@@ -103,6 +103,34 @@ def test_sync_under_torchrun_is_one_process_of_the_job() -> None:
     assert "process 0:" in done.stdout and "process 1:" in done.stdout
 
 
+def test_sync_under_a_two_node_torchrun() -> None:
+    """A multi-node job, as two torchrun "nodes" of 2 processes on this machine (each node's local
+    ranks are 0 and 1, the job's 0-3): one job of 4 processes, one summary, from global rank 0."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = Path(sys.executable).parent / "refplan"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+             "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "--no-python",
+             str(script), "sync", "--model", "demo", "--backend", "gloo", "--timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=170) for node in nodes]
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode == 0, out + err
+    first, second = outputs[0][0], outputs[1][0]
+    assert first.count("every target element exact") == 1 and "every target element exact" not in second
+    assert "4 processes (gloo, torchrun)" in first
+    assert all(f"process {p}:" in first for p in range(4)), first
+
+
 def test_bench_sync_compares_with_raw_all_to_all() -> None:
     """``refplan bench --sync`` measures the executor beside a raw ``all_to_all_single`` of the same
     per-pair bytes, every target element checked (the ratio itself is the bench's, not a test's)."""
