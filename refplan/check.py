@@ -52,9 +52,11 @@ link numbers should pass ``min_split_bytes ≈ k·α·β`` instead.
 ResolvedAnswer = tuple[tuple[Box, ReplicaCandidate], ...]
 """An answer after checking: each part's box with the candidate that serves it."""
 
-def _fail(index: int, request: ReplicaRequest, what: str) -> InvalidReplicaPolicyError:
+def _fail(index: int, request: ReplicaRequest, what: str, name: str) -> InvalidReplicaPolicyError:
+    """The error for answer ``index``; ``name`` is the parameter it belongs to (a request may be
+    its layout's shared one, which carries the first such parameter's name)."""
     return InvalidReplicaPolicyError(
-        f"replica policy answer {index} (parameter {request.parameter!r}, target location "
+        f"replica policy answer {index} (parameter {name!r}, target location "
         f"{request.target_location}, box {request.box}): {what}"
     )
 
@@ -78,17 +80,15 @@ def _int_tuple(value: Any) -> tuple[int, ...] | None:
     return snapshot
 
 
-def _candidate(index: int, request: ReplicaRequest, location: Any) -> ReplicaCandidate:
+def _candidate(index: int, request: ReplicaRequest, location: Any, name: str) -> ReplicaCandidate:
     if type(location) is not int:
-        raise _fail(
-            index, request, f"location {describe(location)} ({type(location).__name__}) is not an int location"
-        )
+        what = f"location {describe(location)} ({type(location).__name__}) is not an int location"
+        raise _fail(index, request, what, name)
     for cand in request.candidates:
         if cand.source_rank == location:
             return cand
-    raise _fail(
-        index, request, f"location {location} is not one of its validated holders {list(request.locations)}"
-    )
+    what = f"location {location} is not one of its validated holders {list(request.locations)}"
+    raise _fail(index, request, what, name)
 
 
 def _check_split(
@@ -97,52 +97,55 @@ def _check_split(
     answer: Sequence[Any],
     element_size: int | None,
     min_split_bytes: int,
+    name: str,
 ) -> ResolvedAnswer:
     box = request.box
+
+    def fail(what: str) -> InvalidReplicaPolicyError:
+        return _fail(index, request, what, name)
+
     if len(answer) == 0:
-        raise _fail(index, request, "an empty split leaves the whole box unwritten")
+        raise fail("an empty split leaves the whole box unwritten")
     parts: list[tuple[Box, ReplicaCandidate]] = []
     for k, part in enumerate(answer):
         if not isinstance(part, ReplicaPart):
-            raise _fail(index, request, f"part {k} is a {type(part).__name__}, not a ReplicaPart")
+            raise fail(f"part {k} is a {type(part).__name__}, not a ReplicaPart")
         try:  # read each field once; a subclass's properties or a field's __iter__ may raise
             origin = _int_tuple(part.logical_origin)
             shape = _int_tuple(part.shape)
             location = part.source_location
         except Exception as exc:
-            raise _fail(index, request, f"part {k} cannot be read: {type(exc).__name__}") from exc
+            raise fail(f"part {k} cannot be read: {type(exc).__name__}") from exc
         if origin is None or shape is None:
-            raise _fail(index, request, f"part {k}: origin and shape must be sequences of int")
+            raise fail(f"part {k}: origin and shape must be sequences of int")
         if len(origin) != box.ndim or len(shape) != box.ndim:
-            raise _fail(index, request, f"part {k} has {len(origin)}/{len(shape)} axes, the box has {box.ndim}")
+            raise fail(f"part {k} has {len(origin)}/{len(shape)} axes, the box has {box.ndim}")
         if any(e <= 0 for e in shape):
-            raise _fail(index, request, f"part {k} has a zero or negative extent {shape}")
+            raise fail(f"part {k} has a zero or negative extent {shape}")
         pbox = Box(origin, shape)
         if not box.contains(pbox):
-            raise _fail(index, request, f"part {k} {pbox} lies outside the request's box")
-        parts.append((pbox, _candidate(index, request, location)))
+            raise fail(f"part {k} {pbox} lies outside the request's box")
+        parts.append((pbox, _candidate(index, request, location, name)))
     total = sum(p.volume for p, _ in parts)
     if total != box.volume:
-        raise _fail(index, request, f"parts hold {total} elements but the box has {box.volume} (gap or overlap)")
+        raise fail(f"parts hold {total} elements but the box has {box.volume} (gap or overlap)")
     if len(parts) <= limits.PAIRWISE_LIMIT:
         for a in range(len(parts)):
             for b in range(a + 1, len(parts)):
                 if parts[a][0].overlaps(parts[b][0]):
-                    raise _fail(index, request, f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
+                    raise fail(f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
     else:
         pairs = overlapping_pairs([p for p, _ in parts], WorkCounter())
         if pairs:
             a, b = min(pairs)
-            raise _fail(index, request, f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
+            raise fail(f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
     if len(parts) >= 2:
         unit = element_size if element_size is not None else 1
         for k, (pbox, _) in enumerate(parts):
             size = pbox.volume * unit
             if size < min_split_bytes:
                 what = "bytes" if element_size is not None else "elements (no element_size given)"
-                raise _fail(
-                    index, request, f"part {k} of a split is {size} {what}, below min_split_bytes={min_split_bytes}"
-                )
+                raise fail(f"part {k} of a split is {size} {what}, below min_split_bytes={min_split_bytes}")
     return tuple(parts)
 
 
@@ -153,11 +156,15 @@ def check_answers(
     element_size: Mapping[str, int] | None = None,
     min_split_bytes: int = DEFAULT_MIN_SPLIT_BYTES,
     budget: PlanBudget | None = None,
+    parameters: Sequence[str] | None = None,
 ) -> list[ResolvedAnswer]:
     """Check a policy's ``answers`` to ``requests`` exactly; return each answer's parts.
 
     Raises ``InvalidReplicaPolicyError`` on the first failure. Accepting means each request's box
-    is tiled by parts served by validated holders (Theorem 3's hypotheses).
+    is tiled by parts served by validated holders (Theorem 3's hypotheses). ``parameters`` names
+    the parameter of each request when it differs from ``request.parameter``: the planner checks
+    twins of a layout against that layout's one set of requests (element sizes, the per-parameter
+    segment count and every message go by this name).
     """
     budget = budget or PlanBudget()
     if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
@@ -182,46 +189,48 @@ def check_answers(
         raise InvalidReplicaPolicyError(
             f"replica policy's {type(answers).__name__} claimed {count} answers but held {len(answers)}"
         )
+    names = [r.parameter for r in requests] if parameters is None else parameters
+    if len(names) != len(requests):
+        raise ValueError(f"{len(names)} parameter names for {len(requests)} requests")
     resolved: list[ResolvedAnswer] = []
     parts_per_parameter: dict[str, int] = {}
     split_parameters: set[str] = set()
-    for index, (request, answer) in enumerate(zip(requests, answers)):
+    for index, (request, answer, name) in enumerate(zip(requests, answers, names)):
         if type(answer) is int:
             for cand in request.candidates:
                 if cand.source_rank == answer:
                     resolved.append(((Box(request.logical_origin, request.shape), cand),))
                     break
             else:  # not a holder: ``_candidate`` raises the error that says so
-                resolved.append(((request.box, _candidate(index, request, answer)),))
+                resolved.append(((request.box, _candidate(index, request, answer, name)),))
         elif isinstance(answer, (list, tuple)):
-            size = None if element_size is None else element_size[request.parameter]
+            size = None if element_size is None else element_size[name]
             try:  # length first, so an enormous split is refused before anything iterates it
                 count = len(answer)
                 if count > budget.max_parts_per_request:
-                    raise _fail(
-                        index, request, f"{count} parts exceed max_parts_per_request={budget.max_parts_per_request}"
-                    )
+                    what = f"{count} parts exceed max_parts_per_request={budget.max_parts_per_request}"
+                    raise _fail(index, request, what, name)
                 parts = answer if type(answer) in (list, tuple) else list(answer)
             except InvalidReplicaPolicyError:
                 raise
             except Exception as exc:
-                raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}") from exc
-            resolved.append(_check_split(index, request, parts, size, min_split_bytes))
+                raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}", name) from exc
+            resolved.append(_check_split(index, request, parts, size, min_split_bytes, name))
         else:
             raise _fail(
                 index,
                 request,
                 f"answer {describe(answer)} ({type(answer).__name__}) is neither an int location nor a sequence "
                 "of ReplicaPart",
+                name,
             )
-        count = parts_per_parameter.get(request.parameter, 0) + len(resolved[-1])
-        parts_per_parameter[request.parameter] = count
+        count = parts_per_parameter.get(name, 0) + len(resolved[-1])
+        parts_per_parameter[name] = count
         if len(resolved[-1]) > 1:
-            split_parameters.add(request.parameter)
+            split_parameters.add(name)
         # Only splits are the policy's doing: without one, too many segments is the layout's
         # budget problem, refused after coalescing as a plain AffineTransferError.
-        if count > budget.max_segments and request.parameter in split_parameters:
-            raise _fail(
-                index, request, f"splits make the answers need more than max_segments={budget.max_segments} segments"
-            )
+        if count > budget.max_segments and name in split_parameters:
+            what = f"splits make the answers need more than max_segments={budget.max_segments} segments"
+            raise _fail(index, request, what, name)
     return resolved

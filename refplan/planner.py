@@ -9,9 +9,9 @@ against the budget. Any failure raises before anything is returned: no partial p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
-from itertools import chain
+from itertools import chain, repeat
 from math import prod
 from operator import attrgetter, mul, sub
 from typing import Any
@@ -24,7 +24,7 @@ from .frames import NormalizedMap, normalize, pair_budget
 from .limits import PlanBudget
 from .maps import AffinePiece, ParamAffineMap
 from .plan import PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
-from .policies import balanced, from_selector
+from .policies import balanced, first_holder, from_selector, lpt
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
     ReplicaPolicy,
@@ -114,13 +114,15 @@ def _prepare(
         if key is not None and memo is not None:
             memo[key] = layout
     elif (templates := layout.templates.get(element_size)) is not None:
-        return _Prepared(name, layout, [_renamed(t, name) for t in templates], True)
+        # The layout's own requests, shared: nothing downstream reads their parameter name (the
+        # policy gets named copies, the checks get the names beside them, emitting reads geometry).
+        return _Prepared(name, layout, templates, True)
     requests = build_requests(
         name, layout.inters, endpoints=endpoints, element_size=element_size, process_node=process_node
     )
     if key is not None:
         # Built (and so bound to endpoints without error) for this parameter: later parameters of
-        # the layout copy these with their own name; the copies are what their policy and checks see.
+        # the layout share these; the policy sees copies named for each parameter (``_for_policy``).
         layout.templates[element_size] = requests
     return _Prepared(name, layout, requests, key is not None)
 
@@ -277,17 +279,24 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
     return replace(plan, statistics=stats)
 
 
-def _detached(request: ReplicaRequest) -> ReplicaRequest:
-    """A copy of ``request`` that shares no attribute dictionary with it.
+def _for_policy(
+    policy: ReplicaPolicy, requests: list[ReplicaRequest], names: list[str]
+) -> Sequence[ReplicaRequest]:
+    """What the policy sees: one request per intersection of every parameter, named for it.
 
-    What ``copy.copy`` does for a frozen dataclass, in a fifth of the time (a policy gets one per
-    request): a new instance whose ``__dict__`` is a fresh copy, so a policy that forces a field
-    with ``object.__setattr__`` changes its copy, not the request its answers are checked against.
-    Field values are immutable (ints, strings, tuples of ints and named tuples).
+    A policy gets copies (``_renamed``: a new instance with its own attribute dictionary), so
+    even one that forces a frozen field with ``object.__setattr__`` cannot change the requests
+    its answers are checked against. refplan's own ``balanced``, ``lpt`` and ``first_holder``
+    read the requests and nothing else, and none of them reads a parameter name: they get the
+    requests themselves, twins sharing their layout's objects, and answer exactly as they would
+    on the copies (tested), without a copy per request.
     """
-    clone = object.__new__(ReplicaRequest)
-    object.__setattr__(clone, "__dict__", request.__dict__.copy())
-    return clone
+    if any(policy is known for known in _READ_ONLY_POLICIES):  # identity: a policy's __eq__ is its own
+        return tuple(requests)
+    return tuple(map(_renamed, requests, names))
+
+
+_READ_ONLY_POLICIES = (balanced, lpt, first_holder)
 
 
 def _exception_text(exc: BaseException) -> str:
@@ -373,7 +382,7 @@ def collect_requests(
         prepared, _sizes, _floor = _prepare_batch(
             pairs, limits or PlanBudget(), endpoints, element_size, process_node, None
         )
-        return [r for p in prepared for r in p.requests]
+        return [r if r.parameter == p.name else _renamed(r, p.name) for p in prepared for r in p.requests]
 
 
 def plan_transfers(
@@ -425,18 +434,17 @@ def _plan_batch(
         pairs, budget, endpoints, element_size, process_node, min_split_bytes
     )
     requests = [r for p in prepared for r in p.requests]
+    names = list(chain.from_iterable(repeat(p.name, len(p.requests)) for p in prepared))
     policy = replica_policy if replica_policy is not None else balanced
     try:
-        # The policy gets its own copies: even one that forces a frozen field with
-        # object.__setattr__ cannot change the requests the answers are checked against.
-        answers: Any = policy(tuple(map(_detached, requests)))
+        answers: Any = policy(_for_policy(policy, requests, names))
     except Exception as exc:
         # A policy bug must surface as a policy error, never as a partial plan, and never as one
         # of our other classes: an InvalidMapError from a policy would tell the caller "corrupt
         # checkpoint, do not fall back" about a bug in the policy. The original is __cause__.
         raise PolicyRaisedError(f"replica policy raised {_exception_text(exc)}") from exc
     resolved = check_answers(
-        requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget
+        requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget, parameters=names
     )
     plans: dict[str, TransferPlan] = {}
     start = 0

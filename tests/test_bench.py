@@ -381,5 +381,5 @@ def test_the_plan_stages_script_times_every_stage() -> None:
 
     script = Path(__file__).resolve().parent.parent / "scripts" / "plan_stages.py"
     timed = runpy.run_path(str(script))["stages"]("zero2-sync", 1)
-    assert list(timed) == ["validate + requests", "policy copies", "policy", "check", "emit / reuse plans"]
+    assert list(timed) == ["validate + requests", "policy input", "policy", "check", "emit / reuse plans"]
     assert all(us >= 0.0 for us in timed.values()) and sum(timed.values()) > 0.0

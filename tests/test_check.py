@@ -226,3 +226,29 @@ def test_selector_and_policy_together_are_refused() -> None:
     target, source = _maps()
     with pytest.raises(InvalidReplicaPolicyError, match="not both"):
         plan_transfer(target, source, replica_selector=lambda r: 0, replica_policy=lambda r: [0, 1])
+
+
+def test_parameter_names_given_beside_the_requests_are_the_ones_used() -> None:
+    """The planner checks twins against their layout's one set of requests and passes each
+    request's parameter beside it: element sizes, the per-parameter segment count and every
+    message go by that name, not by the shared request's."""
+    reqs = _requests()  # two requests of parameter "param"
+    holder = reqs[1].candidates[0].source_rank
+    with pytest.raises(InvalidReplicaPolicyError, match=r"answer 1 \(parameter 'twin'.*not one of its validated"):
+        check_answers(reqs, [reqs[0].candidates[0].source_rank, 99], parameters=["param", "twin"])
+    half = ReplicaPart(reqs[1].logical_origin, (2, 6), holder)
+    rest = ReplicaPart((reqs[1].logical_origin[0] + 2, 0), (2, 6), holder)
+    split = [reqs[0].candidates[0].source_rank, [half, rest]]
+    # The element size is looked up by the given name (a KeyError for "param" would mean the
+    # request's own name was used) ...
+    check_answers(reqs, split, element_size={"twin": 4}, min_split_bytes=48, parameters=["x", "twin"])
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parameter 'twin'.*below min_split_bytes=49"):
+        check_answers(reqs, split, element_size={"twin": 4}, min_split_bytes=49, parameters=["x", "twin"])
+    # ... and segments are counted per given name: 1 + 2 parts for one name exceed 2 segments,
+    # 1 and 2 for two names do not.
+    tight = PlanBudget(max_segments=2)
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parameter 'same'.*max_segments=2"):
+        check_answers(reqs, split, min_split_bytes=1, budget=tight, parameters=["same", "same"])
+    check_answers(reqs, split, min_split_bytes=1, budget=tight, parameters=["a", "b"])
+    with pytest.raises(ValueError, match="1 parameter names for 2 requests"):
+        check_answers(reqs, split, parameters=["a"])

@@ -287,3 +287,58 @@ def test_a_map_with_an_unhashable_field_is_validated_afresh_not_remembered() -> 
     verdicts = verify_plans(twisted, plans).verdicts
     assert verdicts["b"] == verify_plan(target, source, plans["b"], parameter="b")
     assert verdicts["b"].status == "ok" and verdicts["a"].status == "ok"
+
+
+# -- what the policy is handed --------------------------------------------------------------------
+
+
+class _Poison:
+    """A parameter name that raises on any use: a policy that reads names would fail on it."""
+
+    def _refuse(self, *args: object) -> Any:
+        raise AssertionError("a read-only policy used a parameter name")
+
+    __eq__ = __hash__ = __lt__ = __str__ = __format__ = __len__ = _refuse
+
+
+@pytest.mark.parametrize("scenario", ["llama-sync", "moe-gather-64", "uneven"])
+def test_read_only_policies_answer_the_shared_requests_as_they_answer_named_copies(scenario: str) -> None:
+    """``balanced``, ``lpt`` and ``first_holder`` get the layout's shared requests, not copies: their
+    answers must equal the answers to copies named for each parameter, and to copies whose
+    name is unusable (so no answer can depend on a name)."""
+    from refplan import planner
+    from refplan.cli.bench import SCENARIOS
+    from refplan.limits import PlanBudget
+    from refplan.policies import balanced, first_holder, lpt
+
+    s = SCENARIOS[scenario]()
+    prepared, _sizes, _floor = planner._prepare_batch(
+        s.pairs, PlanBudget(), s.endpoints, s.element_size, s.process_node, None
+    )
+    requests = [r for p in prepared for r in p.requests]
+    names = [p.name for p in prepared for _ in p.requests]
+    poisoned = [planner._renamed(r, _Poison()) for r in requests]  # type: ignore[arg-type]
+    for policy in (balanced, lpt, first_holder):
+        handed = planner._for_policy(policy, requests, names)
+        assert all(a is b for a, b in zip(handed, requests)), "read-only policies get no copies"
+        named = tuple(map(planner._renamed, requests, names))
+        assert policy(handed) == policy(named) == policy(poisoned)
+
+
+def test_any_other_policy_gets_copies_named_for_each_parameter() -> None:
+    target = contiguous_split_map((8, 8), [4, 4], 0)
+    source = replicate(contiguous_split_map((8, 8), [4, 4], 0), 2)
+    pairs = {f"p{i}": (_fresh(target), _fresh(source)) for i in range(3)}
+    seen: list[Any] = []
+
+    def policy(requests: Any) -> list[int]:
+        seen.extend(requests)
+        answers = [max(c.source_rank for c in r.candidates) for r in requests]  # the second replica
+        for r in requests:  # forcing a field of a copy must change nothing the planner checks
+            object.__setattr__(r, "candidates", ())
+        return answers
+
+    plans = plan_transfers(pairs, replica_policy=policy)
+    assert [r.parameter for r in seen] == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert len({id(r) for r in seen}) == 6
+    assert plans["p0"].segments == plans["p1"].segments == plans["p2"].segments
