@@ -56,18 +56,13 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     answers: list[ReplicaAnswer | None] = [None] * len(requests)
     movable: list[int] = []
     for i, r in enumerate(requests):
-        here = r.target_process
-        if units.by_process and here in r.candidate_processes:
-            choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
-            unit = next(u for u, rank in units.of(r).pairs if rank == choice)
-        elif len(r.candidates) == 1:
-            choice = r.candidates[0].source_rank
-            unit = units.of(r).pairs[0][0]
-        else:
+        placed = units.place(r)
+        if placed.fixed is None:
             movable.append(i)
             continue
+        choice, unit = placed.fixed
         answers[i] = choice
-        load[unit] = load.get(unit, 0) + request_load(r)
+        load[unit] = load.get(unit, 0) + placed.size
     _assign_least_loaded(requests, movable, units, load, answers)
     return [a for a in answers if a is not None]
 
@@ -79,6 +74,14 @@ class _Holders(NamedTuple):
     coverage: int  # distinct units among them: the fewer, the earlier the request is placed
     units: tuple[int, ...]  # the candidates' units sorted by (location, request order) ...
     ranks: tuple[int, ...]  # ... and their locations in the same order
+
+
+class _Placed(NamedTuple):
+    """Everything the least-loaded rule reads of one request."""
+
+    holders: _Holders
+    size: int  # ``request_load``
+    fixed: tuple[int, int] | None  # (location, unit) of a request that cannot move, else None
 
 
 class _Units:
@@ -96,6 +99,27 @@ class _Units:
         # this object lives): copies of one layout's requests share them, and hashing a tuple of
         # candidates costs more than the rest of placing the request.
         self._seen: dict[tuple[int, int], tuple[object, object, _Holders]] = {}
+        self._placed: dict[int, tuple[ReplicaRequest, _Placed]] = {}
+
+    def place(self, r: ReplicaRequest) -> _Placed:
+        """What the rule reads of ``r``, once per request object: the planner hands refplan's own
+        policies its layouts' shared requests, so twins repeat one object (held in the entry, so
+        its id stays its own). A request that cannot move is a local copy (with processes: the
+        lowest location in the target's own process) or has a single holder."""
+        entry = self._placed.get(id(r))
+        if entry is not None and entry[0] is r:
+            return entry[1]
+        holders = self.of(r)
+        here = r.target_process
+        fixed: tuple[int, int] | None = None
+        if self.by_process and here in r.candidate_processes:
+            choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
+            fixed = (choice, next(u for u, rank in holders.pairs if rank == choice))
+        elif len(r.candidates) == 1:
+            fixed = (r.candidates[0].source_rank, holders.pairs[0][0])
+        placed = _Placed(holders, r.bytes if r.bytes is not None else volume(r.shape), fixed)
+        self._placed[id(r)] = (r, placed)
+        return placed
 
     def of(self, r: ReplicaRequest) -> _Holders:
         """The holders of ``r``, worked out once per distinct candidate content."""
@@ -134,10 +158,9 @@ def _assign_least_loaded(
     """
     queue = []
     for i in order:
-        r = requests[i]
-        holders = units.of(r)
-        size = r.bytes if r.bytes is not None else volume(r.shape)  # request_load(r), without the call
-        queue.append((holders.coverage, -size, i, size, holders))  # i is unique: holders are never compared
+        placed = units.place(requests[i])
+        size = placed.size
+        queue.append((placed.holders.coverage, -size, i, size, placed.holders))  # i unique: holders never compared
     queue.sort()
     get = load.get
     for _, _, i, size, holders in queue:
