@@ -498,8 +498,8 @@ def _pieces(parts: tuple[tuple[_Op, int], ...]) -> list[_Piece]:
             out.append(_Piece(i, j, 0, 0))
             i = j
             continue
-        if parts[i][0].nbytes < _DIRECT_MIN:
-            while j < len(parts) and parts[j][0].nbytes < _DIRECT_MIN:
+        if not _large(parts[i][0]):
+            while j < len(parts) and not _large(parts[j][0]):
                 j += 1
         out.append(_Piece(i, j, parts[i][1], parts[j - 1][1] + parts[j - 1][0].nbytes))
         i = j

@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import NamedTuple
 
-from ..box import volume
 from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest
 
 __all__ = ["balanced", "first_holder", "from_selector", "lpt", "request_load", "uses_processes"]
@@ -88,17 +87,13 @@ class _Units:
     """Per candidate of a request: (the unit its load counts on, its location).
 
     The unit is the candidate's process when every request knows its processes, else its
-    location. Requests of one layout share their candidate tuples, so the pairs are worked out
-    once per distinct (candidates, processes) content, not once per request.
+    location. What the rule reads of a request is worked out once per request object
+    (``place``), and its holders once per distinct (candidates, processes) content.
     """
 
     def __init__(self, requests: Sequence[ReplicaRequest]) -> None:
         self.by_process = uses_processes(requests)
         self._known: dict[tuple[object, object], _Holders] = {}
-        # By the identity of the two tuples (held in the entry, so their ids stay theirs while
-        # this object lives): copies of one layout's requests share them, and hashing a tuple of
-        # candidates costs more than the rest of placing the request.
-        self._seen: dict[tuple[int, int], tuple[object, object, _Holders]] = {}
         self._placed: dict[int, tuple[ReplicaRequest, _Placed]] = {}
 
     def place(self, r: ReplicaRequest) -> _Placed:
@@ -117,16 +112,13 @@ class _Units:
             fixed = (choice, next(u for u, rank in holders.pairs if rank == choice))
         elif len(r.candidates) == 1:
             fixed = (r.candidates[0].source_rank, holders.pairs[0][0])
-        placed = _Placed(holders, r.bytes if r.bytes is not None else volume(r.shape), fixed)
+        placed = _Placed(holders, request_load(r), fixed)
         self._placed[id(r)] = (r, placed)
         return placed
 
     def of(self, r: ReplicaRequest) -> _Holders:
         """The holders of ``r``, worked out once per distinct candidate content."""
         candidates, processes = r.candidates, r.candidate_processes
-        seen = self._seen.get((id(candidates), id(processes)))
-        if seen is not None and seen[0] is candidates and seen[1] is processes:
-            return seen[2]
         key = (candidates, processes)
         known = self._known.get(key)
         if known is None:
@@ -138,7 +130,6 @@ class _Units:
             known = self._known[key] = _Holders(
                 pairs, len({u for u, _ in pairs}), tuple(pairs[k][0] for k in order), tuple(pairs[k][1] for k in order)
             )
-        self._seen[(id(candidates), id(processes))] = (candidates, processes, known)
         return known
 
 
