@@ -369,6 +369,11 @@ def normalize(
             raise InvalidMapError(
                 f"{_where(parameter, side, loc)}: lists {len(pieces)} piece(s) but declares no shard shape"
             )
+        if not all(isinstance(p, AffinePiece) for p in pieces):  # a map built from plain values
+            index = next(i for i, p in enumerate(pieces) if not isinstance(p, AffinePiece))
+            raise InvalidMapError(
+                f"{_where(parameter, side, loc, index)}: expected an AffinePiece, got {type(pieces[index]).__name__}"
+            )
         shard = declared
         shard_numel = volume(shard)
         if shard_numel > 0 and not any(p.numel > 0 for p in pieces):  # R4

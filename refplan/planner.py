@@ -10,7 +10,7 @@ against the budget. Any failure raises before anything is returned: no partial p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from itertools import chain, repeat
 from math import prod
 from operator import attrgetter, mul, sub
@@ -151,45 +151,32 @@ def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
     tens of thousands of expert weights over a few dozen layouts. So a batch validates each
     distinct (target, source) layout once and reuses its frames, regions and intersections — and
     its requests and plans (see ``_Layout``) — for every parameter with exactly the same content:
-    every field of every piece (the dataclass's own fields, so a new field is included), shard
-    shapes, and dict orders. Validation is a pure function of that content and of the batch's
-    budget, so the reuse changes nothing: a layout is remembered only after it passed. The key is
-    built from the fields, not from the pieces, so that hashing and comparing it runs in C (the
-    dataclass's ``__hash__``/``__eq__`` run in Python, once per piece and lookup). Only exact
-    ``ParamAffineMap``/``AffinePiece`` instances of small maps are keyed; anything else is
-    validated afresh, and so is a map whose key does not hash (``_remembered``).
+    the logical shape, the shard shapes and the pieces per location, each in its dict order, and
+    every field of every piece. Validation is a pure function of that content and of the batch's
+    budget, so the reuse changes nothing: a layout is remembered only after it passed.
+
+    A piece *is* the tuple of its fields (``AffinePiece``), so the key holds the map's own tuples
+    and hashing and comparing it runs in C, with no per-piece work in Python; and a piece's fields
+    cannot be forced after it is built, so the key sees what validation would read. Only exact
+    ``ParamAffineMap`` instances whose pieces are all exactly ``AffinePiece`` are keyed (a subclass
+    could compare equal while meaning something else, a plain tuple would equal a piece), and at
+    most ``limits.MEMO_MAX_PIECES`` pieces; anything else is validated afresh, and so is a map
+    whose key does not hash (``_remembered``).
     """
     if type(param_map) is not ParamAffineMap:
         return None
     by_rank = param_map.pieces_by_rank
-    head = (param_map.logical_shape, tuple(param_map.shard_shapes.items()))
-    if len(by_rank) <= _FEW_RANKS:  # one Python iteration per rank is cheapest for a few
-        listed_by_rank = []
-        count = 0
-        for rank, listed in by_rank.items():
-            count += len(listed)
-            if count > limits.MEMO_MAX_PIECES:
-                return None
-            for piece in listed:
-                if type(piece) is not AffinePiece:
-                    return None
-            listed_by_rank.append((rank, tuple(map(_PIECE_FIELDS, listed))))
-        return (*head, tuple(listed_by_rank))
-    # Many ranks: the same content (ranks in dict order, pieces per rank, every field of every
-    # piece in that order) laid out flat, so that C loops build it; a different shape from the
-    # few-ranks key, but each content always gets the same one (it depends on the rank count).
-    lists = [*by_rank.values()]
-    if sum(map(len, lists)) > limits.MEMO_MAX_PIECES:  # before listing a huge map's pieces
-        return None
-    pieces = [*chain.from_iterable(lists)]
-    for piece in pieces:
-        if type(piece) is not AffinePiece:
+    try:
+        listed = by_rank.values()
+        if sum(map(len, listed)) > limits.MEMO_MAX_PIECES or {*map(type, _flat(listed))} - _PIECE_TYPE:
             return None
-    return (*head, tuple(by_rank), tuple(map(len, lists)), tuple(map(_PIECE_FIELDS, pieces)))
+        return (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(by_rank.items()))
+    except (TypeError, AttributeError):  # fields forced to something that is not a map's: validate afresh
+        return None
 
 
-_FEW_RANKS = 4
-_PIECE_FIELDS = attrgetter(*(f.name for f in fields(AffinePiece)))
+_flat = chain.from_iterable
+_PIECE_TYPE = frozenset([AffinePiece])
 
 
 def _remembered(memo: _Memo, key: tuple[Any, ...]) -> tuple[_Layout | None, bool]:

@@ -11,7 +11,6 @@ comparison so that one added later is covered from the start.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +64,7 @@ def _mutated(m: ParamAffineMap, change: int, pick: int) -> ParamAffineMap:
     pieces = list(m.pieces_by_rank[loc])
     i = pick % len(pieces)
     piece = pieces[i]
-    fields = {f.name: getattr(piece, f.name) for f in dataclasses.fields(piece)}
+    fields = dict(zip(AffinePiece.FIELDS, piece))
     fields.update(_CHANGES[change](piece, m, loc))
     pieces[i] = AffinePiece(**fields)
     return ParamAffineMap(m.logical_shape, dict(m.shard_shapes), {**m.pieces_by_rank, loc: pieces})

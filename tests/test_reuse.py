@@ -51,7 +51,7 @@ def _nudged(m: ParamAffineMap, which: int) -> ParamAffineMap:
         loc = ranks[0]
         first, *rest = m.pieces_by_rank[loc]
         pieces = dict(m.pieces_by_rank)
-        pieces[loc] = (dataclasses.replace(first, dest_offset=first.dest_offset + 1), *rest)
+        pieces[loc] = (first.replace(dest_offset=first.dest_offset + 1), *rest)
         return ParamAffineMap(m.logical_shape, m.shard_shapes, pieces)
     return ParamAffineMap(
         m.logical_shape,
@@ -276,17 +276,45 @@ def test_twins_that_differ_only_in_their_source_get_their_own_verdicts() -> None
 
 
 def test_a_map_with_an_unhashable_field_is_validated_afresh_not_remembered() -> None:
-    """A map whose piece's locations were forced to a (mutable, unhashable) set cannot be a memo
-    key: it is validated on its own (and here still valid), with its own name."""
+    """A map whose pieces were forced into (mutable, unhashable) lists cannot be a memo key: it is
+    validated on its own (and here still valid), with its own name."""
     target, source = _layer()
-    for listed in source.pieces_by_rank.values():
-        for piece in listed:
-            object.__setattr__(piece, "locations", set(piece.locations))
+    object.__setattr__(source, "pieces_by_rank", {loc: list(v) for loc, v in source.pieces_by_rank.items()})
     twisted = {"a": _layer(), "b": (target, source)}
     plans = dict(plan_transfers({"a": _layer(), "b": _layer()}))
     verdicts = verify_plans(twisted, plans).verdicts
     assert verdicts["b"] == verify_plan(target, source, plans["b"], parameter="b")
     assert verdicts["b"].status == "ok" and verdicts["a"].status == "ok"
+    fast, slow = _both(lambda: _plan_bytes(plan_transfers(twisted)))
+    assert fast == slow and fast[0] == "ok"
+
+
+def test_a_piece_field_cannot_be_forced_after_it_is_built() -> None:
+    """What a layout key saw of a piece is what validation reads: a piece is an immutable tuple,
+    so even ``object.__setattr__`` (which forces a frozen dataclass) has nothing to set."""
+    target, _source = _layer()
+    piece = next(iter(target.pieces_by_rank.values()))[0]
+    for name in AffinePiece.FIELDS:
+        with pytest.raises(AttributeError):
+            object.__setattr__(piece, name, getattr(piece, name))
+    assert tuple(piece) == tuple(getattr(piece, name) for name in AffinePiece.FIELDS)
+
+
+def test_a_plain_tuple_equal_to_a_piece_is_never_taken_for_it() -> None:
+    """A piece equals the plain tuple of its fields; a map holding such a tuple where a piece
+    belongs must be refused as it would be alone, not recognized as its twin's layout."""
+    target, source = _layer()
+    loc, listed = next(iter(source.pieces_by_rank.items()))
+    plain = {**source.pieces_by_rank, loc: (tuple(listed[0]), *listed[1:])}
+    forged = ParamAffineMap(source.logical_shape, source.shard_shapes, plain)
+    assert forged == source  # equal as values: only the exact type check tells them apart
+    alone = _outcome(lambda: plan_transfers({"b": (_fresh(target), forged)}))
+    assert alone[0] == "InvalidMapError" and "piece 0: expected an AffinePiece, got tuple" in alone[1]
+    assert _outcome(lambda: plan_transfers({"a": _layer(), "b": (_fresh(target), forged)})) == alone
+    plan = plan_transfers({"a": _layer()})["a"]
+    verdicts = verify_plans({"a": _layer(), "b": (_fresh(target), forged)}, {"a": plan, "b": plan}).verdicts
+    assert verdicts["a"].status == "ok"
+    assert verdicts["b"].status == "invalid_map" and "expected an AffinePiece, got tuple" in verdicts["b"].map_error
 
 
 # -- what the policy is handed --------------------------------------------------------------------

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import pairwise
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -151,6 +150,8 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
         out: list[Held] = []
         for index, p in enumerate(m.pieces_by_rank.get(loc, ())):
             where = _PieceName(side, loc, index)
+            if not isinstance(p, AffinePiece):
+                raise InvalidMapError(f"{where}: expected an AffinePiece, got {type(p).__name__}")
             if len(p.shape) != ndim:
                 raise InvalidMapError(f"{where}: shape {p.shape} does not have the {ndim} axes of {logical}")
             if any(e < 0 for e in p.shape):
@@ -224,10 +225,9 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
         if sum(len(v) for v in pieces.values()) <= limits.REMEMBER_PIECES and all(
             type(p) is AffinePiece for v in pieces.values() for p in v
         ):
-            # Each piece as the plain tuple of its dataclass fields: hashing and comparing plain
-            # tuples runs in C, the dataclass's generated __hash__/__eq__ in Python per piece.
-            key = (side, m.logical_shape, tuple(m.shard_shapes.items()),
-                   tuple([(loc, *map(_piece_content, v)) for loc, v in pieces.items()]))
+            # A piece is the tuple of its fields: hashing and comparing the map's own tuples
+            # runs in C, and a piece's fields cannot be changed after it was built.
+            key = (side, m.logical_shape, tuple(m.shard_shapes.items()), tuple(pieces.items()))
             try:
                 found = layouts.get(key)
             except TypeError:
@@ -239,9 +239,6 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
         layouts[key] = layout
     return layout
 
-
-_piece_content = attrgetter(*[f.name for f in fields(AffinePiece)])
-"""Every field of a piece, in declaration order: what two pieces must share to be equal."""
 
 
 def _check_tiling(layout: Layout) -> None:
