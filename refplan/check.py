@@ -195,15 +195,32 @@ def check_answers(
     resolved: list[ResolvedAnswer] = []
     parts_per_parameter: dict[str, int] = {}
     split_parameters: set[str] = set()
+    # A layout's twins share request objects, and a policy mostly answers them alike: the
+    # resolved form of an int answer (immutable) is worked out once per (request object,
+    # location). The entry holds the request, so its id cannot be reused while the entry lives.
+    accepted: dict[tuple[int, int], tuple[ReplicaRequest, ResolvedAnswer]] = {}
+    max_segments = budget.max_segments
     for index, (request, answer, name) in enumerate(zip(requests, answers, names)):
         if type(answer) is int:
-            for cand in request.candidates:
-                if cand.source_rank == answer:
-                    resolved.append(((Box(request.logical_origin, request.shape), cand),))
-                    break
-            else:  # not a holder: ``_candidate`` raises the error that says so
-                resolved.append(((request.box, _candidate(index, request, answer, name)),))
-        elif isinstance(answer, (list, tuple)):
+            entry = accepted.get((id(request), answer))
+            if entry is not None and entry[0] is request:
+                resolved.append(entry[1])
+            else:
+                for cand in request.candidates:
+                    if cand.source_rank == answer:
+                        one: ResolvedAnswer = ((Box(request.logical_origin, request.shape), cand),)
+                        break
+                else:  # not a holder: ``_candidate`` raises the error that says so
+                    one = ((request.box, _candidate(index, request, answer, name)),)
+                accepted[(id(request), answer)] = (request, one)
+                resolved.append(one)
+            count = parts_per_parameter.get(name, 0) + 1
+            parts_per_parameter[name] = count
+            if count > max_segments and name in split_parameters:
+                what = f"splits make the answers need more than max_segments={max_segments} segments"
+                raise _fail(index, request, what, name)
+            continue
+        if isinstance(answer, (list, tuple)):
             size = None if element_size is None else element_size[name]
             try:  # length first, so an enormous split is refused before anything iterates it
                 count = len(answer)

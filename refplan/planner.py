@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from itertools import chain, repeat
 from math import prod
 from operator import attrgetter, mul, sub
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import limits
 from ._gc import cycle_collection_paused
@@ -65,14 +66,17 @@ class _Layout:
         self.plans: dict[tuple[Any, ...], TransferPlan] = {}
 
 
-class _Prepared:
+class _Prepared(NamedTuple):
     """One parameter after validation: its layout and requests."""
 
-    def __init__(self, name: str, layout: _Layout, requests: list[ReplicaRequest], shared: bool) -> None:
-        self.name = name
-        self.layout = layout
-        self.requests = requests
-        self.shared = shared  # the layout is the batch's memoized one: its plans may be reused
+    name: str
+    layout: _Layout
+    requests: list[ReplicaRequest]
+    shared: bool  # the layout is the batch's memoized one: its plans may be reused
+
+
+_new_prepared = partial(tuple.__new__, _Prepared)
+"""``_Prepared`` from a 4-tuple without the named tuple's Python ``__new__`` (once per parameter)."""
 
 
 def _prepare(
@@ -284,6 +288,10 @@ def _for_policy(
 
 
 _READ_ONLY_POLICIES = (balanced, lpt, first_holder)
+_INT = frozenset([int])
+_STR = frozenset([str])
+_NAME = attrgetter("name")
+_REQUESTS = attrgetter("requests")
 
 
 def _exception_text(exc: BaseException) -> str:
@@ -301,6 +309,10 @@ def _element_sizes(
         return None
     if not isinstance(element_size, Mapping):
         raise TypeError(f"element_size must map parameter name -> bytes, got {type(element_size).__name__}")
+    if type(element_size) is dict:  # the usual case, checked by C loops; any doubt takes the loop
+        values: list[Any] = [*map(element_size.get, names)]
+        if {*map(type, values)} <= _INT and (not values or min(values) > 0):
+            return dict(zip(names, values))
     out: dict[str, int] = {}
     for name in names:
         size = element_size.get(name)
@@ -326,7 +338,7 @@ def _prepare_batch(
     if not isinstance(pairs, Mapping):
         raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
     names = sorted(pairs)
-    if any(not isinstance(n, str) for n in names):
+    if not {*map(type, names)} <= _STR and any(not isinstance(n, str) for n in names):
         raise InvalidMapError("parameter names must be strings")
     if process_node is not None and endpoints is None:
         raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
@@ -338,15 +350,32 @@ def _prepare_batch(
         raise ValueError(f"min_split_bytes must be non-negative, got {split_floor}")
     prepared: list[_Prepared] = []
     memo: _Memo = {}
+    # A parameter whose two maps and element size equal an earlier parameter's (by ``_layout_key``:
+    # exact types, every field, dict orders) gets that parameter's layout and shared requests from
+    # one lookup; everything else goes through ``_prepare``, which validates and builds them.
+    # Equal keys imply equal logical shapes, so R0 held for it as it did for the first one.
+    twins: dict[Any, tuple[_Layout, list[ReplicaRequest]]] = {}
+    key_of = _layout_key
     for name in names:
         pair = pairs[name]
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise InvalidMapError(f"parameter {name!r}: expected a (target map, source map) pair")
-        prepared.append(
-            _prepare(
-                name, pair[0], pair[1], budget, endpoints, None if sizes is None else sizes[name], process_node, memo
-            )
-        )
+        size = None if sizes is None else sizes[name]
+        key: Any = (key_of(pair[0]), key_of(pair[1]), size)
+        if key[0] is None or key[1] is None:
+            key = None
+        else:
+            try:
+                twin = twins.get(key)
+            except TypeError:  # a forced field that does not hash: validated afresh below
+                twin = key = None
+            if twin is not None:
+                prepared.append(_new_prepared((name, twin[0], twin[1], True)))
+                continue
+        p = _prepare(name, pair[0], pair[1], budget, endpoints, size, process_node, memo)
+        if p.shared and key is not None:
+            twins[key] = (p.layout, p.requests)
+        prepared.append(p)
     return prepared, sizes, split_floor
 
 
@@ -420,8 +449,8 @@ def _plan_batch(
     prepared, sizes, split_floor = _prepare_batch(
         pairs, budget, endpoints, element_size, process_node, min_split_bytes
     )
-    requests = [r for p in prepared for r in p.requests]
-    names = list(chain.from_iterable(repeat(p.name, len(p.requests)) for p in prepared))
+    requests = [*chain.from_iterable(map(_REQUESTS, prepared))]
+    names = [*chain.from_iterable(map(repeat, map(_NAME, prepared), map(len, map(_REQUESTS, prepared))))]
     policy = replica_policy if replica_policy is not None else balanced
     try:
         answers: Any = policy(_for_policy(policy, requests, names))

@@ -6,12 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refplan import InvalidMapError, ReplicaRequest, TransferEndpoints, contiguous_split_map, replicate
 from refplan.analysis import sender_load
 from refplan.cli.demo import demo_batch
 from refplan.planner import plan_transfer, plan_transfers
-from refplan.policies import balanced, first_holder, from_selector
+from refplan.policies import balanced, first_holder, from_selector, lpt
+from refplan.requests import ReplicaCandidate
 from refplan.simulate import simulate_transfer
 
 
@@ -139,3 +142,80 @@ def test_balanced_is_deterministic_and_order_independent() -> None:
     second = plan_transfers(reversed_pairs, endpoints=endpoints, element_size=dict(reversed(list(sizes.items()))))
     assert {k: v.to_dict() for k, v in first.items()} == {k: v.to_dict() for k, v in second.items()}
     assert list(first) == sorted(pairs)
+
+
+# -- the least-loaded rule against a plain statement of it ----------------------------------------
+
+
+def _rule(requests: Sequence[ReplicaRequest], local_first: bool) -> list[int]:
+    """The documented rule, stated plainly: no caching, no heaps. Loads count per process when
+    every request knows its processes, else per location. ``local_first`` is ``balanced``: local
+    copies and single-holder requests are counted first; then the movable requests, by (fewest
+    distinct units, largest, request order), each go to the first holder (by location, then
+    candidate order) whose unit has the least load."""
+    by_process = bool(requests) and all(
+        r.target_process is not None and None not in r.candidate_processes for r in requests
+    )
+
+    def units(r: ReplicaRequest) -> list[tuple[int, int, int]]:  # (location, candidate order, unit)
+        return sorted(
+            (c.source_rank, k, p if by_process and p is not None else c.source_rank)
+            for k, (c, p) in enumerate(zip(r.candidates, r.candidate_processes))
+        )
+
+    def size(r: ReplicaRequest) -> int:
+        return r.bytes if r.bytes is not None else r.elements
+
+    load: dict[int, int] = {}
+    answers: list[int | None] = [None] * len(requests)
+    movable = []
+    for i, r in enumerate(requests):
+        held = units(r)
+        local = [loc for loc, _, u in held if by_process and u == r.target_process]
+        if local_first and local:
+            answers[i] = min(local)
+        elif local_first and len(held) == 1:
+            answers[i] = held[0][0]
+        else:
+            movable.append(i)
+            continue
+        unit = next(u for loc, _, u in held if loc == answers[i])
+        load[unit] = load.get(unit, 0) + size(requests[i])
+    movable.sort(key=lambda i: (len({u for _, _, u in units(requests[i])}), -size(requests[i]), i))
+    for i in movable:
+        held = units(requests[i])
+        best = min(range(len(held)), key=lambda j: (load.get(held[j][2], 0), j))
+        answers[i] = held[best][0]
+        load[held[best][2]] = load.get(held[best][2], 0) + size(requests[i])
+    return [a for a in answers if a is not None]
+
+
+@st.composite
+def _request_batches(draw: st.DrawFn) -> list[ReplicaRequest]:
+    """A pool of requests whose holder sets overlap (a process may serve several sets, and two
+    locations of one set may share a process), repeated in a drawn order like a layout's twins."""
+    processes = draw(st.integers(1, 5))
+    known = draw(st.booleans())  # every process known, or none (loads per location)
+    pool = []
+    for n in range(draw(st.integers(1, 6))):
+        locations = draw(st.lists(st.integers(0, 7), min_size=1, max_size=5, unique=True))
+        procs = tuple(draw(st.integers(0, processes - 1)) if known else None for _ in locations)
+        pool.append(ReplicaRequest(
+            parameter=f"p{n}", target_location=0,
+            target_process=draw(st.integers(0, processes + 1)) if known else None,
+            logical_origin=(0,), shape=(draw(st.integers(1, 4)),), target_offset=0, target_strides=(1,),
+            candidates=tuple(ReplicaCandidate(loc, 0, (1,)) for loc in locations),
+            candidate_processes=procs, bytes=draw(st.sampled_from([None, 2, 4, 6])),
+        ))
+    return [pool[i] for i in draw(st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=40))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_request_batches())
+def test_balanced_and_lpt_answer_exactly_what_the_plain_rule_answers(requests: list[ReplicaRequest]) -> None:
+    """``balanced``/``lpt`` keep one heap per holder set, refreshed lazily when a shared process's
+    load grew through another set; this holds them to the rule itself on overlapping sets,
+    shared processes within a set, local copies, single holders, equal sizes and repeated
+    request objects (and on a tuple and a list alike)."""
+    assert balanced(requests) == _rule(requests, local_first=True)
+    assert lpt(tuple(requests)) == _rule(requests, local_first=False)

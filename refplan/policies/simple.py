@@ -6,7 +6,7 @@ for the determinism contract they keep.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import repeat
+from heapq import heapify, heapreplace
 from typing import NamedTuple
 
 from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest
@@ -50,20 +50,27 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     batches and the bench scenarios. Counts elements when no element size was given, which
     equals bytes only for one dtype.
     """
-    units = _Units(requests)
+    reqs = _held(requests)
+    units = _Units()
+    placed = units.placed(reqs)
     load: dict[int, int] = {}
-    answers: list[ReplicaAnswer | None] = [None] * len(requests)
+    answers: list[ReplicaAnswer] = [0] * len(reqs)
     movable: list[int] = []
-    for i, r in enumerate(requests):
-        placed = units.place(r)
-        if placed.fixed is None:
+    for i, p in enumerate(placed):
+        fixed = p.fixed
+        if fixed is None:
             movable.append(i)
-            continue
-        choice, unit = placed.fixed
-        answers[i] = choice
-        load[unit] = load.get(unit, 0) + placed.size
-    _assign_least_loaded(requests, movable, units, load, answers)
-    return [a for a in answers if a is not None]
+        else:
+            answers[i] = fixed[0]
+            load[fixed[1]] = load.get(fixed[1], 0) + p.size
+    _assign_least_loaded(placed, movable, units, load, answers)
+    return answers
+
+
+def _held(requests: Sequence[ReplicaRequest]) -> list[ReplicaRequest]:
+    """The requests as a list of this call's own: read once (a sequence of the caller's type
+    could yield new objects on every pass), and holding every object alive while ids matter."""
+    return requests if type(requests) is list else list(requests)
 
 
 class _Holders(NamedTuple):
@@ -81,6 +88,7 @@ class _Placed(NamedTuple):
     holders: _Holders
     size: int  # ``request_load``
     fixed: tuple[int, int] | None  # (location, unit) of a request that cannot move, else None
+    order: tuple[int, int]  # (coverage, -size): requests are placed in this order, then by index
 
 
 class _Units:
@@ -88,22 +96,34 @@ class _Units:
 
     The unit is the candidate's process when every request knows its processes, else its
     location. What the rule reads of a request is worked out once per request object
-    (``place``), and its holders once per distinct (candidates, processes) content.
+    (``placed``), and its holders once per distinct (candidates, processes) content.
     """
 
-    def __init__(self, requests: Sequence[ReplicaRequest]) -> None:
-        self.by_process = uses_processes(requests)
+    def __init__(self) -> None:
+        self.by_process = False
         self._known: dict[tuple[object, object], _Holders] = {}
-        self._placed: dict[int, tuple[ReplicaRequest, _Placed]] = {}
+
+    @property
+    def holders(self) -> list[_Holders]:
+        """Every distinct holder set met so far."""
+        return list(self._known.values())
+
+    def placed(self, requests: list[ReplicaRequest]) -> list[_Placed]:
+        """What the rule reads of each request, worked out once per request *object*: the planner
+        hands refplan's own policies its layouts' shared requests, so twins repeat one object.
+        Objects are told apart by ``id`` while ``requests`` (a list the caller holds for the whole
+        call, ``_held``) keeps every one of them alive, so no id can be reused meanwhile."""
+        ids = list(map(id, requests))
+        by_id = dict(zip(ids, requests))
+        self.by_process = uses_processes(list(by_id.values()))  # a property of the distinct objects
+        if len(by_id) == len(ids):  # no object repeats: nothing to share
+            return list(map(self.place, requests))
+        of_id = {key: self.place(r) for key, r in by_id.items()}
+        return list(map(of_id.__getitem__, ids))
 
     def place(self, r: ReplicaRequest) -> _Placed:
-        """What the rule reads of ``r``, once per request object: the planner hands refplan's own
-        policies its layouts' shared requests, so twins repeat one object (held in the entry, so
-        its id stays its own). A request that cannot move is a local copy (with processes: the
-        lowest location in the target's own process) or has a single holder."""
-        entry = self._placed.get(id(r))
-        if entry is not None and entry[0] is r:
-            return entry[1]
+        """What the rule reads of ``r``. A request that cannot move is a local copy (with
+        processes: the lowest location in the target's own process) or has a single holder."""
         holders = self.of(r)
         here = r.target_process
         fixed: tuple[int, int] | None = None
@@ -112,9 +132,8 @@ class _Units:
             fixed = (choice, next(u for u, rank in holders.pairs if rank == choice))
         elif len(r.candidates) == 1:
             fixed = (r.candidates[0].source_rank, holders.pairs[0][0])
-        placed = _Placed(holders, request_load(r), fixed)
-        self._placed[id(r)] = (r, placed)
-        return placed
+        size = request_load(r)
+        return _Placed(holders, size, fixed, (holders.coverage, -size))
 
     def of(self, r: ReplicaRequest) -> _Holders:
         """The holders of ``r``, worked out once per distinct candidate content."""
@@ -134,32 +153,48 @@ class _Units:
 
 
 def _assign_least_loaded(
-    requests: Sequence[ReplicaRequest],
-    order: list[int],
+    placed: list[_Placed],
+    movable: list[int],
     units: _Units,
     load: dict[int, int],
-    answers: list[ReplicaAnswer | None] | list[ReplicaAnswer],
+    answers: list[ReplicaAnswer],
 ) -> None:
-    """Megatron's rule on ``order``: fewest units first, then largest first, then request order;
-    each request goes whole to the candidate whose unit has the least load so far, ties to the
-    lowest location, then to the first such candidate.
+    """Megatron's rule on the requests ``movable`` (indices, ascending): fewest units first, then
+    largest first, then request order; each request goes whole to the candidate whose unit has
+    the least load so far, ties to the lowest location, then to the first such candidate.
 
-    The holders are kept sorted by (location, request order), so that choice is the first
-    holder with the least load: found by ``min`` and ``index`` over the loads, in C.
+    The order is one stable sort by (coverage, -size) (``_Placed.order``): ties keep the
+    ascending request order. The holders are kept sorted by (location, request order), so the
+    choice is the first holder with the least load: the top of a heap per holder set, so a
+    choice costs a ``heapreplace`` instead of reading every holder's load.
     """
-    queue = []
-    for i in order:
-        placed = units.place(requests[i])
-        size = placed.size
-        queue.append((placed.holders.coverage, -size, i, size, placed.holders))  # i unique: holders never compared
-    queue.sort()
-    get = load.get
-    for _, _, i, size, holders in queue:
-        loads = list(map(get, holders.units, repeat(0)))
-        k = loads.index(min(loads))
-        answers[i] = holders.ranks[k]
-        unit = holders.units[k]
-        load[unit] = loads[k] + size
+    order = [p.order for p in placed]
+    movable.sort(key=order.__getitem__)
+    for holders in units.holders:
+        for unit in holders.units:
+            load.setdefault(unit, 0)
+    # One heap of (load, position) per distinct unit tuple. Loads only grow, and a unit's load may
+    # grow through another holder set's requests, so an entry may be stale (too low): the top is
+    # checked against ``load`` and refreshed until it is current. A current top is then exactly
+    # the least load and, among equal loads, the first position (every other entry's true load is
+    # at least its recorded one).
+    heaps = {h.units: [(load[u], k) for k, u in enumerate(h.units)] for h in units.holders}
+    for heap in heaps.values():
+        heapify(heap)
+    for i in movable:
+        p = placed[i]
+        group = p.holders.units
+        heap = heaps[group]
+        least, k = heap[0]
+        unit = group[k]
+        while load[unit] != least:
+            heapreplace(heap, (load[unit], k))
+            least, k = heap[0]
+            unit = group[k]
+        answers[i] = p.holders.ranks[k]
+        least += p.size
+        load[unit] = least
+        heapreplace(heap, (least, k))
 
 
 def from_selector(selector: Callable[[ReplicaSelectionRequest], int]) -> ReplicaPolicy:
@@ -202,6 +237,9 @@ def lpt(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     rule Megatron-Core uses to spread replicated shards over their holders, kept as a peer for
     ``balanced`` (which serves local copies first) and ``split_balanced``.
     """
-    answers: list[ReplicaAnswer] = [0] * len(requests)
-    _assign_least_loaded(requests, list(range(len(requests))), _Units(requests), {}, answers)
+    reqs = _held(requests)
+    units = _Units()
+    placed = units.placed(reqs)
+    answers: list[ReplicaAnswer] = [0] * len(reqs)
+    _assign_least_loaded(placed, list(range(len(reqs))), units, {}, answers)
     return answers
