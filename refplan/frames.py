@@ -196,6 +196,16 @@ def _piece_frame(
     return _frame(loc, index, piece.locations, Box(origin, shape), Box(local_origin, shape), shard, shard_strides)
 
 
+def _decode(offset: int, strides: tuple[int, ...]) -> tuple[int, ...]:
+    """``decode_row_major(offset, shape)`` for an offset known to lie in ``[0, volume(shape))``,
+    given ``strides = row_major_strides(shape)`` (tests/test_fast_paths.py holds the two equal)."""
+    coord = []
+    for stride in strides:
+        q, offset = divmod(offset, stride)
+        coord.append(q)
+    return tuple(coord)
+
+
 def _common_frame(
     piece: AffinePiece,
     index: int,
@@ -230,10 +240,10 @@ def _common_frame(
         return None
     if not (0 <= dest_offset < shard_numel and dest_offset <= MAX_COORDINATE):
         return None
-    origin = decode_row_major(source_offset, logical)  # in range (checked above): never None
-    local_origin = decode_row_major(dest_offset, shard)
-    if origin is None or local_origin is None:
-        return None
+    # In range (checked above), so ``decode_row_major`` would decode both; the strides are at
+    # hand, so decode by them directly instead of recomputing the volume and strides per piece.
+    origin = _decode(source_offset, logical_strides)
+    local_origin = _decode(dest_offset, shard_strides)
     if not all(0 < e <= MAX_COORDINATE and o + e <= s for o, e, s in zip(origin, shape, logical)):
         return None
     if not all(o + e <= s for o, e, s in zip(local_origin, shape, shard)):

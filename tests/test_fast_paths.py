@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refplan.box import volume
+from refplan.box import decode_row_major, row_major_strides, volume
 from refplan.errors import AffineTransferError
-from refplan.frames import normalize
+from refplan.frames import _decode, normalize
 from refplan.limits import fast_paths
 from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
 from refplan.oracle.layout import validate_map
@@ -110,3 +110,12 @@ def test_every_change_to_a_gathered_map_is_refused_the_same_way(change: int) -> 
         slow = _outcome(lambda: validate_map(bad, "source"))
     assert fast == slow
     assert fast[0] != "ok", (change, fast)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 9), max_size=4), st.data())
+def test_the_common_frame_decode_is_the_row_major_decode(shape: list[int], data: st.DataObject) -> None:
+    """``frames._decode`` (offsets already range-checked, strides at hand) against the rule's
+    ``decode_row_major``, at every shape up to 4 axes and offsets over the whole range."""
+    offset = data.draw(st.integers(0, volume(shape) - 1))
+    assert _decode(offset, row_major_strides(shape)) == decode_row_major(offset, shape)
