@@ -14,8 +14,8 @@ can refuse a pathological input under its budget instead of running for hours.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import chain
-from operator import add, sub
+from itertools import chain, pairwise
+from operator import add, itemgetter, sub
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -497,8 +497,43 @@ def overlapping_pairs(
     "which source regions meet which target frames"). Cost grows with the number of boxes and the
     number of reported pairs, not with their volume and not with all pairs of boxes.
     """
+    if groups is None and len(boxes) < limits.ARRAY_MIN_PIECES and _few_separated(boxes, work):
+        return set()
     pairs = overlapping_pair_array(boxes, work, groups=groups)
     return set(map(tuple, pairs.tolist()))
+
+
+def _few_separated(boxes: Sequence[Box], work: WorkCounter | None) -> bool:
+    """Whether ``overlapping_pairs`` of these few boxes is settled without numpy: fewer than two
+    non-empty boxes, or some axis alone separating them (``separated``, by a Python sort), the
+    usual case. Then the array path would find no pair after charging one look per non-empty box
+    (the k-d walk's root, settled by its shortcut), and so is ``work`` charged here. ``False``
+    charges nothing and leaves everything to the array path: irregular boxes (mixed axes,
+    coordinates beyond ``limits.MAX_COORDINATE``), and boxes that no single axis separates.
+    """
+    ndim = len(boxes[0].origin) if boxes else 0
+    bound = limits.MAX_COORDINATE
+    live = []
+    for box in boxes:
+        origin, extent = box.origin, box.extent
+        if len(origin) != ndim or len(extent) != ndim:
+            return False
+        if not all(-bound <= o <= bound and -bound <= e <= bound for o, e in zip(origin, extent)):
+            return False
+        if all(e > 0 for e in extent):
+            live.append(box)
+    if len(boxes) < 2 or len(live) < 2:
+        return True
+    for axis in range(ndim):
+        spans = sorted([(b.origin[axis], b.origin[axis] + b.extent[axis]) for b in live], key=_START)
+        if all(end <= start for (_, end), (start, _) in pairwise(spans)):
+            if work is not None:
+                work.add(len(live))
+            return True
+    return False
+
+
+_START = itemgetter(0)
 
 
 def _volumes(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> int:

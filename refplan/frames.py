@@ -458,6 +458,10 @@ def _first_overlap(
     return frames[i], frames[j]
 
 
+_NO_BOXES: np.ndarray[Any, Any] = np.empty((0, 0), dtype=np.int64)
+"""Stands for a location's box arrays where ``_first_overlap`` never reads them (< 2 frames)."""
+
+
 def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
     """Premise A (R16–R18): each shard's addresses are tiled by its frames' local boxes.
 
@@ -471,8 +475,11 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
     # location proves them disjoint (box.separated), on arrays built once for the whole map.
     # Only a location where that fails asks the k-d query, which also explains the failure.
     grouped = [f for here in frames_at.values() for f in here]  # each location one run
-    local_lo, local_ext = box_arrays([f.local for f in grouped])
-    box_lo, box_ext = box_arrays([f.box for f in grouped])
+    if len(grouped) == len(frames_at):  # one frame per location: nothing can overlap, no arrays
+        local_lo = local_ext = box_lo = box_ext = _NO_BOXES
+    else:
+        local_lo, local_ext = box_arrays([f.local for f in grouped])
+        box_lo, box_ext = box_arrays([f.box for f in grouped])
     first = 0
     spans: dict[int, slice] = {}
     for loc, here in frames_at.items():
@@ -491,7 +498,7 @@ def check_shards_tile(nmap: NormalizedMap, work: WorkCounter) -> None:
             )
         # The local boxes are disjoint (just checked) and inside the shard, so their volumes sum
         # to at most the shard's 2**62 elements: exact in int64.
-        if len(frames) >= limits.ARRAY_MIN_PIECES:
+        if len(frames) >= limits.ARRAY_MIN_PIECES and local_ext is not _NO_BOXES:
             held = int(np.prod(local_ext[span], axis=1).sum())
         else:
             held = sum(f.local.volume for f in frames)

@@ -15,16 +15,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from refplan.box import decode_row_major, row_major_strides, volume
+from refplan.box import Box, WorkCounter, decode_row_major, overlapping_pairs, row_major_strides, volume
 from refplan.errors import AffineTransferError
-from refplan.frames import _decode, normalize
+from refplan.frames import NormalizedMap, _decode, normalize
 from refplan.limits import fast_paths
 from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
 from refplan.oracle.layout import validate_map
-from refplan.strategies import param_maps
+from refplan.regions import Region, _small_intersections, intersections, source_regions
+from refplan.strategies import map_pairs, param_maps
 
 
 def _outcome(run: Callable[[], Any]) -> Any:
@@ -119,3 +120,65 @@ def test_the_common_frame_decode_is_the_row_major_decode(shape: list[int], data:
     ``decode_row_major``, at every shape up to 4 axes and offsets over the whole range."""
     offset = data.draw(st.integers(0, volume(shape) - 1))
     assert _decode(offset, row_major_strides(shape)) == decode_row_major(offset, shape)
+
+
+def _intersected(target: NormalizedMap, regions: tuple[Region, ...], arrays: bool) -> tuple[Any, int]:
+    work = WorkCounter()
+    with fast_paths(arrays):
+        try:
+            out: Any = ("ok", intersections(target, regions, work))
+        except AffineTransferError as exc:
+            out = (type(exc).__name__, str(exc))
+    return out, work.count
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(map_pairs(max_parts=5), st.data())
+def test_small_intersections_are_the_array_intersections(pair: tuple[ParamAffineMap, ParamAffineMap],
+                                                          data: st.DataObject) -> None:
+    """``regions._small_intersections`` (a few boxes, no numpy) against the array path: the same
+    intersections in the same order, the same work charged (it is in every plan's statistics),
+    the same refusal when a region is missing (so a target frame is not tiled)."""
+    target, source = pair
+    try:
+        t = normalize(target, "target", "w")
+        regions = source_regions(normalize(source, "source", "w"), WorkCounter())
+    except AffineTransferError:
+        assume(False)
+        return
+    drop = data.draw(st.sampled_from([None, *range(len(regions))]))
+    regs = regions if drop is None else regions[:drop] + regions[drop + 1:]
+    assert _intersected(t, regs, True) == _intersected(t, regs, False)
+
+
+def test_a_tensor_parallel_layout_takes_the_small_intersections() -> None:
+    """The case the small path is for: TP=4 x DP=2 -> TP=8 (8 frames, 4 regions) is joined
+    without numpy, and equals the array path."""
+    target = contiguous_split_map((64, 16), [8] * 8, 0)
+    source = replicate(contiguous_split_map((64, 16), [16] * 4, 0), 2)
+    t = normalize(target, "target", "w")
+    regions = source_regions(normalize(source, "source", "w"), WorkCounter())
+    small = _small_intersections(t, regions, WorkCounter())
+    assert small is not None and len(small) == 8
+    assert _intersected(t, regions, True) == _intersected(t, regions, False) == (("ok", small), 8 + 4 + 8)
+
+
+_COORD = st.integers(-3, 12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 3).flatmap(lambda ndim: st.lists(
+    st.tuples(st.tuples(*[_COORD] * ndim), st.tuples(*[st.integers(-1, 6)] * ndim)), max_size=12)))
+def test_few_boxes_find_the_same_pairs_and_charge_the_same_work(raw: list[tuple[tuple[int, ...], ...]]) -> None:
+    """``box._few_separated`` (a Python sort for a few boxes) against the array path: the same
+    pairs (none, when it settles them) and the same work charged, with empty and negative extents,
+    overlapping boxes, touching slabs and 0-axis boxes among them."""
+    boxes = [Box(origin, extent) for origin, extent in raw]
+    seen = []
+    for arrays in (True, False):
+        work = WorkCounter()
+        with fast_paths(arrays):
+            seen.append((overlapping_pairs(boxes, work), work.count))
+    assert seen[0] == seen[1]
+    brute = {(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])}
+    assert seen[0][0] == brute
