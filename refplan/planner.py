@@ -171,8 +171,8 @@ def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
         return None
     by_rank = param_map.pieces_by_rank
     try:
-        listed = by_rank.values()
-        if sum(map(len, listed)) > limits.MEMO_MAX_PIECES or {*map(type, _flat(listed))} - _PIECE_TYPE:
+        kinds = [*map(type, _flat(by_rank.values()))]  # one C pass gives the count and the types
+        if len(kinds) > limits.MEMO_MAX_PIECES or not _PIECE_TYPE.issuperset(kinds):
             return None
         return (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(by_rank.items()))
     except (TypeError, AttributeError):  # fields forced to something that is not a map's: validate afresh
