@@ -183,6 +183,30 @@ _flat = chain.from_iterable
 _PIECE_TYPE = frozenset([AffinePiece])
 
 
+class _Twin(NamedTuple):
+    """A validated parameter's content (copies of its four dicts) and what was built for it."""
+
+    content: tuple[dict[int, Any], ...]  # target shard shapes, target pieces, source shard shapes, source pieces
+    layout: _Layout
+    requests: list[ReplicaRequest]
+
+
+def _twin_among(found: list[_Twin], content: tuple[Any, ...]) -> _Twin | None:
+    """The twin whose dicts equal ``content`` (in the order already matched by the cheap key),
+    provided every piece of ``content`` is exactly an ``AffinePiece``, as ``_layout_key``
+    requires (equal values could hide a subclass or a plain tuple)."""
+    for twin in found:
+        try:
+            if twin.content != content:  # tuple equality: each dict's own, in C
+                continue
+            kinds = [*map(type, _flat(content[1].values())), *map(type, _flat(content[3].values()))]
+        except Exception:  # a forced value whose comparison or reading raises: validated afresh
+            return None
+        # Equal content means as many pieces as the twin, which was small enough to remember.
+        return twin if _PIECE_TYPE.issuperset(kinds) else None
+    return None
+
+
 def _remembered(memo: _Memo, key: tuple[Any, ...]) -> tuple[_Layout | None, bool]:
     """(the layout remembered under ``key``, whether ``key`` can be remembered at all)."""
     try:
@@ -350,31 +374,39 @@ def _prepare_batch(
         raise ValueError(f"min_split_bytes must be non-negative, got {split_floor}")
     prepared: list[_Prepared] = []
     memo: _Memo = {}
-    # A parameter whose two maps and element size equal an earlier parameter's (by ``_layout_key``:
-    # exact types, every field, dict orders) gets that parameter's layout and shared requests from
-    # one lookup; everything else goes through ``_prepare``, which validates and builds them.
-    # Equal keys imply equal logical shapes, so R0 held for it as it did for the first one.
-    twins: dict[Any, tuple[_Layout, list[ReplicaRequest]]] = {}
-    key_of = _layout_key
+    # A parameter whose two maps and element size equal an earlier parameter's gets that
+    # parameter's layout and shared requests; everything else goes through ``_prepare``, which
+    # validates and builds them. Candidates are found by the cheap part of the content (element
+    # size, logical shapes, and the locations of each dict in order) and then compared in full:
+    # the four dicts against copies taken when the earlier parameter was validated (values are
+    # tuples of ints and of pieces, themselves immutable), and every piece of the new maps exactly
+    # an ``AffinePiece``. That is ``_layout_key``'s equality (same keys in the same order, equal
+    # values), without building and hashing the whole content per parameter. Equal maps have
+    # equal logical shapes, so R0 held for the parameter as it did for its twin.
+    seen: dict[Any, list[_Twin]] = {}
     for name in names:
         pair = pairs[name]
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise InvalidMapError(f"parameter {name!r}: expected a (target map, source map) pair")
         size = None if sizes is None else sizes[name]
-        key: Any = (key_of(pair[0]), key_of(pair[1]), size)
-        if key[0] is None or key[1] is None:
-            key = None
-        else:
+        target_map, source_map = pair
+        cheap: Any = None
+        if type(target_map) is ParamAffineMap and type(source_map) is ParamAffineMap:
+            content = (target_map.shard_shapes, target_map.pieces_by_rank,
+                       source_map.shard_shapes, source_map.pieces_by_rank)
             try:
-                twin = twins.get(key)
-            except TypeError:  # a forced field that does not hash: validated afresh below
-                twin = key = None
-            if twin is not None:
-                prepared.append(_new_prepared((name, twin[0], twin[1], True)))
-                continue
-        p = _prepare(name, pair[0], pair[1], budget, endpoints, size, process_node, memo)
-        if p.shared and key is not None:
-            twins[key] = (p.layout, p.requests)
+                cheap = (size, target_map.logical_shape, source_map.logical_shape, *map(tuple, content))
+                found = seen.get(cheap)
+            except TypeError:  # a field forced to something that does not iterate or hash
+                cheap = found = None
+            if found is not None:
+                twin = _twin_among(found, content)
+                if twin is not None:
+                    prepared.append(_new_prepared((name, twin.layout, twin.requests, True)))
+                    continue
+        p = _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo)
+        if p.shared and cheap is not None:
+            seen.setdefault(cheap, []).append(_Twin((*map(dict, content),), p.layout, p.requests))
         prepared.append(p)
     return prepared, sizes, split_floor
 

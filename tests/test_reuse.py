@@ -13,7 +13,7 @@ and message, the same verdicts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -306,7 +306,7 @@ def test_a_plain_tuple_equal_to_a_piece_is_never_taken_for_it() -> None:
     target, source = _layer()
     loc, listed = next(iter(source.pieces_by_rank.items()))
     plain = {**source.pieces_by_rank, loc: (tuple(listed[0]), *listed[1:])}
-    forged = ParamAffineMap(source.logical_shape, source.shard_shapes, plain)
+    forged = ParamAffineMap(source.logical_shape, source.shard_shapes, plain)  # type: ignore[arg-type]
     assert forged == source  # equal as values: only the exact type check tells them apart
     alone = _outcome(lambda: plan_transfers({"b": (_fresh(target), forged)}))
     assert alone[0] == "InvalidMapError" and "piece 0: expected an AffinePiece, got tuple" in alone[1]
@@ -314,7 +314,41 @@ def test_a_plain_tuple_equal_to_a_piece_is_never_taken_for_it() -> None:
     plan = plan_transfers({"a": _layer()})["a"]
     verdicts = verify_plans({"a": _layer(), "b": (_fresh(target), forged)}, {"a": plan, "b": plan}).verdicts
     assert verdicts["a"].status == "ok"
-    assert verdicts["b"].status == "invalid_map" and "expected an AffinePiece, got tuple" in verdicts["b"].map_error
+    assert verdicts["b"].status == "invalid_map"
+    assert "expected an AffinePiece, got tuple" in (verdicts["b"].map_error or "")
+
+
+class _Meddling(Mapping[str, MapPair]):
+    """A batch whose lookup of ``later`` rewrites ``earlier``'s source map in place (both maps'
+    dicts are plain, mutable dicts): the planner reads pairs one by one while it works."""
+
+    def __init__(self, pairs: dict[str, MapPair], earlier: str, later: str, pieces: dict[int, Any]) -> None:
+        self.pairs, self.earlier, self.later, self.pieces = pairs, earlier, later, pieces
+
+    def __getitem__(self, name: str) -> MapPair:
+        if name == self.later:
+            dict.update(self.pairs[self.earlier][1].pieces_by_rank, self.pieces)  # type: ignore[arg-type]
+        return self.pairs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+def test_a_twin_is_compared_with_what_was_validated_not_with_what_its_map_became() -> None:
+    """After 'a' is validated its map is changed in place (a piece moved off its shard); 'b'
+    arrives with exactly that changed content. It must be validated and refused, as alone:
+    recognizing twins compares with copies taken at validation, never with live objects."""
+    target, source = _layer()
+    loc, listed = next(iter(source.pieces_by_rank.items()))
+    broken = {loc: (listed[0].replace(dest_offset=listed[0].dest_offset + 1), *listed[1:])}
+    bad = ParamAffineMap(source.logical_shape, source.shard_shapes, {**source.pieces_by_rank, **broken})
+    alone = _outcome(lambda: plan_transfers({"b": (_fresh(target), bad)}))
+    assert alone[0] == "InvalidMapError"
+    batch = _Meddling({"a": (target, source), "b": (_fresh(target), bad)}, "a", "b", broken)
+    assert _outcome(lambda: plan_transfers(batch)) == alone
 
 
 # -- what the policy is handed --------------------------------------------------------------------
