@@ -46,7 +46,8 @@ class _Layout:
 
     Besides what validation produced (frames, intersections, counters) it keeps the requests
     built for the first parameter of this layout (per element size: ``bytes`` depends on it),
-    which later parameters copy with their own name instead of rebuilding, and the plans already
+    which later parameters share instead of rebuilding (their names travel beside them: see
+    ``_for_policy`` and ``check_answers(parameters=...)``), and the plans already
     emitted for it, keyed by the answers that produced them: a plan is a pure function of the
     layout, the batch's budget and the chosen holders, so a parameter whose layout and answers
     equal an earlier one's gets that plan (immutable, shared) without emitting or coalescing again.
@@ -236,22 +237,32 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
     return out
 
 
-def _finish(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
-    """The parameter's plan: emitted, coalesced and measured, or reused from its layout.
+def _finish_all(
+    prepared: list[_Prepared], resolved: list[ResolvedAnswer], budget: PlanBudget
+) -> dict[str, TransferPlan]:
+    """Every parameter's plan: emitted, coalesced and measured, or reused from its layout.
 
     Reuse is keyed on everything the plan depends on besides the layout and the budget (both the
     same for the whole layout): the holder chosen for each request, and for a split every part's
-    box and holder. Only plans that passed the budget checks are remembered, so a refusal is
-    always raised (and named) for the parameter that causes it.
+    box and holder. Only plans that passed the budget checks are remembered, so a
+    refusal is always raised (and named) for the parameter that causes it.
     """
-    layout = prepared.layout
-    if not prepared.shared:
-        return _emit_plan(prepared, answers, budget)
-    choice = tuple([a[0][1].source_rank if len(a) == 1 else a for a in answers])
-    plan = layout.plans.get(choice)
-    if plan is None:
-        plan = layout.plans[choice] = _emit_plan(prepared, answers, budget)
-    return plan
+    plans: dict[str, TransferPlan] = {}
+    # What each answer contributes to its plan's memo key: the holder of a whole request, else
+    # every part (box and holder) of its split.
+    choices = [a[0][1].source_rank if len(a) == 1 else a for a in resolved]
+    start = 0
+    for p in prepared:
+        stop = start + len(p.requests)
+        if p.shared:
+            plan = p.layout.plans.get(choice := tuple(choices[start:stop]))
+            if plan is None:
+                plan = p.layout.plans[choice] = _emit_plan(p, resolved[start:stop], budget)
+        else:
+            plan = _emit_plan(p, resolved[start:stop], budget)
+        plans[p.name] = plan
+        start = stop
+    return plans
 
 
 def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
@@ -494,13 +505,7 @@ def _plan_batch(
     resolved = check_answers(
         requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget, parameters=names
     )
-    plans: dict[str, TransferPlan] = {}
-    start = 0
-    for p in prepared:
-        stop = start + len(p.requests)
-        plans[p.name] = _finish(p, resolved[start:stop], budget)
-        start = stop
-    return plans
+    return _finish_all(prepared, resolved, budget)
 
 
 def plan_transfer(

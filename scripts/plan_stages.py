@@ -45,11 +45,7 @@ def stages(name: str, repeat: int) -> dict[str, float]:
                 requests, answers, element_size=sizes, min_split_bytes=floor, budget=budget, parameters=names
             )
             marks.append(time.process_time())
-            start = 0
-            for p in prepared:
-                stop = start + len(p.requests)
-                planner._finish(p, resolved[start:stop], budget)
-                start = stop
+            planner._finish_all(prepared, resolved, budget)
             marks.append(time.process_time())
         labels = ("validate + requests", "policy input", "policy", "check", "emit / reuse plans")
         for label, a, b in zip(labels, marks, marks[1:]):
