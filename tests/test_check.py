@@ -252,3 +252,27 @@ def test_parameter_names_given_beside_the_requests_are_the_ones_used() -> None:
     check_answers(reqs, split, min_split_bytes=1, budget=tight, parameters=["a", "b"])
     with pytest.raises(ValueError, match="1 parameter names for 2 requests"):
         check_answers(reqs, split, parameters=["a"])
+
+
+def test_the_segment_count_includes_int_answers_after_a_split() -> None:
+    """Whole (int) answers count one segment each towards ``max_segments`` once their parameter
+    has a split: 2 parts + 1 fit 3 exactly, not 2, and the refusal names the int answer that
+    crossed the bound, with its index and parameter."""
+    reqs = _requests()
+    parts = [ReplicaPart((0, 0), (2, 6), 0), ReplicaPart((2, 0), (2, 6), 2)]
+    holder = reqs[1].candidates[0].source_rank
+    resolved = check_answers(reqs, [parts, holder], min_split_bytes=1, budget=PlanBudget(max_segments=3))
+    assert [len(r) for r in resolved] == [2, 1]
+    crossed = r"^replica policy answer 1 \(parameter 'param', .*max_segments=2"
+    with pytest.raises(InvalidReplicaPolicyError, match=crossed):
+        check_answers(reqs, [parts, holder], min_split_bytes=1, budget=PlanBudget(max_segments=2))
+
+
+def test_a_one_part_answer_is_not_a_split() -> None:
+    """A list holding one part for the whole box is the policy naming a holder, not splitting:
+    too many segments is then the layout's budget problem (refused later as a plain
+    ``AffineTransferError``), not the policy's."""
+    reqs = _requests()
+    whole = [[ReplicaPart(r.logical_origin, r.shape, r.candidates[0].source_rank)] for r in reqs]
+    resolved = check_answers(reqs, whole, budget=PlanBudget(max_segments=1))
+    assert [len(r) for r in resolved] == [1, 1]
