@@ -184,6 +184,13 @@ _flat = chain.from_iterable
 _PIECE_TYPE = frozenset([AffinePiece])
 
 
+_TWIN_CANDIDATES = 4
+"""Layouts kept per cheap key in ``_prepare_batch``. Parameters alike in shape and locations but
+different in content (offsets, say) would otherwise make each new one compare against every
+earlier one, quadratically; beyond this many, ``_prepare``'s memo (one hashed full key per
+parameter) finds the twin instead, as fast as before the cheap key existed."""
+
+
 class _Twin(NamedTuple):
     """A validated parameter's content (copies of its four dicts) and what was built for it."""
 
@@ -417,7 +424,9 @@ def _prepare_batch(
                     continue
         p = _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo)
         if p.shared and cheap is not None:
-            seen.setdefault(cheap, []).append(_Twin((*map(dict, content),), p.layout, p.requests))
+            candidates = seen.setdefault(cheap, [])
+            if len(candidates) < _TWIN_CANDIDATES:
+                candidates.append(_Twin((*map(dict, content),), p.layout, p.requests))
         prepared.append(p)
     return prepared, sizes, split_floor
 

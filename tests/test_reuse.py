@@ -404,3 +404,29 @@ def test_any_other_policy_gets_copies_named_for_each_parameter() -> None:
     assert [r.parameter for r in seen] == ["p0", "p0", "p1", "p1", "p2", "p2"]
     assert len({id(r) for r in seen}) == 6
     assert plans["p0"].segments == plans["p1"].segments == plans["p2"].segments
+
+
+def test_many_layouts_alike_in_shape_and_locations_are_not_compared_all_pairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seven layouts share a cheap key (the same shapes and locations, different cuts): each new
+    parameter is compared with at most ``_TWIN_CANDIDATES`` earlier layouts, never all of them,
+    and every twin still gets its own layout's plan (the memo behind finds the rest)."""
+    from refplan import planner
+
+    source = replicate(contiguous_split_map((8, 4), [8], 0), 2)
+    batch = {f"{copy}.{cut}": (contiguous_split_map((8, 4), [cut, 8 - cut], 0), _fresh(source))
+             for copy in range(3) for cut in range(1, 8)}
+    compared: list[int] = []
+    real = planner._twin_among
+
+    def counting(found: Any, content: Any) -> Any:
+        compared.append(len(found))
+        return real(found, content)
+
+    monkeypatch.setattr(planner, "_twin_among", counting)
+    fast, slow = _both(lambda: _plan_bytes(plan_transfers(batch)))
+    assert fast == slow and fast[0] == "ok"
+    assert compared and max(compared) == planner._TWIN_CANDIDATES
+    plans = fast[1]
+    assert all(plans[f"{copy}.{cut}"] == plans[f"0.{cut}"] for copy in range(3) for cut in range(1, 8))
