@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -47,39 +46,45 @@ def _ints(values: Iterable[Any]) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
-class AffinePiece(tuple[Any, ...]):
+class _PieceFields(NamedTuple):
+    """The seven fields of a piece, in order (the storage of ``AffinePiece``)."""
+
+    shape: tuple[int, ...]
+    source_offset: int
+    source_strides: tuple[int, ...]
+    dest_offset: int
+    dest_strides: tuple[int, ...]
+    locations: frozenset[int]
+    scale: float = 1.0
+
+
+_Piece = TypeVar("_Piece", bound="AffinePiece")
+
+
+class AffinePiece(_PieceFields):
     """A block held identically in F (``source_*``) and in a shard (``dest_*``).
 
     ``shape`` is shared by both sides: same elements, same arrangement. ``scale`` is the factor
     the shard holds the block by (``shard == full * scale``); refplan plans only scale 1 and
     refuses others with ``UnsupportedLayoutError``, but the field is kept so such maps load.
 
-    A piece is an immutable value: a tuple of its seven fields in ``FIELDS`` order, converted
-    as it is built (ints, tuples of ints, a frozenset of locations, a float scale), read by
-    name. Why a tuple and not a frozen dataclass: a batch recognizes repeated layouts by their
-    content (``planner._layout_key``, the oracle's ``validated``), and a tuple's hash and
-    equality run in C over exactly those fields, where a dataclass's generated ``__hash__`` and
-    ``__eq__`` are a Python call per piece (or a field-by-field copy to key on). And a field
-    cannot be forced afterwards (``object.__setattr__`` has nothing to set), so what the key
-    saw is what validation reads. Equal to a plain tuple of the same fields, like a named tuple;
-    the planner and the oracle key only maps whose pieces are exactly this class.
+    A piece is an immutable value: a named tuple of its seven fields (``FIELDS``), converted as
+    it is built (ints, tuples of ints, a frozenset of locations, a float scale) and read by name.
+    Why a tuple and not a frozen dataclass: a batch recognizes repeated layouts by their content
+    (``planner._layout_key``, the oracle's ``validated``), and a tuple's hash and equality run in
+    C over exactly those fields, where a dataclass's generated ``__hash__`` and ``__eq__`` are a
+    Python call per piece (or a field-by-field copy to key on). And a field cannot be forced
+    afterwards (``object.__setattr__`` has nothing to set), so what the key saw is what
+    validation reads. Equal to a plain tuple of the same fields, like any named tuple; the
+    planner and the oracle key only maps whose pieces are exactly this class. Every way of
+    making one (``AffinePiece(...)``, ``replace``, ``_replace``, ``_make``, copies, pickles) goes
+    through the constructor's conversions and checks.
     """
 
     __slots__ = ()
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "shape", "source_offset", "source_strides", "dest_offset", "dest_strides", "locations", "scale",
-    )
+    FIELDS: ClassVar[tuple[str, ...]] = _PieceFields._fields
     """The field names, in the tuple's order (``dataclasses.fields`` of the former dataclass)."""
-
-    if TYPE_CHECKING:
-        shape: tuple[int, ...]
-        source_offset: int
-        source_strides: tuple[int, ...]
-        dest_offset: int
-        dest_strides: tuple[int, ...]
-        locations: frozenset[int]
-        scale: float
 
     def __new__(
         cls,
@@ -99,20 +104,20 @@ class AffinePiece(tuple[Any, ...]):
             raise InvalidMapError("a zero scale is not invertible, so F could not be rebuilt from the shard")
         return piece
 
-    def __getnewargs__(self) -> tuple[Any, ...]:
-        """Copies and pickles rebuild the piece through ``__new__`` (and so through its checks)."""
-        return tuple(self)
+    @classmethod
+    def _make(cls: type[_Piece], iterable: Iterable[Any]) -> _Piece:  # type: ignore[override]
+        # Only pieces are made here (the base's may make any tuple of its type, unconverted).
+        return cls(*iterable)
 
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{name}={value!r}" for name, value in zip(self.FIELDS, self))
-        return f"{type(self).__name__}({inner})"
+    def _replace(self: _Piece, **changes: Any) -> _Piece:
+        return self.replace(**changes)
 
-    def replace(self, **changes: Any) -> AffinePiece:
+    def replace(self: _Piece, **changes: Any) -> _Piece:
         """This piece with some fields changed, built (and converted) like a new one."""
         unknown = set(changes) - set(self.FIELDS)
         if unknown:
             raise TypeError(f"AffinePiece has no field(s) {sorted(unknown)}")
-        return type(self)(**{**dict(zip(self.FIELDS, self)), **changes})
+        return type(self)(**{**self._asdict(), **changes})
 
     @property
     def numel(self) -> int:
@@ -132,12 +137,6 @@ class AffinePiece(tuple[Any, ...]):
     @classmethod
     def from_dict(cls, entry: Any, where: str = "piece") -> AffinePiece:
         return _parse_piece(entry, lambda: where)
-
-
-if not TYPE_CHECKING:  # read by name through C getters (what ``collections.namedtuple`` does)
-    for _index, _name in enumerate(AffinePiece.FIELDS):
-        setattr(AffinePiece, _name, property(itemgetter(_index), doc=f"The piece's ``{_name}``."))
-    del _index, _name
 
 
 _MISSING = object()
