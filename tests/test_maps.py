@@ -104,3 +104,24 @@ def test_replicate_builds_exact_holders() -> None:
         replicate(tp, 2, location_of=lambda r, c: r)
     with pytest.raises(InvalidMapError, match="at least 1"):
         replicate(tp, 0)
+
+
+def test_every_way_of_making_a_piece_converts_and_checks() -> None:
+    """A piece is a named tuple, but no named-tuple door skips its constructor: ``_make``,
+    ``_replace``, ``replace``, copies and pickles convert the fields and refuse a zero scale."""
+    import copy
+    import pickle
+
+    piece = AffinePiece([2, 3], 0, [3, 1], 0, [3, 1], [1, 0])
+    assert piece == ((2, 3), 0, (3, 1), 0, (3, 1), frozenset({0, 1}), 1.0)
+    made = AffinePiece._make([[2, 3], "4", [3, 1], 0, [3, 1], [0], 1])
+    assert type(made) is AffinePiece and made.shape == (2, 3) and made.source_offset == 4 and made.scale == 1.0
+    assert piece._replace(dest_offset=3).dest_offset == 3 and type(piece.replace(locations=[2]).locations) is frozenset
+    for copied in (copy.copy(piece), copy.deepcopy(piece), pickle.loads(pickle.dumps(piece))):
+        assert copied == piece and type(copied) is AffinePiece
+    with pytest.raises(InvalidMapError, match="zero scale"):
+        AffinePiece._make([[2, 3], 0, [3, 1], 0, [3, 1], [0], 0.0])
+    with pytest.raises(InvalidMapError, match="zero scale"):
+        piece._replace(scale=0)
+    with pytest.raises(TypeError, match="no field"):
+        piece.replace(offset=1)
