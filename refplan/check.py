@@ -199,28 +199,21 @@ def check_answers(
     # resolved form of an int answer (immutable) is worked out once per (request object,
     # location). The entry holds the request, so its id cannot be reused while the entry lives.
     accepted: dict[tuple[int, int], tuple[ReplicaRequest, ResolvedAnswer]] = {}
-    max_segments = budget.max_segments
     for index, (request, answer, name) in enumerate(zip(requests, answers, names)):
+        one: ResolvedAnswer
         if type(answer) is int:
             entry = accepted.get((id(request), answer))
             if entry is not None and entry[0] is request:
-                resolved.append(entry[1])
+                one = entry[1]
             else:
                 for cand in request.candidates:
                     if cand.source_rank == answer:
-                        one: ResolvedAnswer = ((Box(request.logical_origin, request.shape), cand),)
+                        one = ((Box(request.logical_origin, request.shape), cand),)
                         break
                 else:  # not a holder: ``_candidate`` raises the error that says so
                     one = ((request.box, _candidate(index, request, answer, name)),)
                 accepted[(id(request), answer)] = (request, one)
-                resolved.append(one)
-            count = parts_per_parameter.get(name, 0) + 1
-            parts_per_parameter[name] = count
-            if count > max_segments and name in split_parameters:
-                what = f"splits make the answers need more than max_segments={max_segments} segments"
-                raise _fail(index, request, what, name)
-            continue
-        if isinstance(answer, (list, tuple)):
+        elif isinstance(answer, (list, tuple)):
             size = None if element_size is None else element_size[name]
             try:  # length first, so an enormous split is refused before anything iterates it
                 count = len(answer)
@@ -232,7 +225,7 @@ def check_answers(
                 raise
             except Exception as exc:
                 raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}", name) from exc
-            resolved.append(_check_split(index, request, parts, size, min_split_bytes, name))
+            one = _check_split(index, request, parts, size, min_split_bytes, name)
         else:
             raise _fail(
                 index,
@@ -241,9 +234,10 @@ def check_answers(
                 "of ReplicaPart",
                 name,
             )
-        count = parts_per_parameter.get(name, 0) + len(resolved[-1])
+        resolved.append(one)
+        count = parts_per_parameter.get(name, 0) + len(one)
         parts_per_parameter[name] = count
-        if len(resolved[-1]) > 1:
+        if len(one) > 1:
             split_parameters.add(name)
         # Only splits are the policy's doing: without one, too many segments is the layout's
         # budget problem, refused after coalescing as a plain AffineTransferError.

@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import chain, repeat
 from math import prod
-from operator import attrgetter, mul, sub
+from operator import attrgetter, methodcaller, mul, sub
 from typing import Any, NamedTuple
 
 from . import limits
@@ -172,15 +172,24 @@ def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
         return None
     by_rank = param_map.pieces_by_rank
     try:
-        kinds = [*map(type, _flat(by_rank.values()))]  # one C pass gives the count and the types
-        if len(kinds) > limits.MEMO_MAX_PIECES or not _PIECE_TYPE.issuperset(kinds):
+        count = _plain_pieces(by_rank)
+        if count is None or count > limits.MEMO_MAX_PIECES:
             return None
         return (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(by_rank.items()))
     except (TypeError, AttributeError):  # fields forced to something that is not a map's: validate afresh
         return None
 
 
+def _plain_pieces(*pieces_by_rank: Mapping[int, Sequence[Any]]) -> int | None:
+    """How many pieces these maps' ``pieces_by_rank`` hold, or ``None`` if any is not exactly an
+    ``AffinePiece`` (a subclass could compare equal while meaning something else, a plain tuple
+    would equal a piece). One C pass over the pieces gives both."""
+    kinds = [*map(type, _flat(_flat(map(_VALUES, pieces_by_rank))))]
+    return len(kinds) if _PIECE_TYPE.issuperset(kinds) else None
+
+
 _flat = chain.from_iterable
+_VALUES = methodcaller("values")
 _PIECE_TYPE = frozenset([AffinePiece])
 
 
@@ -207,11 +216,11 @@ def _twin_among(found: list[_Twin], content: tuple[Any, ...]) -> _Twin | None:
         try:
             if twin.content != content:  # tuple equality: each dict's own, in C
                 continue
-            kinds = [*map(type, _flat(content[1].values())), *map(type, _flat(content[3].values()))]
+            plain = _plain_pieces(content[1], content[3])
         except Exception:  # a forced value whose comparison or reading raises: validated afresh
             return None
         # Equal content means as many pieces as the twin, which was small enough to remember.
-        return twin if _PIECE_TYPE.issuperset(kinds) else None
+        return twin if plain is not None else None
     return None
 
 

@@ -170,15 +170,13 @@ def _assign_least_loaded(
     """
     order = [p.order for p in placed]
     movable.sort(key=order.__getitem__)
-    for holders in units.holders:
-        for unit in holders.units:
-            load.setdefault(unit, 0)
-    # One heap of (load, position) per distinct unit tuple. Loads only grow, and a unit's load may
-    # grow through another holder set's requests, so an entry may be stale (too low): the top is
-    # checked against ``load`` and refreshed until it is current. A current top is then exactly
-    # the least load and, among equal loads, the first position (every other entry's true load is
-    # at least its recorded one).
-    heaps = {h.units: [(load[u], k) for k, u in enumerate(h.units)] for h in units.holders}
+    # One heap of (load, position) per distinct unit tuple; every unit starts in ``load`` (at 0 if
+    # nothing is counted on it yet). Loads only grow, and a unit's load may grow through another
+    # holder set's requests, so an entry may be stale (too low): the top is checked against
+    # ``load`` and refreshed until it is current. A current top is then exactly the least load
+    # and, among equal loads, the first position (every other entry's true load is at least its
+    # recorded one).
+    heaps = {h.units: [(load.setdefault(u, 0), k) for k, u in enumerate(h.units)] for h in units.holders}
     for heap in heaps.values():
         heapify(heap)
     for i in movable:
