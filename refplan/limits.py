@@ -95,7 +95,7 @@ where nothing can merge (``_quiet_groups``); smaller ones go straight to the exa
 
 MEMO_MAX_PIECES = 256
 """``planner`` remembers the validated layout of maps with at most this many pieces within one
-batch (see ``planner._layout_key``); larger maps are validated afresh."""
+batch (see ``planner._content_key``); larger maps are validated afresh."""
 
 REMEMBER_PIECES = 256
 """The oracle remembers the validated layout of maps with at most this many pieces within one

@@ -19,10 +19,12 @@ from __future__ import annotations
 import re
 import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from functools import partial
 from itertools import chain
+from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
+from weakref import WeakValueDictionary
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from .errors import InvalidMapError
 
 __all__ = [
     "AffinePiece",
+    "MapContent",
     "ParamAffineMap",
     "block_gather_map",
     "contiguous_split_map",
@@ -70,13 +73,13 @@ class AffinePiece(_PieceFields):
 
     A piece is an immutable value: a named tuple of its seven fields (``FIELDS``), converted as
     it is built (ints, tuples of ints, a frozenset of locations, a float scale) and read by name.
-    Why a tuple and not a frozen dataclass: a batch recognizes repeated layouts by their content
-    (``planner._layout_key``, the oracle's ``validated``), and a tuple's hash and equality run in
-    C over exactly those fields, where a dataclass's generated ``__hash__`` and ``__eq__`` are a
-    Python call per piece (or a field-by-field copy to key on). And a field cannot be forced
-    afterwards (``object.__setattr__`` has nothing to set), so what the key saw is what
-    validation reads. Equal to a plain tuple of the same fields, like any named tuple; the
-    planner and the oracle key only maps whose pieces are exactly this class. Every way of
+    Why a tuple and not a frozen dataclass: a map is recognized by its content as it is built
+    (``MapContent``: equal maps share one), and a tuple's hash and equality run in C over
+    exactly those fields, where a dataclass's generated ``__hash__`` and ``__eq__`` are a Python
+    call per piece (or a field-by-field copy to key on). And a field cannot be forced afterwards
+    (``object.__setattr__`` has nothing to set), so what the key saw is what validation reads.
+    Equal to a plain tuple of the same fields, like any named tuple; only maps whose pieces are
+    exactly this class share their content. Every way of
     making one (``AffinePiece(...)``, ``replace``, ``_replace``, ``_make``, copies, pickles) goes
     through the constructor's conversions and checks.
     """
@@ -223,17 +226,87 @@ def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
     return AffinePiece(shape_l, src_off, src_strides, dst_off, dst_strides, locations_l, scale_f)
 
 
-@dataclass(frozen=True)
+class MapContent:
+    """What a map holds, immutable all the way down, and shared by every map equal to it.
+
+    Models repeat layouts: each layer of a transformer has the same maps, and an MoE model has
+    tens of thousands of expert weights over a few dozen layouts. The planner and the oracle
+    validate each distinct layout once and must recognize every parameter that has it. Comparing
+    each parameter's maps with an earlier one's, field by field, was most of the planner's time on
+    such batches (touching every parameter's own objects is the cost, not the Python: see
+    docs/performance.md). So a map is *hash-consed* as it is built: its converted content is
+    looked up in a table of the contents alive now, and a map equal to one already built (same
+    logical shape, same shard shapes and pieces per location, in the same order, every piece
+    exactly an ``AffinePiece``) gets that one's ``MapContent``. Equal content is then the same
+    object, and recognizing a layout is one identity test.
+
+    Sound because nothing in it can change: the shape and shard shapes are tuples of ints, the
+    pieces are immutable tuples (``AffinePiece``), and both mappings are read-only views of dicts
+    no caller holds. The table holds contents weakly: a content lives as long as a map uses it.
+    A map whose pieces are not all exactly ``AffinePiece`` (a plain tuple equal to a piece, a
+    subclass that could compare equal while meaning something else) gets a content of its own
+    (``_UnsharedContent``) that is never recognized as another's.
+    """
+
+    __slots__ = ("__weakref__", "logical_shape", "pieces", "pieces_by_rank", "shard_shapes")
+
+    def __init__(
+        self,
+        logical_shape: tuple[int, ...],
+        shard_shapes: Mapping[int, tuple[int, ...]],
+        pieces_by_rank: Mapping[int, tuple[AffinePiece, ...]],
+        pieces: int,
+    ) -> None:
+        self.logical_shape = logical_shape
+        self.shard_shapes = shard_shapes
+        self.pieces_by_rank = pieces_by_rank
+        self.pieces = pieces  # how many, over every location
+
+
+class _UnsharedContent(MapContent):
+    """The content of a map that holds something other than exact ``AffinePiece`` pieces: its own,
+    never shared, never recognized as equal to another map's (it is validated, and refused, alone)."""
+
+    __slots__ = ()
+
+
+_CONTENTS: WeakValueDictionary[tuple[Any, ...], MapContent] = WeakValueDictionary()
+_EXACT_PIECE = frozenset([AffinePiece])
+
+
+def _content(
+    logical_shape: tuple[int, ...], shard_shapes: dict[int, tuple[int, ...]], pieces_by_rank: dict[int, tuple[Any, ...]]
+) -> MapContent:
+    """The shared content equal to these converted fields, made and remembered if none is alive."""
+    kinds = [*map(type, chain.from_iterable(pieces_by_rank.values()))]
+    if not _EXACT_PIECE.issuperset(kinds):
+        return _UnsharedContent(
+            logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), len(kinds)
+        )
+    key = (logical_shape, tuple(shard_shapes.items()), tuple(pieces_by_rank.items()))
+    found = _CONTENTS.get(key)
+    if found is None:
+        found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), len(kinds))
+        # setdefault: two threads building equal maps at once agree on one content (either is sound).
+        found = _CONTENTS.setdefault(key, found)
+    return found
+
+
 class ParamAffineMap:
     """How one parameter is spread over locations: ``shard_shapes`` and ``pieces_by_rank``.
 
     Keys are *location* ids of this map, not process ranks: a source location 0 and a target
     location 0 are unrelated until ``TransferEndpoints`` binds them to processes.
+
+    An immutable value: the fields are read-only (``shard_shapes`` and ``pieces_by_rank`` are
+    read-only mappings), and every map equal to one already built shares that one's
+    ``MapContent`` (``content``), so what the planner or the oracle validated for one map is what
+    every map with the same ``content`` holds. Copies and pickles are rebuilt through the
+    constructor.
     """
 
-    logical_shape: tuple[int, ...]
-    shard_shapes: Mapping[int, tuple[int, ...]] = field(hash=False)
-    pieces_by_rank: Mapping[int, tuple[AffinePiece, ...]] = field(hash=False)
+    __slots__ = ("_content",)
+    _content: MapContent
 
     def __init__(
         self,
@@ -241,9 +314,55 @@ class ParamAffineMap:
         shard_shapes: Mapping[int, Sequence[int]],
         pieces_by_rank: Mapping[int, Sequence[AffinePiece]],
     ) -> None:
-        object.__setattr__(self, "logical_shape", _ints(logical_shape))
-        object.__setattr__(self, "shard_shapes", {int(r): _ints(s) for r, s in shard_shapes.items()})
-        object.__setattr__(self, "pieces_by_rank", {int(r): tuple(p) for r, p in pieces_by_rank.items()})
+        object.__setattr__(self, "_content", _content(
+            _ints(logical_shape),
+            {int(r): _ints(s) for r, s in shard_shapes.items()},
+            {int(r): tuple(p) for r, p in pieces_by_rank.items()},
+        ))
+
+    @property
+    def logical_shape(self) -> tuple[int, ...]:
+        return self._content.logical_shape
+
+    @property
+    def shard_shapes(self) -> Mapping[int, tuple[int, ...]]:
+        return self._content.shard_shapes
+
+    @property
+    def pieces_by_rank(self) -> Mapping[int, tuple[AffinePiece, ...]]:
+        return self._content.pieces_by_rank
+
+    @property
+    def content(self) -> MapContent:
+        """The shared, immutable content: two maps with the same ``content`` object are equal."""
+        return self._content
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: a ParamAffineMap is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}: a ParamAffineMap is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, ParamAffineMap)
+        mine, theirs = self._content, other._content
+        return mine is theirs or (
+            mine.logical_shape == theirs.logical_shape
+            and mine.shard_shapes == theirs.shard_shapes
+            and mine.pieces_by_rank == theirs.pieces_by_rank
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._content.logical_shape)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(logical_shape={self.logical_shape!r}, "
+                f"shard_shapes={dict(self.shard_shapes)!r}, pieces_by_rank={dict(self.pieces_by_rank)!r})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.logical_shape, dict(self.shard_shapes), dict(self.pieces_by_rank)))
 
     @property
     def numel(self) -> int:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import chain, repeat
 from math import prod
-from operator import attrgetter, methodcaller, mul, sub
+from operator import attrgetter, mul, sub
 from typing import Any, NamedTuple
 
 from . import limits
@@ -23,7 +23,7 @@ from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
 from .frames import NormalizedMap, normalize, pair_budget
 from .limits import PlanBudget
-from .maps import AffinePiece, ParamAffineMap
+from .maps import MapContent, ParamAffineMap
 from .plan import PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
 from .policies import balanced, first_holder, from_selector, lpt
 from .regions import Intersection, check_target_cover, intersections, source_regions
@@ -97,15 +97,8 @@ def _prepare(
             f"parameter {name!r}: the target map describes F of shape {target_map.logical_shape} but the "
             f"source map describes {source_map.logical_shape}; a reshape is not a transfer"
         )
-    key = None
-    layout = None
-    if memo is not None:
-        target_key = _layout_key(target_map)
-        source_key = _layout_key(source_map)
-        if target_key is not None and source_key is not None:
-            key = (target_key, source_key)
-            layout, hashable = _remembered(memo, key)
-            key = key if hashable else None
+    key = _content_key(target_map, source_map) if memo is not None else None
+    layout = None if key is None or memo is None else memo.get(key)
     if layout is None:
         source_work = pair_budget(name, "source", budget)
         source = normalize(source_map, "source", name, budget, source_work)
@@ -146,90 +139,33 @@ _set_attribute = object.__setattr__
 
 _SHAPE = attrgetter("shape")
 
-_Memo = dict[Any, _Layout]
+_Memo = dict[tuple[MapContent, MapContent], _Layout]
 
 
-def _layout_key(param_map: ParamAffineMap) -> tuple[Any, ...] | None:
-    """Everything validation reads from a small map, as a plain tuple; ``None`` if not memoizable.
+def _content_key(target_map: ParamAffineMap, source_map: ParamAffineMap) -> tuple[MapContent, MapContent] | None:
+    """The pair of shared contents a layout is remembered under, or ``None`` if not memoizable.
 
     Models repeat layouts: every layer of a transformer has the same maps, and an MoE model has
     tens of thousands of expert weights over a few dozen layouts. So a batch validates each
     distinct (target, source) layout once and reuses its frames, regions and intersections — and
-    its requests and plans (see ``_Layout``) — for every parameter with exactly the same content:
-    the logical shape, the shard shapes and the pieces per location, each in its dict order, and
-    every field of every piece. Validation is a pure function of that content and of the batch's
-    budget, so the reuse changes nothing: a layout is remembered only after it passed.
+    its requests and plans (see ``_Layout``) — for every parameter with exactly the same content.
+    Maps are hash-consed as they are built (``maps.MapContent``): equal content is the same
+    immutable object, so the layout is recognized by identity, in C, without touching the
+    parameter's pieces. Validation is a pure function of that content and of the batch's budget,
+    so the reuse changes nothing: a layout is remembered only after it passed.
 
-    A piece *is* the tuple of its fields (``AffinePiece``), so the key holds the map's own tuples
-    and hashing and comparing it runs in C, with no per-piece work in Python; and a piece's fields
-    cannot be forced after it is built, so the key sees what validation would read. Only exact
-    ``ParamAffineMap`` instances whose pieces are all exactly ``AffinePiece`` are keyed (a subclass
-    could compare equal while meaning something else, a plain tuple would equal a piece), and at
-    most ``limits.MEMO_MAX_PIECES`` pieces; anything else is validated afresh, and so is a map
-    whose key does not hash (``_remembered``).
+    Only exact ``ParamAffineMap`` instances whose content is a shared ``MapContent`` (every piece
+    exactly an ``AffinePiece``; a content forced onto a map must be one too) with at most
+    ``limits.MEMO_MAX_PIECES`` pieces are remembered; anything else is validated afresh.
     """
-    if type(param_map) is not ParamAffineMap:
+    if type(target_map) is not ParamAffineMap or type(source_map) is not ParamAffineMap:
         return None
-    by_rank = param_map.pieces_by_rank
-    try:
-        count = _plain_pieces(by_rank)
-        if count is None or count > limits.MEMO_MAX_PIECES:
-            return None
-        return (param_map.logical_shape, tuple(param_map.shard_shapes.items()), tuple(by_rank.items()))
-    except (TypeError, AttributeError):  # fields forced to something that is not a map's: validate afresh
+    target, source = target_map.content, source_map.content
+    if type(target) is not MapContent or type(source) is not MapContent:
         return None
-
-
-def _plain_pieces(*pieces_by_rank: Mapping[int, Sequence[Any]]) -> int | None:
-    """How many pieces these maps' ``pieces_by_rank`` hold, or ``None`` if any is not exactly an
-    ``AffinePiece`` (a subclass could compare equal while meaning something else, a plain tuple
-    would equal a piece). One C pass over the pieces gives both."""
-    kinds = [*map(type, _flat(_flat(map(_VALUES, pieces_by_rank))))]
-    return len(kinds) if _PIECE_TYPE.issuperset(kinds) else None
-
-
-_flat = chain.from_iterable
-_VALUES = methodcaller("values")
-_PIECE_TYPE = frozenset([AffinePiece])
-
-
-_TWIN_CANDIDATES = 4
-"""Layouts kept per cheap key in ``_prepare_batch``. Parameters alike in shape and locations but
-different in content (offsets, say) would otherwise make each new one compare against every
-earlier one, quadratically; beyond this many, ``_prepare``'s memo (one hashed full key per
-parameter) finds the twin instead, as fast as before the cheap key existed."""
-
-
-class _Twin(NamedTuple):
-    """A validated parameter's content (copies of its four dicts) and what was built for it."""
-
-    content: tuple[dict[int, Any], ...]  # target shard shapes, target pieces, source shard shapes, source pieces
-    layout: _Layout
-    requests: list[ReplicaRequest]
-
-
-def _twin_among(found: list[_Twin], content: tuple[Any, ...]) -> _Twin | None:
-    """The twin whose dicts equal ``content`` (in the order already matched by the cheap key),
-    provided every piece of ``content`` is exactly an ``AffinePiece``, as ``_layout_key``
-    requires (equal values could hide a subclass or a plain tuple)."""
-    for twin in found:
-        try:
-            if twin.content != content:  # tuple equality: each dict's own, in C
-                continue
-            plain = _plain_pieces(content[1], content[3])
-        except Exception:  # a forced value whose comparison or reading raises: validated afresh
-            return None
-        # Equal content means as many pieces as the twin, which was small enough to remember.
-        return twin if plain is not None else None
-    return None
-
-
-def _remembered(memo: _Memo, key: tuple[Any, ...]) -> tuple[_Layout | None, bool]:
-    """(the layout remembered under ``key``, whether ``key`` can be remembered at all)."""
-    try:
-        return memo.get(key), True
-    except TypeError:  # a value a caller forced into a map that does not hash: validate afresh
-        return None, False
+    if max(target.pieces, source.pieces) > limits.MEMO_MAX_PIECES:
+        return None
+    return target, source
 
 
 def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSegment]:
@@ -401,41 +337,29 @@ def _prepare_batch(
         raise ValueError(f"min_split_bytes must be non-negative, got {split_floor}")
     prepared: list[_Prepared] = []
     memo: _Memo = {}
-    # A parameter whose two maps and element size equal an earlier parameter's gets that
-    # parameter's layout and shared requests; everything else goes through ``_prepare``, which
-    # validates and builds them. Candidates are found by the cheap part of the content (element
-    # size, logical shapes, and the locations of each dict in order) and then compared in full:
-    # the four dicts against copies taken when the earlier parameter was validated (values are
-    # tuples of ints and of pieces, themselves immutable), and every piece of the new maps exactly
-    # an ``AffinePiece``. That is ``_layout_key``'s equality (same keys in the same order, equal
-    # values), without building and hashing the whole content per parameter. Equal maps have
-    # equal logical shapes, so R0 held for the parameter as it did for its twin.
-    seen: dict[Any, list[_Twin]] = {}
+    # A parameter whose two maps have the contents and element size of an earlier parameter's
+    # gets that parameter's layout and shared requests by one lookup keyed on the contents'
+    # identities (``_content_key``: equal shared contents are the same immutable object); only
+    # such keys are ever stored. Everything else goes through ``_prepare``, which validates and
+    # builds them. Equal maps have equal logical shapes, so R0 held for the parameter as it did
+    # for its twin.
+    twins: dict[tuple[int | None, Any, Any], _Prepared] = {}
     for name in names:
         pair = pairs[name]
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise InvalidMapError(f"parameter {name!r}: expected a (target map, source map) pair")
         size = None if sizes is None else sizes[name]
         target_map, source_map = pair
-        cheap: Any = None
-        if type(target_map) is ParamAffineMap and type(source_map) is ParamAffineMap:
-            content = (target_map.shard_shapes, target_map.pieces_by_rank,
-                       source_map.shard_shapes, source_map.pieces_by_rank)
-            try:
-                cheap = (size, target_map.logical_shape, source_map.logical_shape, *map(tuple, content))
-                found = seen.get(cheap)
-            except TypeError:  # a field forced to something that does not iterate or hash
-                cheap = found = None
-            if found is not None:
-                twin = _twin_among(found, content)
-                if twin is not None:
-                    prepared.append(_new_prepared((name, twin.layout, twin.requests, True)))
-                    continue
+        if type(target_map) is ParamAffineMap and type(source_map) is ParamAffineMap and (
+            type(target := target_map._content) is MapContent and type(source := source_map._content) is MapContent
+        ):
+            twin = twins.get((size, target, source))
+            if twin is not None:
+                prepared.append(_new_prepared((name, twin.layout, twin.requests, True)))
+                continue
         p = _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo)
-        if p.shared and cheap is not None:
-            candidates = seen.setdefault(cheap, [])
-            if len(candidates) < _TWIN_CANDIDATES:
-                candidates.append(_Twin((*map(dict, content),), p.layout, p.requests))
+        if p.shared:  # its maps' contents are a remembered layout's key (``_content_key``)
+            twins[(size, target_map._content, source_map._content)] = p
         prepared.append(p)
     return prepared, sizes, split_floor
 

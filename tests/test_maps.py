@@ -125,3 +125,86 @@ def test_every_way_of_making_a_piece_converts_and_checks() -> None:
         piece._replace(scale=0)
     with pytest.raises(TypeError, match="no field"):
         piece.replace(offset=1)
+
+
+# -- hash-consing: equal maps share one immutable content ------------------------------------------
+
+
+def test_equal_maps_share_one_content_and_unequal_ones_do_not() -> None:
+    """Built by a builder, loaded from a dict or copied: a map equal to one alive now (same shape,
+    same shard shapes and pieces per location in the same order) gets that map's ``content``;
+    a change of any one field, or of dict order, gives another content."""
+    from refplan.maps import MapContent
+
+    built = replicate(contiguous_split_map((8, 4), [4, 4], 0), 2)
+    loaded = ParamAffineMap.from_dict(built.to_dict())
+    again = ParamAffineMap(built.logical_shape, dict(built.shard_shapes), dict(built.pieces_by_rank))
+    assert type(built.content) is MapContent and built.content.pieces == 4
+    assert again.content is built.content and again is not built
+    assert loaded == built  # equal as values whatever the dict order (to_dict sorts locations) ...
+    ordered = ParamAffineMap(built.logical_shape, dict(sorted(built.shard_shapes.items())),
+                             dict(sorted(built.pieces_by_rank.items())))
+    assert loaded.content is ordered.content  # ... and the same content exactly when the order is the same
+    assert (ordered.content is built.content) == (list(ordered.shard_shapes) == list(built.shard_shapes))
+    loc, listed = next(iter(built.pieces_by_rank.items()))
+    for field in AffinePiece.FIELDS[:-1]:
+        value = getattr(listed[0], field)
+        if field == "locations":
+            changed: Any = [*value, 9]
+        else:
+            changed = value + 1 if isinstance(value, int) else (*value[:-1], 7)
+        other = ParamAffineMap(built.logical_shape, built.shard_shapes,
+                               {**built.pieces_by_rank, loc: (listed[0].replace(**{field: changed}), *listed[1:])})
+        assert other.content is not built.content and other != built, field
+    assert ParamAffineMap((8, 5), built.shard_shapes, built.pieces_by_rank).content is not built.content
+    shards = {**built.shard_shapes, loc: (4, 5)}
+    assert ParamAffineMap(built.logical_shape, shards, built.pieces_by_rank).content is not built.content
+
+
+def test_a_map_holding_anything_but_exact_pieces_shares_nothing() -> None:
+    """A plain tuple equal to a piece (or a subclass of one) must never make a map share a content
+    with, or lend one to, a map of real pieces: the planner and the oracle recognize layouts by it."""
+    from refplan.maps import MapContent
+
+    class Piece(AffinePiece):
+        __slots__ = ()
+
+    real = contiguous_split_map((4, 6), [2, 2], 0)
+    for odd in (tuple, lambda p: Piece(*p)):
+        pieces = {loc: tuple(map(odd, v)) for loc, v in real.pieces_by_rank.items()}
+        first = ParamAffineMap(real.logical_shape, real.shard_shapes, pieces)  # type: ignore[arg-type]
+        second = ParamAffineMap(real.logical_shape, real.shard_shapes, pieces)  # type: ignore[arg-type]
+        assert first == real and first == second  # equal as values
+        assert type(first.content) is not MapContent and first.content is not second.content
+        assert first.content is not real.content
+    # The subclass's pieces written out and loaded again are plain pieces: shared as usual.
+    assert ParamAffineMap.from_dict(first.to_dict()).content is real.content
+
+
+def test_a_content_lives_only_as_long_as_a_map_uses_it() -> None:
+    """The table of contents holds them weakly: planning a model's maps and dropping them leaves
+    nothing behind."""
+    import gc
+
+    from refplan import maps
+
+    gc.collect()
+    before = len(maps._CONTENTS)
+    made = [contiguous_split_map((64 + i, 8), [32, 32 + i], 0) for i in range(50)]
+    assert len(maps._CONTENTS) == before + 50
+    del made
+    gc.collect()
+    assert len(maps._CONTENTS) == before
+
+
+def test_copies_and_pickles_of_a_map_are_equal_and_share_its_content() -> None:
+    import copy
+    import pickle
+
+    m = replicate(contiguous_split_map((8, 4), [4, 4], 0), 2)
+    for copied in (copy.copy(m), copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert type(copied) is ParamAffineMap and copied == m and hash(copied) == hash(m)
+        assert copied.content is m.content
+    assert repr(m).startswith("ParamAffineMap(logical_shape=(8, 4), shard_shapes={0: (4, 4), 2: (4, 4)")
+    assert eval(repr(m), {"ParamAffineMap": ParamAffineMap, "AffinePiece": AffinePiece,
+                          "frozenset": frozenset}) == m

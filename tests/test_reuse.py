@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ from refplan import (
 )
 from refplan.errors import AffineTransferError
 from refplan.limits import fast_paths
-from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
+from refplan.maps import AffinePiece, MapContent, ParamAffineMap, contiguous_split_map, replicate
 from refplan.strategies import collect_batch_requests, map_pairs, replaying, valid_answers
 
 MapPair = tuple[ParamAffineMap, ParamAffineMap]
@@ -275,11 +276,20 @@ def test_twins_that_differ_only_in_their_source_get_their_own_verdicts() -> None
     assert verdicts["b"].status == "invalid"
 
 
-def test_a_map_with_an_unhashable_field_is_validated_afresh_not_remembered() -> None:
-    """A map whose pieces were forced into (mutable, unhashable) lists cannot be a memo key: it is
-    validated on its own (and here still valid), with its own name."""
+def test_a_map_with_a_forced_content_is_validated_afresh_not_remembered() -> None:
+    """A map's fields cannot be forced one by one; its whole content can (``object.__setattr__``
+    on the private slot). A content that is not a shared ``MapContent`` — here one holding
+    mutable lists of pieces — is never a memo key: it is validated on its own (and here still
+    valid), with its own name, by the planner and by the oracle alike."""
     target, source = _layer()
-    object.__setattr__(source, "pieces_by_rank", {loc: list(v) for loc, v in source.pieces_by_rank.items()})
+    with pytest.raises(AttributeError):
+        object.__setattr__(source, "pieces_by_rank", {})
+    forced = SimpleNamespace(
+        logical_shape=source.logical_shape, shard_shapes=dict(source.shard_shapes),
+        pieces_by_rank={loc: list(v) for loc, v in source.pieces_by_rank.items()}, pieces=source.content.pieces,
+    )
+    object.__setattr__(source, "_content", forced)
+    assert source.content is forced
     twisted = {"a": _layer(), "b": (target, source)}
     plans = dict(plan_transfers({"a": _layer(), "b": _layer()}))
     verdicts = verify_plans(twisted, plans).verdicts
@@ -287,6 +297,44 @@ def test_a_map_with_an_unhashable_field_is_validated_afresh_not_remembered() -> 
     assert verdicts["b"].status == "ok" and verdicts["a"].status == "ok"
     fast, slow = _both(lambda: _plan_bytes(plan_transfers(twisted)))
     assert fast == slow and fast[0] == "ok"
+
+
+class _Impostor:
+    """A forced content that claims to equal (and hashes like) a real one while holding another
+    layout: recognizing twins by identity must not be talked into taking it for that one."""
+
+    __slots__ = ("logical_shape", "pieces", "pieces_by_rank", "real", "shard_shapes")
+
+    def __init__(self, real: MapContent, holding: ParamAffineMap) -> None:
+        self.real = real
+        self.logical_shape = holding.logical_shape
+        self.shard_shapes = holding.shard_shapes
+        self.pieces_by_rank = holding.pieces_by_rank
+        self.pieces = real.pieces
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash(self.real)
+
+
+def test_a_content_that_only_claims_to_equal_a_validated_one_is_validated() -> None:
+    """The memo keys of both the planner and the oracle are exact ``MapContent`` objects; an
+    impostor forced into a map is validated afresh and refused, as it is alone."""
+    target, source = _layer()
+    loc, listed = next(iter(source.pieces_by_rank.items()))
+    bad = ParamAffineMap(source.logical_shape, source.shard_shapes, {
+        **source.pieces_by_rank, loc: (listed[0].replace(dest_offset=listed[0].dest_offset + 1), *listed[1:])
+    })
+    alone = _outcome(lambda: plan_transfers({"b": (_fresh(target), bad)}))
+    assert alone[0] == "InvalidMapError"
+    liar = _fresh(source)
+    object.__setattr__(liar, "_content", _Impostor(source.content, bad))
+    assert _outcome(lambda: plan_transfers({"a": (target, source), "b": (_fresh(target), liar)})) == alone
+    plan = plan_transfers({"a": (target, source)})["a"]
+    verdicts = verify_plans({"a": (target, source), "b": (_fresh(target), liar)}, {"a": plan, "b": plan}).verdicts
+    assert verdicts["a"].status == "ok" and verdicts["b"].status == "invalid_map"
 
 
 def test_a_piece_field_cannot_be_forced_after_it_is_built() -> None:
@@ -319,15 +367,15 @@ def test_a_plain_tuple_equal_to_a_piece_is_never_taken_for_it() -> None:
 
 
 class _Meddling(Mapping[str, MapPair]):
-    """A batch whose lookup of ``later`` rewrites ``earlier``'s source map in place (both maps'
-    dicts are plain, mutable dicts): the planner reads pairs one by one while it works."""
+    """A batch whose lookup of ``later`` replaces ``earlier``'s source content (the one thing of a
+    map that ``object.__setattr__`` can force) while the planner reads pairs one by one."""
 
-    def __init__(self, pairs: dict[str, MapPair], earlier: str, later: str, pieces: dict[int, Any]) -> None:
-        self.pairs, self.earlier, self.later, self.pieces = pairs, earlier, later, pieces
+    def __init__(self, pairs: dict[str, MapPair], earlier: str, later: str, content: MapContent) -> None:
+        self.pairs, self.earlier, self.later, self.content = pairs, earlier, later, content
 
     def __getitem__(self, name: str) -> MapPair:
         if name == self.later:
-            dict.update(self.pairs[self.earlier][1].pieces_by_rank, self.pieces)  # type: ignore[arg-type]
+            object.__setattr__(self.pairs[self.earlier][1], "_content", self.content)
         return self.pairs[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -337,17 +385,39 @@ class _Meddling(Mapping[str, MapPair]):
         return len(self.pairs)
 
 
+def test_a_map_cannot_change_after_it_is_built() -> None:
+    """What was validated for a map is what it holds: no field can be assigned, forced or
+    deleted, its mappings are read-only views, and its values are immutable."""
+    target, source = _layer()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        source.logical_shape = (1, 1)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del source.shard_shapes  # type: ignore[misc]
+    for field in ("logical_shape", "shard_shapes", "pieces_by_rank"):
+        with pytest.raises(AttributeError):
+            object.__setattr__(source, field, getattr(target, field))
+    loc = next(iter(source.pieces_by_rank))
+    with pytest.raises(TypeError):
+        source.pieces_by_rank[loc] = ()  # type: ignore[index]
+    with pytest.raises(TypeError):
+        dict.update(source.pieces_by_rank, {loc: ()})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        source.shard_shapes[loc] = (1,)  # type: ignore[index]
+    again = ParamAffineMap(list(source.logical_shape), dict(source.shard_shapes), dict(source.pieces_by_rank))
+    assert again == source and again.content is source.content  # equal content: one shared object
+
+
 def test_a_twin_is_compared_with_what_was_validated_not_with_what_its_map_became() -> None:
-    """After 'a' is validated its map is changed in place (a piece moved off its shard); 'b'
-    arrives with exactly that changed content. It must be validated and refused, as alone:
-    recognizing twins compares with copies taken at validation, never with live objects."""
+    """After 'a' is validated its map's content is replaced (a piece moved off its shard); 'b'
+    arrives with exactly that content. It must be validated and refused, as alone: a layout is
+    remembered under the content it was validated for, never under what a map holds later."""
     target, source = _layer()
     loc, listed = next(iter(source.pieces_by_rank.items()))
     broken = {loc: (listed[0].replace(dest_offset=listed[0].dest_offset + 1), *listed[1:])}
     bad = ParamAffineMap(source.logical_shape, source.shard_shapes, {**source.pieces_by_rank, **broken})
     alone = _outcome(lambda: plan_transfers({"b": (_fresh(target), bad)}))
     assert alone[0] == "InvalidMapError"
-    batch = _Meddling({"a": (target, source), "b": (_fresh(target), bad)}, "a", "b", broken)
+    batch = _Meddling({"a": (target, source), "b": (_fresh(target), bad)}, "a", "b", bad.content)
     assert _outcome(lambda: plan_transfers(batch)) == alone
 
 
@@ -406,27 +476,27 @@ def test_any_other_policy_gets_copies_named_for_each_parameter() -> None:
     assert plans["p0"].segments == plans["p1"].segments == plans["p2"].segments
 
 
-def test_many_layouts_alike_in_shape_and_locations_are_not_compared_all_pairs(
+def test_layouts_alike_in_shape_and_locations_are_each_validated_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Seven layouts share a cheap key (the same shapes and locations, different cuts): each new
-    parameter is compared with at most ``_TWIN_CANDIDATES`` earlier layouts, never all of them,
-    and every twin still gets its own layout's plan (the memo behind finds the rest)."""
+    """Seven layouts alike in shapes and locations (different cuts), three parameters each: each
+    distinct (target, source) layout is validated once, every parameter gets its own layout's
+    plan, and with the memo off every parameter is validated (the count can tell them apart)."""
     from refplan import planner
 
     source = replicate(contiguous_split_map((8, 4), [8], 0), 2)
     batch = {f"{copy}.{cut}": (contiguous_split_map((8, 4), [cut, 8 - cut], 0), _fresh(source))
              for copy in range(3) for cut in range(1, 8)}
-    compared: list[int] = []
-    real = planner._twin_among
+    normalized: list[str] = []
+    real = planner.normalize
 
-    def counting(found: Any, content: Any) -> Any:
-        compared.append(len(found))
-        return real(found, content)
+    def counting(param_map: Any, side: str, *args: Any) -> Any:
+        normalized.append(side)
+        return real(param_map, side, *args)
 
-    monkeypatch.setattr(planner, "_twin_among", counting)
+    monkeypatch.setattr(planner, "normalize", counting)
     fast, slow = _both(lambda: _plan_bytes(plan_transfers(batch)))
     assert fast == slow and fast[0] == "ok"
-    assert compared and max(compared) == planner._TWIN_CANDIDATES
+    assert len(normalized) == 2 * 7 + 2 * 21  # fast: once per distinct layout; slow: per parameter
     plans = fast[1]
     assert all(plans[f"{copy}.{cut}"] == plans[f"0.{cut}"] for copy in range(3) for cut in range(1, 8))

@@ -25,7 +25,7 @@ from .. import limits
 from ..box import Box, covers, decode_row_major, overlapping_pairs, row_major_strides, volume
 from ..errors import InvalidMapError, UnsupportedLayoutError
 from ..limits import MAX_COORDINATE
-from ..maps import AffinePiece, ParamAffineMap
+from ..maps import AffinePiece, MapContent, ParamAffineMap
 from .verdict import TooLarge
 
 __all__ = [
@@ -216,22 +216,19 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
 
     Layers of a model share their maps; validation reads only the map's content (shapes, pieces
     field by field, dict order) and the side, so an identical map gets the identical layout.
-    Only maps that passed are remembered; anything unusual (a subclass, a big map, something
-    unhashable) is validated afresh.
+    Only maps that passed are remembered; anything unusual (a subclass, a big map, a content
+    that is not a shared ``MapContent``) is validated afresh.
     """
     key: Any = None
     if layouts is not None and type(m) is ParamAffineMap:
-        pieces = m.pieces_by_rank
-        if sum(len(v) for v in pieces.values()) <= limits.REMEMBER_PIECES and all(
-            type(p) is AffinePiece for v in pieces.values() for p in v
-        ):
-            # A piece is the tuple of its fields: hashing and comparing the map's own tuples
-            # runs in C, and a piece's fields cannot be changed after it was built.
-            key = (side, m.logical_shape, tuple(m.shard_shapes.items()), tuple(pieces.items()))
-            try:
-                found = layouts.get(key)
-            except TypeError:
-                key = found = None
+        content = m.content
+        # Maps are hash-consed as they are built: every map with this exact content (shapes,
+        # pieces field by field, dict order; every piece exactly an AffinePiece) shares this one
+        # immutable object, so the identity is the content. Anything else (a subclass, a map
+        # holding a plain tuple where a piece belongs, a forced content) is validated afresh.
+        if type(content) is MapContent and content.pieces <= limits.REMEMBER_PIECES:
+            key = (side, content)
+            found = layouts.get(key)
             if found is not None:
                 return found
     layout = validate_map(m, side)
