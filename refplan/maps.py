@@ -287,7 +287,8 @@ def _content(
     found = _CONTENTS.get(key)
     if found is None:
         found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), len(kinds))
-        # setdefault: two threads building equal maps at once agree on one content (either is sound).
+        # Two threads building equal maps at once may still each keep a content of their own:
+        # that loses sharing, never soundness (one object always means one content).
         found = _CONTENTS.setdefault(key, found)
     return found
 
@@ -344,9 +345,8 @@ class ParamAffineMap:
         raise FrozenInstanceError(f"cannot delete field {name!r}: a ParamAffineMap is immutable")
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
+        if not isinstance(other, ParamAffineMap) or other.__class__ is not self.__class__:
             return NotImplemented
-        assert isinstance(other, ParamAffineMap)
         mine, theirs = self._content, other._content
         return mine is theirs or (
             mine.logical_shape == theirs.logical_shape

@@ -257,6 +257,9 @@ def test_a_map_is_remembered_only_up_to_the_piece_bound(
     monkeypatch.setattr(limits, "REMEMBER_PIECES", 3)  # the target is remembered, the source not
     assert verify_plans(batch, plans).status == "ok"
     assert oracle_work["validate_map"] == 1 + 2
+    monkeypatch.setattr(limits, "REMEMBER_PIECES", 2)  # the bound itself is "at most": still remembered
+    assert verify_plans(batch, plans).status == "ok"
+    assert oracle_work["validate_map"] == 2 * (1 + 2)
 
 
 def test_twins_that_differ_only_in_their_source_get_their_own_verdicts() -> None:
