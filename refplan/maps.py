@@ -240,15 +240,22 @@ class MapContent:
     exactly an ``AffinePiece``) gets that one's ``MapContent``. Equal content is then the same
     object, and recognizing a layout is one identity test.
 
-    Sound because nothing in it can change: the shape and shard shapes are tuples of ints, the
-    pieces are immutable tuples (``AffinePiece``), and both mappings are read-only views of dicts
-    no caller holds. The table holds contents weakly: a content lives as long as a map uses it.
+    Sound because nothing in it can change: its attributes cannot be assigned or deleted, the
+    shape and shard shapes are tuples of ints, the pieces are immutable tuples (``AffinePiece``),
+    and both mappings are read-only views of dicts no caller holds. (Like every frozen object of
+    refplan's, its attribute slots can still be forced with ``object.__setattr__``; a content is
+    never handed to a policy, so only a caller's own code could do that, and doing so is outside
+    the contract.) The table holds contents weakly: a content lives as long as a map uses it.
     A map whose pieces are not all exactly ``AffinePiece`` (a plain tuple equal to a piece, a
     subclass that could compare equal while meaning something else) gets a content of its own
     (``_UnsharedContent``) that is never recognized as another's.
     """
 
     __slots__ = ("__weakref__", "logical_shape", "pieces", "pieces_by_rank", "shard_shapes")
+    logical_shape: tuple[int, ...]
+    shard_shapes: Mapping[int, tuple[int, ...]]
+    pieces_by_rank: Mapping[int, tuple[AffinePiece, ...]]
+    pieces: int
 
     def __init__(
         self,
@@ -257,10 +264,19 @@ class MapContent:
         pieces_by_rank: Mapping[int, tuple[AffinePiece, ...]],
         pieces: int,
     ) -> None:
-        self.logical_shape = logical_shape
-        self.shard_shapes = shard_shapes
-        self.pieces_by_rank = pieces_by_rank
-        self.pieces = pieces  # how many, over every location
+        _set(self, "logical_shape", logical_shape)
+        _set(self, "shard_shapes", shard_shapes)
+        _set(self, "pieces_by_rank", pieces_by_rank)
+        _set(self, "pieces", pieces)  # how many, over every location
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to {name!r}: a map's content is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete {name!r}: a map's content is immutable")
+
+
+_set = object.__setattr__
 
 
 class _UnsharedContent(MapContent):

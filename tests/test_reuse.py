@@ -399,6 +399,11 @@ def test_a_map_cannot_change_after_it_is_built() -> None:
     for field in ("logical_shape", "shard_shapes", "pieces_by_rank"):
         with pytest.raises(AttributeError):
             object.__setattr__(source, field, getattr(target, field))
+    for field in ("logical_shape", "shard_shapes", "pieces_by_rank", "pieces"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(source.content, field, getattr(target.content, field))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(source.content, field)
     loc = next(iter(source.pieces_by_rank))
     with pytest.raises(TypeError):
         source.pieces_by_rank[loc] = ()  # type: ignore[index]
