@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refplan import (
     AffinePiece,
@@ -19,6 +21,7 @@ from refplan import (
     sub_param_map,
 )
 from refplan.frames import normalize
+from refplan.strategies import map_pairs
 
 # A map dict exactly as DeepSpeed's ParamAffineMap.to_dict() writes one (facts §3.2): int rank keys,
 # sorted locations, "scale" only when it is not 1.
@@ -208,3 +211,22 @@ def test_copies_and_pickles_of_a_map_are_equal_and_share_its_content() -> None:
     assert repr(m).startswith("ParamAffineMap(logical_shape=(8, 4), shard_shapes={0: (4, 4), 2: (4, 4)")
     assert eval(repr(m), {"ParamAffineMap": ParamAffineMap, "AffinePiece": AffinePiece,
                           "frozenset": frozenset}) == m
+
+
+@given(pair=map_pairs(max_parts=4, max_locations=3), data=st.data())
+def test_drawn_maps_share_a_content_exactly_when_equal_in_dict_order(pair: Any, data: st.DataObject) -> None:
+    """On drawn maps: rebuilt from their own fields (in any dict order drawn), a map shares its
+    content exactly when it lists its locations in the same order; two maps share one exactly
+    when their converted fields, in order, are equal."""
+    def fields(m: ParamAffineMap) -> tuple[Any, ...]:
+        return (m.logical_shape, tuple(m.shard_shapes.items()), tuple(m.pieces_by_rank.items()))
+
+    target, source = pair
+    for m in pair:
+        order = data.draw(st.permutations(list(m.pieces_by_rank)))
+        shards = data.draw(st.permutations(list(m.shard_shapes)))
+        again = ParamAffineMap(list(m.logical_shape), {r: list(m.shard_shapes[r]) for r in shards},
+                               {r: list(m.pieces_by_rank[r]) for r in order})
+        assert again == m
+        assert (again.content is m.content) == (fields(again) == fields(m))
+    assert (target.content is source.content) == (fields(target) == fields(source))
