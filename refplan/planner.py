@@ -111,10 +111,8 @@ def _prepare(
         layout = _Layout(target, source, inters, len(regions), source_work.count + target_work.count + joint.count)
         if key is not None and memo is not None:
             memo[key] = layout
-    elif (templates := layout.templates.get(element_size)) is not None:
-        # The layout's own requests, shared: nothing downstream reads their parameter name (the
-        # policy gets named copies, the checks get the names beside them, emitting reads geometry).
-        return _Prepared(name, layout, templates, True)
+    # A remembered layout with requests for this element size never gets here: ``_prepare_batch``
+    # hands out those shared requests itself.
     requests = build_requests(
         name, layout.inters, endpoints=endpoints, element_size=element_size, process_node=process_node
     )
@@ -337,13 +335,14 @@ def _prepare_batch(
         raise ValueError(f"min_split_bytes must be non-negative, got {split_floor}")
     prepared: list[_Prepared] = []
     memo: _Memo = {}
-    # A parameter whose two maps have the contents and element size of an earlier parameter's
-    # gets that parameter's layout and shared requests by one lookup keyed on the contents'
-    # identities (``_content_key``: equal shared contents are the same immutable object); only
-    # such keys are ever stored. Everything else goes through ``_prepare``, which validates and
+    # A parameter whose two maps have the contents of a remembered layout gets that layout, and
+    # the requests built for it at this element size, by one lookup keyed on the contents'
+    # identities (``_content_key``: equal shared contents are the same immutable object; only
+    # such keys are ever stored). The layout's own requests are shared: nothing downstream reads
+    # their parameter name (the policy gets named copies, the checks get the names beside them,
+    # emitting reads geometry). Everything else goes through ``_prepare``, which validates and
     # builds them. Equal maps have equal logical shapes, so R0 held for the parameter as it did
     # for its twin.
-    twins: dict[tuple[int | None, Any, Any], _Prepared] = {}
     for name in names:
         pair = pairs[name]
         if not isinstance(pair, tuple) or len(pair) != 2:
@@ -353,14 +352,11 @@ def _prepare_batch(
         if type(target_map) is ParamAffineMap and type(source_map) is ParamAffineMap and (
             type(target := target_map._content) is MapContent and type(source := source_map._content) is MapContent
         ):
-            twin = twins.get((size, target, source))
-            if twin is not None:
-                prepared.append(_new_prepared((name, twin.layout, twin.requests, True)))
+            layout = memo.get((target, source))
+            if layout is not None and (templates := layout.templates.get(size)) is not None:
+                prepared.append(_new_prepared((name, layout, templates, True)))
                 continue
-        p = _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo)
-        if p.shared:  # its maps' contents are a remembered layout's key (``_content_key``)
-            twins[(size, target_map._content, source_map._content)] = p
-        prepared.append(p)
+        prepared.append(_prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo))
     return prepared, sizes, split_floor
 
 

@@ -40,7 +40,8 @@ MapPair = tuple[ParamAffineMap, ParamAffineMap]
 
 
 def _fresh(m: ParamAffineMap) -> ParamAffineMap:
-    """An equal map built anew: equal content, no shared objects (what a model's builder yields)."""
+    """An equal map built anew through its dict form (what a model's loader yields): a new map
+    object, sharing ``m``'s content exactly when ``m`` lists its locations in sorted order."""
     return ParamAffineMap.from_dict(m.to_dict())
 
 
