@@ -358,8 +358,13 @@ def parse_maps(doc: Any, *, from_json: bool = False) -> MapsBatch:
         if not isinstance(entry, Mapping) or "target" not in entry or "source" not in entry:
             raise InvalidMapError(f"maps file: parameter {describe(name)} needs \"target\" and \"source\" maps")
         pairs[name] = (parse(entry["target"], name, "target"), parse(entry["source"], name, "source"))
-    endpoints = parse_endpoints(doc["endpoints"]) if doc.get("endpoints") is not None else None
-    process_node = _int_table(doc["process_node"], "process_node") if doc.get("process_node") is not None else None
+    # An optional key is absent or holds its value: ``null`` is refused, as the schema refuses it
+    # (a file that writes ``"endpoints": null`` means something, and it is not "no endpoints").
+    for key in ("endpoints", "process_node", "element_size"):
+        if key in doc and doc[key] is None:
+            raise InvalidMapError(f"$.{key}: null is not allowed; leave the key out for none")
+    endpoints = parse_endpoints(doc["endpoints"]) if "endpoints" in doc else None
+    process_node = _int_table(doc["process_node"], "process_node") if "process_node" in doc else None
     element_size = _element_size(doc.get("element_size"), pairs)
     return MapsBatch(pairs, endpoints, process_node, element_size)
 

@@ -16,8 +16,10 @@ so hostile JSON gets an ``InvalidMapError`` naming the field instead of a bare `
 
 from __future__ import annotations
 
+import operator
 import re
 import reprlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError
 from functools import partial
@@ -45,8 +47,78 @@ __all__ = [
 ]
 
 
-def _ints(values: Iterable[Any]) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+_INT_ONLY = frozenset([int])
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an ``int`` when it is exactly an integer, else ``None``: the one integer rule of
+    every constructor and every file reader.
+
+    Exactly an integer means ``int`` (or a subclass) or an integer scalar that says so through
+    ``__index__`` (numpy's, a 0-d integer array or tensor); never a ``bool`` (``True`` is an int to
+    Python, never a count or an offset to a map), never a float, even an integral one. Why no
+    ``int()``: it truncates, so a map written with ``n / 2`` for 2.5 rows would silently become
+    another, valid map, be planned and be verified ``ok``: the oracle only ever sees what the
+    constructor made of the input.
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _not_int(value: Any, what: str) -> InvalidMapError:
+    return InvalidMapError(f"{what}: {describe(value)} is not an integer (a {type(value).__name__})")
+
+
+def _int(value: Any, what: str) -> int:
+    """One integer field, by ``as_int``'s rule; ``what`` names the field in the error."""
+    if type(value) is int:
+        return value
+    converted = as_int(value)
+    if converted is None:
+        raise _not_int(value, what)
+    return converted
+
+
+def _ints(values: Iterable[Any], what: str) -> tuple[int, ...]:
+    """A tuple of integer fields, by ``as_int``'s rule; plain ints (the common case) are checked by
+    one C pass over their types, anything else element by element with its index named."""
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise InvalidMapError(f"{what}: expected a sequence of integers, got {describe(values)}") from None
+    if _INT_ONLY.issuperset(map(type, items)):
+        return items
+    return tuple([_int(v, f"{what}[{i}]") for i, v in enumerate(items)])
+
+
+def _locations(values: Iterable[Any]) -> frozenset[int]:
+    """A piece's holders: integers by ``as_int``'s rule, each named once (a location listed twice
+    is a malformed relation, and the schema's ``uniqueItems`` refuses it in files)."""
+    if type(values) is frozenset and _INT_ONLY.issuperset(map(type, values)):
+        return values
+    items = _ints(values, "AffinePiece.locations")
+    held = frozenset(items)
+    if len(held) != len(items):
+        twice = sorted(v for v, n in Counter(items).items() if n > 1)
+        raise InvalidMapError(f"AffinePiece.locations: location(s) {describe(twice)} listed more than once")
+    return held
+
+
+def _scale(value: Any) -> float:
+    if type(value) is float:
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidMapError(f"AffinePiece.scale: expected a number, got {describe(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidMapError(f"AffinePiece.scale: {describe(value)} does not fit a float") from None
 
 
 class _PieceFields(NamedTuple):
@@ -100,8 +172,9 @@ class AffinePiece(_PieceFields):
         scale: float = 1.0,
     ) -> AffinePiece:
         piece = tuple.__new__(cls, (
-            _ints(shape), int(source_offset), _ints(source_strides), int(dest_offset), _ints(dest_strides),
-            frozenset(int(r) for r in locations), float(scale),
+            _ints(shape, "AffinePiece.shape"), _int(source_offset, "AffinePiece.source_offset"),
+            _ints(source_strides, "AffinePiece.source_strides"), _int(dest_offset, "AffinePiece.dest_offset"),
+            _ints(dest_strides, "AffinePiece.dest_strides"), _locations(locations), _scale(scale),
         ))
         if piece[6] == 0.0:
             raise InvalidMapError("a zero scale is not invertible, so F could not be rebuilt from the shard")
@@ -170,9 +243,9 @@ def describe(value: Any) -> str:
 
 
 def is_int(value: Any) -> bool:
-    """An integer that is not a ``bool`` (``True`` is an int to Python, never a count or an offset
-    to a map). The one statement of that rule for every loader."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """Whether ``value`` is exactly an integer by ``as_int``'s rule (never a ``bool`` or a float):
+    the loaders' test, the same rule the constructors apply."""
+    return type(value) is int or as_int(value) is not None
 
 
 def parse_int_key(key: Any) -> int | None:
@@ -216,6 +289,9 @@ def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
     src_off, src_strides = _offset_strides(source, lambda: f"{where()}.source")
     dst_off, dst_strides = _offset_strides(dest, lambda: f"{where()}.dest")
     locations_l = _int_list(locations, lambda: f"{where()}.locations")
+    if len(set(locations_l)) != len(locations_l):
+        twice = sorted(v for v, n in Counter(locations_l).items() if n > 1)
+        raise InvalidMapError(f"{where()}.locations: location(s) {describe(twice)} listed more than once")
     scale = entry.get("scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise InvalidMapError(f"{where()}.scale: expected a number, got {describe(scale)}")
@@ -331,11 +407,17 @@ class ParamAffineMap:
         shard_shapes: Mapping[int, Sequence[int]],
         pieces_by_rank: Mapping[int, Sequence[AffinePiece]],
     ) -> None:
-        object.__setattr__(self, "_content", _content(
-            _ints(logical_shape),
-            {int(r): _ints(s) for r, s in shard_shapes.items()},
-            {int(r): tuple(p) for r, p in pieces_by_rank.items()},
-        ))
+        shards: dict[int, tuple[int, ...]] = {}
+        for r, s in shard_shapes.items():
+            key = _int(r, "ParamAffineMap.shard_shapes key")
+            shards[key] = _ints(s, f"ParamAffineMap.shard_shapes[{key}]")
+        held: dict[int, tuple[Any, ...]] = {}
+        for r, p in pieces_by_rank.items():
+            held[_int(r, "ParamAffineMap.pieces_by_rank key")] = tuple(p)
+        if len(shards) != len(shard_shapes) or len(held) != len(pieces_by_rank):
+            raise InvalidMapError("ParamAffineMap: two keys name one location (e.g. 1 and numpy's 1)")
+        logical = _ints(logical_shape, "ParamAffineMap.logical_shape")
+        object.__setattr__(self, "_content", _content(logical, shards, held))
 
     @property
     def logical_shape(self) -> tuple[int, ...]:
@@ -460,7 +542,7 @@ def _rank_key(key: Any, where: str) -> int:
 
 def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> ParamAffineMap:
     """Every location ``0..tp_degree-1`` holds all of F as one piece naming all of them."""
-    shape_t = _ints(shape)
+    shape_t = _ints(shape, "shape")
     strides = row_major_strides(shape_t)
     ranks = list(range(tp_degree))
     piece = AffinePiece(shape_t, 0, strides, 0, strides, ranks, scale)
@@ -471,7 +553,7 @@ def contiguous_split_map(
     shape: Sequence[int], per_rank_sizes: Sequence[int], partition_dim: int
 ) -> ParamAffineMap:
     """Location r holds one contiguous block of ``per_rank_sizes[r]`` along ``partition_dim``."""
-    shape_t = _ints(shape)
+    shape_t = _ints(shape, "shape")
     strides = row_major_strides(shape_t)
     shard_shapes: dict[int, tuple[int, ...]] = {}
     pieces: dict[int, list[AffinePiece]] = {}
@@ -499,7 +581,7 @@ def sub_param_map(
     ``shard_widths[i][r]`` is location r's width of sub-parameter i; a shard holds its slice of
     each sub-parameter in order. Zero widths give empty pieces, which the planner skips.
     """
-    shape_t = _ints(shape)
+    shape_t = _ints(shape, "shape")
     strides = row_major_strides(shape_t)
     degree = len(shard_widths[0])
     shard_shapes: dict[int, tuple[int, ...]] = {}
@@ -546,7 +628,7 @@ def segmented_map(
     entry of ``split_widths`` (explicit, because the widths a layer really uses are not always an
     even division, and a map built by dividing would read the wrong rows yet still validate).
     """
-    shape_t = _ints(shape)
+    shape_t = _ints(shape, "shape")
     strides = row_major_strides(shape_t)
     ranks = list(range(tp_degree))
     widths_of: list[list[int] | None] = []
@@ -606,7 +688,7 @@ def block_gather_map(
 
     Runs of consecutive ids become one piece (Yuan shared-QK); locations are the dict keys.
     """
-    shape_t = _ints(shape)
+    shape_t = _ints(shape, "shape")
     strides = row_major_strides(shape_t)
     shard_shapes: dict[int, tuple[int, ...]] = {}
     pieces: dict[int, list[AffinePiece]] = {}

@@ -139,6 +139,33 @@ def test_covers_matches_brute_force_and_gives_a_real_hole(boxes: list[Box]) -> N
         assert cell.contains(hole) and not (points(hole) & covered)
 
 
+_SMALL_BOXES = st.lists(st.builds(Box, st.tuples(st.integers(-1, 6), st.integers(-1, 6)),
+                                  st.tuples(st.integers(0, 4), st.integers(0, 4))), max_size=6)
+
+
+@given(st.data())
+def test_covers_finds_full_coverage_and_every_single_missing_part(data: st.DataObject) -> None:
+    """The direction R26 relies on: a cell tiled (guillotine or pinwheel) and overlaid with drawn
+    boxes, some reaching outside it, is covered (``None``); with one tile taken out and no extra box
+    reaching into it, ``covers`` gives a hole inside that tile that no box touches. The previous
+    property drew random boxes only, which almost never cover a whole cell."""
+    from refplan.strategies import box_partitions
+
+    cell = Box((0, 0), (6, 6))
+    tiles = data.draw(box_partitions(cell, max_parts=8))
+    extras = data.draw(_SMALL_BOXES)
+    order = data.draw(st.permutations(range(len(tiles) + len(extras))))
+    everything = [*tiles, *extras]
+    assert covers(cell, [everything[k] for k in order]) is None
+    gone = data.draw(st.integers(0, len(tiles) - 1))
+    rest = [b for k, b in enumerate(everything) if k != gone]
+    missing = points(tiles[gone]) - set().union(*(points(b) for b in rest))
+    hole = covers(cell, rest)
+    assert (hole is None) == (not missing)
+    if hole is not None:
+        assert cell.contains(hole) and points(hole) <= missing
+
+
 def test_pinwheel_non_guillotine_tiling_is_disjoint_and_covers() -> None:
     # Five boxes tiling a 3x3 square that no single cut separates.
     pinwheel = [Box((0, 0), (2, 1)), Box((0, 1), (1, 2)), Box((1, 1), (1, 1)), Box((2, 0), (1, 2)),

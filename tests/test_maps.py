@@ -117,8 +117,11 @@ def test_every_way_of_making_a_piece_converts_and_checks() -> None:
 
     piece = AffinePiece([2, 3], 0, [3, 1], 0, [3, 1], [1, 0])
     assert piece == ((2, 3), 0, (3, 1), 0, (3, 1), frozenset({0, 1}), 1.0)
-    made = AffinePiece._make([[2, 3], "4", [3, 1], 0, [3, 1], [0], 1])
+    made = AffinePiece._make([[2, 3], 4, [3, 1], 0, [3, 1], [0], 1])
     assert type(made) is AffinePiece and made.shape == (2, 3) and made.source_offset == 4 and made.scale == 1.0
+    assert type(made.scale) is float
+    with pytest.raises(InvalidMapError, match=r"source_offset.*not an integer"):
+        AffinePiece._make([[2, 3], "4", [3, 1], 0, [3, 1], [0], 1])
     assert piece._replace(dest_offset=3).dest_offset == 3 and type(piece.replace(locations=[2]).locations) is frozenset
     for copied in (copy.copy(piece), copy.deepcopy(piece), pickle.loads(pickle.dumps(piece))):
         assert copied == piece and type(copied) is AffinePiece

@@ -138,6 +138,11 @@ def test_reused_verdicts_equal_fresh_ones_for_corrupted_twins(batch: dict[str, M
         plans[victim] = dataclasses.replace(plan, segments=tuple(segs))
     fast, slow = _both(lambda: verify_plans(batch, plans).to_dict())
     assert fast == slow
+    # Shifting one non-empty segment's offset, or its target location, changes the set of addresses
+    # it reads or writes (a finite set is never its own translate), so the twin is invalid; only a
+    # source location shift can land on a replica that holds the same data.
+    if plan.segments and field != "source_rank" and plan.segments[k].numel > 0:
+        assert slow[0] == "ok" and slow[1]["parameters"][victim]["status"] != "ok", (victim, field, slow)
 
 
 def _layer(shape: tuple[int, int] = (8, 4)) -> MapPair:
