@@ -243,3 +243,47 @@ def test_a_piece_list_moved_to_another_location_never_reads_back_as_its_valid_tw
                                                                    valid.pieces_by_rank.values())))
     assert swapped.content is not valid.content
     assert swapped.pieces_by_rank[0] == valid.pieces_by_rank[last]
+
+
+@given(pair=map_pairs(max_parts=4, max_locations=3), data=st.data())
+def test_a_drawn_non_integer_anywhere_is_refused_never_truncated_into_a_twin(pair: Any, data: st.DataObject) -> None:
+    """A bool, a float (integral or not) or a numpy float put in one drawn integer field of a drawn
+    map's input (shape, shard shape, a piece field, a location, a key) is refused with an
+    ``InvalidMapError`` naming a field, while the map of the unpoisoned input is alive (so a
+    truncating constructor would have handed back its content)."""
+    m = pair[0]
+    shape, shards, pieces = _raw(m)
+    bad = data.draw(st.sampled_from([True, False, 0.5, 2.0, -1.5, np.float64(1.0), np.True_]))
+    spots = ["shape", "shard", "shard-key", "piece-key"]
+    if any(pieces.values()):
+        spots += ["piece-shape", "piece-offset", "piece-strides", "piece-locations"]
+    spot = data.draw(st.sampled_from(spots))
+    if spot == "shape" and shape:
+        shape = [bad, *shape[1:]]
+    elif spot == "shard" and shards and any(shards.values()):
+        k = next(k for k, v in shards.items() if v)
+        shards = {**shards, k: [bad, *shards[k][1:]]}
+    elif spot == "shard-key" and shards:
+        k = next(iter(shards))
+        shards = {(float(k) if isinstance(bad, float) else bad) if key == k else key: v for key, v in shards.items()}
+    elif spot == "piece-key" and pieces:
+        k = next(iter(pieces))
+        pieces = {(float(k) if isinstance(bad, float) else bad) if key == k else key: v for key, v in pieces.items()}
+    elif spot.startswith("piece-"):
+        k = next(k for k, v in pieces.items() if v)
+        p = list(pieces[k][0])
+        if spot == "piece-shape" and p[0]:
+            p[0] = (bad, *p[0][1:])
+        elif spot == "piece-offset":
+            p[1] = bad
+        elif spot == "piece-strides" and p[2]:
+            p[2] = (bad, *p[2][1:])
+        elif spot == "piece-locations":
+            p[5] = [bad]
+        else:
+            p[3] = bad
+        pieces = {**pieces, k: [tuple(p), *pieces[k][1:]]}
+    else:
+        return  # a 0-axis shape or no shard to poison: nothing drawn here
+    with pytest.raises(InvalidMapError, match=r"not an integer|two keys"):
+        _build(shape, shards, pieces)
