@@ -1,5 +1,5 @@
-"""Maps from the layouts other systems already describe: DTensor placements, DCP checkpoint metadata
-and Megatron-Core parameter metadata.
+"""Maps from the layouts other systems already describe: DTensors (or their placements and mesh), a
+model's whole state dict, DCP checkpoints and Megatron-Core parameter metadata.
 
 Users of those systems should not have to hand-write DeepSpeed-style map dicts to ask refplan a
 question, and a hand-written map is exactly where a wrong row offset hides. Each function here
@@ -16,15 +16,22 @@ parameter are). Its pieces are the Cartesian products of one run per axis, and a
 ``frames.normalize`` before it is returned, so a returned map is one the planner accepts, and a
 description whose replicas are cut at different boundaries is refused with the validator's message.
 
-torch is imported only inside the DTensor and DCP functions, and Megatron-Core never (its metadata
-is read by attribute), so ``import refplan`` needs neither.
+torch is imported only inside the DTensor, state-dict and DCP functions, and Megatron-Core never (its
+metadata is read by attribute), so ``import refplan`` needs neither. Locations are what the other
+system addresses: a DeviceMesh's global ranks, the rank that wrote a checkpoint file, Megatron's
+global ranks; element sizes come from the tensors' own dtypes (``maps_from_state_dict``,
+``dcp_element_sizes``), so planned bytes are the model's.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import product
-from typing import Any, Literal
+from pathlib import PurePosixPath
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -33,7 +40,16 @@ from .errors import InvalidMapError, UnsupportedLayoutError
 from .frames import normalize
 from .maps import AffinePiece, ParamAffineMap
 
-__all__ = ["dcp_storage_files", "from_dcp_metadata", "from_dtensor", "from_megatron"]
+__all__ = [
+    "StateDictMaps",
+    "dcp_element_sizes",
+    "dcp_file_rank",
+    "dcp_storage_files",
+    "from_dcp_metadata",
+    "from_dtensor",
+    "from_megatron",
+    "maps_from_state_dict",
+]
 
 Run = tuple[int, int]
 """``(start, length)``: F indices ``start .. start+length-1`` on one axis, in this order."""
@@ -236,6 +252,11 @@ def _mesh_location_lookup(mesh_locations: Any, mesh_shape: tuple[int, ...]) -> d
             grid = np.asarray(mesh_locations)
         except Exception as exc:  # a ragged list, an object numpy cannot read
             raise TypeError(f"mesh_locations must be a mapping or an array of mesh shape: {exc}") from None
+        if grid.dtype == object and grid.shape == ():  # not array-like at all
+            raise TypeError(
+                "mesh_locations must be a mapping from coordinates, an array of the mesh's shape or a DeviceMesh, "
+                f"got {type(mesh_locations).__name__}"
+            )
         if grid.shape != mesh_shape:
             raise ValueError(f"mesh_locations has shape {grid.shape}, the mesh {mesh_shape}")
         if grid.size and not np.issubdtype(grid.dtype, np.integer):
@@ -255,15 +276,18 @@ def _mesh_location_lookup(mesh_locations: Any, mesh_shape: tuple[int, ...]) -> d
 
 
 def from_dtensor(
-    global_shape: Sequence[int],
-    mesh_shape: Sequence[int],
-    placements: Sequence[Any],
+    global_shape: Sequence[int] | Any,
+    mesh_shape: Sequence[int] | Any | None = None,
+    placements: Sequence[Any] | None = None,
     *,
     mesh_locations: Mapping[tuple[int, ...], int] | Any | None = None,
     parameter: str = "dtensor",
 ) -> ParamAffineMap:
-    """The map of a DTensor of ``global_shape`` placed by ``placements`` on a mesh of ``mesh_shape``.
+    """The map of a DTensor: ``from_dtensor(dtensor)``, or ``from_dtensor(global_shape, mesh,
+    placements)`` for one described by its parts.
 
+    A ``DTensor`` passed alone gives its global shape, ``device_mesh`` and ``placements``
+    itself. Otherwise ``mesh_shape`` is a ``DeviceMesh`` or a plain shape such as ``(2, 4)``.
     Placements are torch's own objects: ``Shard(d)`` (negative ``d`` counts from the end),
     ``Replicate()`` and ``_StridedShard(d, split_factor=f)``, one per mesh axis, applied in mesh
     axis order as torch applies them, so several mesh axes may shard one tensor axis (nested) and
@@ -271,17 +295,41 @@ def from_dtensor(
     coordinate's shard is its local tensor: contiguous, row-major, of the local shape; a strided
     shard's local tensor holds several separate row ranges, so it gets one piece per range.
 
-    The location of a mesh coordinate is its row-major index, or ``mesh_locations[coordinate]``:
-    a mapping from coordinate tuples, or an array of the mesh's shape such as
-    ``device_mesh.mesh`` (whose entries are the global ranks). Coordinates differing only on
-    ``Replicate`` axes hold identical shards and are each other's replicas.
+    The location of a mesh coordinate is ``mesh_locations[coordinate]`` when that is given: a
+    mapping from coordinate tuples, an array of the mesh's shape, or a ``DeviceMesh`` (its
+    ``mesh``, the global ranks). Without it, a ``DeviceMesh`` (given, or the DTensor's) numbers
+    each coordinate by its global rank, which is what a process group addresses; a plain mesh
+    shape numbers coordinates row-major from 0. Coordinates differing only on ``Replicate`` axes
+    hold identical shards and are each other's replicas.
 
     ``Partial`` placements are refused with ``UnsupportedLayoutError`` (a partial sum is not a
     slice of the tensor); a placement of another type, a wrong count or a bad shape is a
     ``TypeError``/``ValueError``. ``parameter`` names the tensor in error messages. Only
-    placements are read: a DTensorSpec with an explicit non-default ``shard_order`` is outside
-    what they describe.
+    placements are read: a DTensor whose spec carries an explicit non-default ``shard_order`` is
+    refused (``UnsupportedLayoutError``), and a ``DTensorSpec`` with one is outside what
+    placements passed by hand describe.
     """
+    if _is_dtensor(global_shape):
+        if mesh_shape is not None or placements is not None:
+            raise TypeError(
+                f"{parameter}: a DTensor carries its mesh and placements; pass it alone, from_dtensor(dtensor)"
+            )
+        dtensor: Any = global_shape
+        _check_shard_order(dtensor, parameter)
+        global_shape, mesh_shape, placements = tuple(dtensor.shape), dtensor.device_mesh, tuple(dtensor.placements)
+    elif mesh_shape is None or placements is None:
+        raise TypeError(
+            "from_dtensor takes a DTensor alone, or (global_shape, mesh_shape or DeviceMesh, placements); "
+            f"got a {type(global_shape).__name__} without {'mesh_shape' if mesh_shape is None else 'placements'}"
+        )
+    if _is_device_mesh(mesh_shape):
+        device_mesh: Any = mesh_shape
+        mesh_shape = tuple(int(n) for n in device_mesh.mesh.shape)
+        if mesh_locations is None:
+            mesh_locations = device_mesh
+    if _is_device_mesh(mesh_locations):
+        given: Any = mesh_locations
+        mesh_locations = given.mesh.cpu().numpy()
     shape = _shape(global_shape, "global_shape")
     mesh = _shape(mesh_shape, "mesh_shape", minimum=1)
     if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
@@ -298,6 +346,43 @@ def from_dtensor(
     return _build(shape, holdings, parameter)
 
 
+def _is_dtensor(value: Any) -> bool:
+    """Whether ``value`` is a DTensor (or a subclass). Without torch loaded nothing can be one, so
+    a shape tuple does not make this import torch."""
+    if "torch" not in sys.modules or isinstance(value, (tuple, list)):
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
+
+
+def _is_device_mesh(value: Any) -> bool:
+    if value is None or "torch" not in sys.modules or isinstance(value, (tuple, list, Mapping)):
+        return False
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return isinstance(value, DeviceMesh)
+
+
+def _check_shard_order(dtensor: Any, parameter: str) -> None:
+    """Refuse a DTensor whose spec applies its shardings in an order placements do not say.
+
+    torch's ``DTensorSpec.shard_order`` may name, per tensor axis, the order of the mesh axes
+    sharding it; placements alone mean mesh axis 0 first (``compute_default_shard_order``). Any
+    other order puts elements elsewhere, so it is refused rather than read as the default.
+    """
+    spec = getattr(dtensor, "_spec", None)
+    order = getattr(spec, "shard_order", None)
+    if spec is None or order is None or getattr(spec, "use_strided_shard_as_shard_order", False):
+        return
+    default = spec.compute_default_shard_order(tuple(spec.placements))
+    if tuple(order) != tuple(default):
+        raise UnsupportedLayoutError(
+            f"{parameter}: the DTensor's shard_order {tuple(order)} is not the default mesh-axis order "
+            f"{tuple(default)} its placements {tuple(spec.placements)} describe"
+        )
+
+
 def _is_replicate(placement: Any) -> bool:
     from torch.distributed.tensor.placement_types import Replicate
 
@@ -308,13 +393,13 @@ def _is_replicate(placement: Any) -> bool:
 # DCP.
 
 
-def _storage_paths(metadata: Any) -> dict[tuple[str, tuple[int, ...]], str]:
+def _storage_paths(metadata: Any, location: str = "file") -> dict[tuple[str, tuple[int, ...]], str]:
     """``(fqn, chunk offsets) -> relative path`` from ``metadata.storage_data``."""
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(storage, Mapping):
         raise ValueError(
-            "location='file' needs metadata.storage_data (written by FileSystemWriter), but it is "
-            f"{type(storage).__name__}"
+            f"location={location!r} needs metadata.storage_data (written by FileSystemWriter), but it is "
+            f"{type(storage).__name__}; Metadata that was never written can be read with location='chunk'"
         )
     paths: dict[tuple[str, tuple[int, ...]], str] = {}
     for index, info in storage.items():
@@ -330,51 +415,64 @@ def _storage_paths(metadata: Any) -> dict[tuple[str, tuple[int, ...]], str]:
     return paths
 
 
-def dcp_storage_files(metadata: Any) -> list[str]:
+def dcp_storage_files(checkpoint: Any) -> list[str]:
     """The storage files of a DCP checkpoint, sorted: location ``i`` of ``location='file'`` maps is
-    file ``i`` of this list, the same numbering for every tensor so the maps can share endpoints."""
-    return sorted(set(_storage_paths(metadata).values()))
+    file ``i`` of this list, the same numbering for every tensor so the maps can share endpoints.
+    ``checkpoint`` is what ``from_dcp_metadata`` takes."""
+    return sorted(set(_storage_paths(_dcp_metadata(checkpoint)).values()))
 
 
-def from_dcp_metadata(
-    metadata: Any,
-    *,
-    location: Literal["chunk", "file"] = "chunk",
-    non_tensors: Literal["skip", "refuse"] = "skip",
-) -> dict[str, ParamAffineMap]:
-    """Source maps of the tensors a DCP checkpoint stores, keyed by fully qualified name.
+_DCP_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+"""A storage file as ``FileSystemWriter`` names it: ``__{rank}_{count}.distcp`` (the rank's
+``_StoragePrefix`` and its file counter; torch 2.13 ``checkpoint/filesystem.py``)."""
 
-    A stored chunk (``TensorStorageMetadata.chunks[i]``: offsets and sizes) is a box of the tensor
-    saved as one contiguous tensor, so it is a shard of one piece. What a *location* is depends on
-    who will read:
 
-    - ``location="chunk"`` (default): location ``i`` is chunk ``i`` of that tensor, the index DCP's
-      own ``MetadataIndex`` hints at. Each read of a checkpoint addresses one chunk, so this is
-      the granularity a load plan works at; ids are per tensor.
-    - ``location="file"``: location ``i`` is the storage file ``dcp_storage_files(metadata)[i]``
-      (from ``storage_data``, as ``FileSystemWriter`` records it), numbered alike for every tensor,
-      so the maps can be bound to one set of readers, e.g. one per file. A file holding two
-      chunks of one tensor is refused (a location holds one shard).
+def dcp_file_rank(path: str) -> int | None:
+    """The rank that wrote a DCP storage file, read from its name (``__3_0.distcp`` -> 3), or
+    ``None`` for a name ``FileSystemWriter`` does not write."""
+    found = _DCP_FILE.fullmatch(PurePosixPath(path.replace("\\", "/")).name)
+    return int(found.group(1)) if found else None
 
-    Identical chunks stored twice (no dedup) are replicas; chunks that overlap otherwise are
-    refused by the validator. Non-tensor entries (``BytesStorageMetadata``) are skipped, or with
-    ``non_tensors="refuse"`` raise ``UnsupportedLayoutError`` naming the key.
-    """
+
+def _dcp_metadata(checkpoint: Any) -> Any:
+    """``Metadata`` from a checkpoint directory (``str`` or path), a storage reader
+    (``FileSystemReader`` or anything with ``read_metadata()``), or the ``Metadata`` itself."""
+    if isinstance(checkpoint, (str, os.PathLike)):
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+        return FileSystemReader(checkpoint).read_metadata()
+    if not hasattr(checkpoint, "state_dict_metadata") and callable(getattr(checkpoint, "read_metadata", None)):
+        return checkpoint.read_metadata()
+    return checkpoint
+
+
+def dcp_element_sizes(checkpoint: Any, *, non_tensors: Literal["skip", "refuse"] = "skip") -> dict[str, int]:
+    """Bytes per element of every tensor a DCP checkpoint stores (from each entry's dtype), keyed
+    like ``from_dcp_metadata``'s maps: the ``element_size`` that ``plan_transfers`` and a maps
+    file take, so planned byte counts are the checkpoint's own. ``checkpoint`` is what
+    ``from_dcp_metadata`` takes."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    out: dict[str, int] = {}
+    for fqn, entry in _dcp_entries(_dcp_metadata(checkpoint), non_tensors).items():
+        if isinstance(entry, TensorStorageMetadata):
+            out[fqn] = int(entry.properties.dtype.itemsize)
+    return out
+
+
+def _dcp_entries(metadata: Any, non_tensors: str) -> dict[str, Any]:
+    """The tensor entries of ``metadata.state_dict_metadata`` (bytes skipped or refused)."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 
-    if location not in ("chunk", "file"):
-        raise ValueError(f"location must be 'chunk' or 'file', got {location!r}")
     if non_tensors not in ("skip", "refuse"):
         raise ValueError(f"non_tensors must be 'skip' or 'refuse', got {non_tensors!r}")
     entries = getattr(metadata, "state_dict_metadata", None)
     if not isinstance(entries, Mapping):
-        raise TypeError(f"expected torch.distributed.checkpoint.metadata.Metadata, got {type(metadata).__name__}")
-    paths: dict[tuple[str, tuple[int, ...]], str] = {}
-    file_ids: dict[str, int] = {}
-    if location == "file":
-        paths = _storage_paths(metadata)
-        file_ids = {path: i for i, path in enumerate(sorted(set(paths.values())))}
-    out: dict[str, ParamAffineMap] = {}
+        raise TypeError(
+            "expected a checkpoint directory, a FileSystemReader or torch.distributed.checkpoint.metadata.Metadata, "
+            f"got {type(metadata).__name__}"
+        )
+    out: dict[str, Any] = {}
     for fqn, entry in entries.items():
         if isinstance(entry, BytesStorageMetadata):
             if non_tensors == "refuse":
@@ -382,6 +480,71 @@ def from_dcp_metadata(
             continue
         if not isinstance(entry, TensorStorageMetadata):
             raise UnsupportedLayoutError(f"{fqn}: unknown storage metadata {type(entry).__name__}")
+        out[fqn] = entry
+    return out
+
+
+def from_dcp_metadata(
+    checkpoint: Any,
+    *,
+    location: Literal["rank", "chunk", "file"] = "rank",
+    non_tensors: Literal["skip", "refuse"] = "skip",
+) -> dict[str, ParamAffineMap]:
+    """Source maps of the tensors a DCP checkpoint stores, keyed by fully qualified name.
+
+    ``checkpoint`` is the checkpoint directory (a path, read with ``FileSystemReader``), a storage
+    reader (``FileSystemReader``; anything with ``read_metadata()``), or its ``Metadata``.
+    ``dcp_element_sizes(checkpoint)`` gives the bytes per element to plan with.
+
+    A stored chunk (``TensorStorageMetadata.chunks[i]``: offsets and sizes) is a box of the tensor
+    saved as one contiguous tensor, so it is a shard of one piece. What a *location* is depends on
+    who will read:
+
+    - ``location="rank"`` (default): location ``r`` is the rank that wrote the chunk's storage
+      file, read from the file name ``FileSystemWriter`` gives it (``__{r}_{i}.distcp``;
+      ``dcp_file_rank``). The numbering is the same for every tensor and is the job's own, so
+      the maps describe who saved what, and a rank that reads back the file it wrote is
+      location ``r`` in every map. (Chunk indices are not: in a real 2-rank checkpoint
+      location 0 was rank 1's file for one tensor and rank 0's for another.) A storage file
+      named otherwise is refused, naming it. ``Metadata`` that no writer has finished
+      (``storage_data`` is ``None``: a save planner's global plan, never written) has no files
+      and so no writers; it is numbered as with ``"chunk"``.
+    - ``location="chunk"``: location ``i`` is chunk ``i`` of that tensor, the index DCP's own
+      ``MetadataIndex`` hints at. Each read of a checkpoint addresses one chunk, so this is
+      the granularity a load plan works at; ids are per tensor.
+    - ``location="file"``: location ``i`` is the storage file ``dcp_storage_files(metadata)[i]``
+      (from ``storage_data``, as ``FileSystemWriter`` records it), numbered alike for every tensor,
+      so the maps can be bound to one set of readers, e.g. one per file.
+
+    With ``"rank"`` and ``"file"`` a location that holds two different chunks of one tensor is
+    refused (a location holds one shard; use ``"chunk"``). Identical chunks stored twice (no
+    dedup) are replicas; chunks that overlap otherwise are refused by the validator. Non-tensor
+    entries (``BytesStorageMetadata``) are skipped, or with ``non_tensors="refuse"`` raise
+    ``UnsupportedLayoutError`` naming the key.
+    """
+    if location not in ("rank", "chunk", "file"):
+        raise ValueError(f"location must be 'rank', 'chunk' or 'file', got {location!r}")
+    metadata = _dcp_metadata(checkpoint)
+    entries = _dcp_entries(metadata, non_tensors)
+    paths: dict[tuple[str, tuple[int, ...]], str] = {}
+    file_ids: dict[str, int] = {}
+    if location == "file":
+        paths = _storage_paths(metadata, location)
+        file_ids = {path: i for i, path in enumerate(sorted(set(paths.values())))}
+    elif location == "rank" and getattr(metadata, "storage_data", None) is None:
+        location = "chunk"  # never written: no files, so no writers to number by (see the docstring)
+    elif location == "rank":
+        paths = _storage_paths(metadata, location)
+        for path in sorted(set(paths.values())):
+            rank = dcp_file_rank(path)
+            if rank is None:
+                raise UnsupportedLayoutError(
+                    f"storage file {path!r} is not named __{{rank}}_{{i}}.distcp as FileSystemWriter names them, "
+                    "so the rank that wrote it is unknown; use location='file' or location='chunk'"
+                )
+            file_ids[path] = rank
+    out: dict[str, ParamAffineMap] = {}
+    for fqn, entry in entries.items():
         shape = _shape(entry.size, f"{fqn}: size")
         holdings: dict[int, Holding] = {}
         for i, chunk in enumerate(entry.chunks):
@@ -394,19 +557,99 @@ def from_dcp_metadata(
                 )
             holding = tuple(((o, s),) if s else () for o, s in zip(offsets, sizes))
             key = i
-            if location == "file":
-                path = paths.get((fqn, offsets))
-                if path is None:
+            if location != "chunk":
+                stored = paths.get((fqn, offsets))
+                if stored is None:
                     raise InvalidMapError(f"{fqn}: chunk {i} at offsets {offsets} has no storage_data entry")
-                key = file_ids[path]
+                key = file_ids[stored]
                 if key in holdings:
+                    if holdings[key] == holding:  # the same chunk listed twice: still one shard
+                        continue
+                    what = f"file {stored!r}" if location == "file" else f"rank {key} (file {stored!r})"
                     raise UnsupportedLayoutError(
-                        f"{fqn}: file {path!r} holds more than one chunk of the tensor (chunk {i} at "
+                        f"{fqn}: {what} holds more than one chunk of the tensor (chunk {i} at "
                         f"offsets {offsets} among them); a location holds one shard, so use location='chunk'"
                     )
             holdings[key] = holding
         out[fqn] = _build(shape, holdings, fqn)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A whole state dict.
+
+
+class StateDictMaps(NamedTuple):
+    """``maps_from_state_dict``'s answer: ``maps, element_size = maps_from_state_dict(sd)``.
+
+    Both are keyed by state-dict key; ``element_size`` is bytes per element from each tensor's
+    dtype, the argument ``plan_transfers`` and a maps file take.
+    """
+
+    maps: dict[str, ParamAffineMap]
+    element_size: dict[str, int]
+
+
+def maps_from_state_dict(
+    state_dict: Mapping[str, Any] | Any,
+    *,
+    plain_location: int | Sequence[int] = 0,
+    non_tensors: Literal["skip", "refuse"] = "skip",
+) -> StateDictMaps:
+    """Maps and element sizes of every tensor of a model's state dict (or of the module itself,
+    whose ``state_dict()`` is read).
+
+    A ``DTensor`` value (FSDP2, tensor parallel) is ``from_dtensor(value)``: locations are the
+    global ranks of its ``device_mesh``. A plain tensor says nothing about where else it lives,
+    so its map is one location holding all of it, ``plain_location`` (default 0: the rank that
+    saves an unsharded model); a sequence of locations makes it replicated over them (e.g. every
+    rank of a DDP job). Non-tensor values (ints, nested dicts) are skipped, or with
+    ``non_tensors="refuse"`` raise ``UnsupportedLayoutError`` naming the key. Element sizes come
+    from each tensor's ``dtype.itemsize``, so planned bytes are the model's own.
+    """
+    import torch
+
+    if not isinstance(state_dict, Mapping) and callable(getattr(state_dict, "state_dict", None)):
+        state_dict = state_dict.state_dict()
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"expected a state dict (a mapping) or a module, got {type(state_dict).__name__}")
+    if non_tensors not in ("skip", "refuse"):
+        raise ValueError(f"non_tensors must be 'skip' or 'refuse', got {non_tensors!r}")
+    plain = _plain_locations(plain_location)
+    maps: dict[str, ParamAffineMap] = {}
+    sizes: dict[str, int] = {}
+    for key, value in state_dict.items():
+        name = str(key)
+        if not isinstance(value, torch.Tensor):
+            if non_tensors == "refuse":
+                raise UnsupportedLayoutError(f"{name}: a {type(value).__name__} value is not a tensor")
+            continue
+        if _is_dtensor(value):
+            maps[name] = from_dtensor(value, parameter=name)
+        else:
+            shape = _shape(value.shape, f"{name}: shape")
+            whole = tuple(((0, n),) if n else () for n in shape)
+            maps[name] = _build(shape, dict.fromkeys(plain, whole), name)
+        sizes[name] = int(value.dtype.itemsize)
+    return StateDictMaps(maps, sizes)
+
+
+def _plain_locations(value: Any) -> tuple[int, ...]:
+    """``plain_location`` as distinct integer locations (one, or the replicas' in order)."""
+    many = not isinstance(value, (int, np.integer))
+    if many and (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)):
+        raise TypeError(f"plain_location must be an integer or a sequence of them, got {type(value).__name__}")
+    values = list(value) if many else [value]
+    out: list[int] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"plain_location must hold integers, got {v!r}")
+        if int(v) in out:
+            raise ValueError(f"plain_location lists location {int(v)} twice")
+        out.append(int(v))
+    if not out:
+        raise ValueError("plain_location must name at least one location")
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,16 @@ from hypothesis import strategies as st
 
 from refplan.errors import InvalidMapError, UnsupportedLayoutError
 from refplan.frames import normalize
-from refplan.interop import _chunk, dcp_storage_files, from_dcp_metadata, from_dtensor, from_megatron
+from refplan.interop import (
+    _chunk,
+    dcp_element_sizes,
+    dcp_file_rank,
+    dcp_storage_files,
+    from_dcp_metadata,
+    from_dtensor,
+    from_megatron,
+    maps_from_state_dict,
+)
 from refplan.maps import ParamAffineMap
 from refplan.planner import plan_transfer
 
@@ -291,6 +300,99 @@ def test_dtensor_maps_plan_exactly() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# torch's own objects: a DTensor, a DeviceMesh, a whole state dict (fake process group, no ranks run).
+
+MESH_RANKS = [[5, 0], [3, 9]]  # a 2x2 DeviceMesh whose global ranks are not its row-major indices
+
+
+def _device_mesh() -> Any:
+    from torch.distributed.tensor import DeviceMesh
+
+    return DeviceMesh("cpu", torch.tensor(MESH_RANKS))
+
+
+def _dtensor(shape: tuple[int, ...], placements: list[Any], dtype: Any = torch.float32) -> Any:
+    from torch.distributed.tensor import distribute_tensor
+
+    full = torch.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    return distribute_tensor(full, _device_mesh(), placements, src_data_rank=None)
+
+
+def test_from_dtensor_reads_a_dtensor_and_a_device_mesh(fake_world: int) -> None:
+    """A DTensor alone, or its shape with a DeviceMesh: locations are the mesh's global ranks,
+    the same map as spelling the mesh out by hand."""
+    placements = [Shard(0), Replicate()]
+    by_hand = from_dtensor((5, 4), (2, 2), placements, mesh_locations=np.array(MESH_RANKS)).to_dict()
+    dtensor = _dtensor((5, 4), placements)
+    assert from_dtensor(dtensor).to_dict() == by_hand
+    assert sorted(from_dtensor(dtensor).shard_shapes) == [0, 3, 5, 9]
+    assert from_dtensor((5, 4), dtensor.device_mesh, placements).to_dict() == by_hand
+    assert from_dtensor((5, 4), (2, 2), placements, mesh_locations=dtensor.device_mesh).to_dict() == by_hand
+    # An explicit mesh_locations still wins over the mesh's ranks; a plain shape keeps row-major ids.
+    renamed = {(0, 0): 10, (0, 1): 11, (1, 0): 12, (1, 1): 13}
+    assert sorted(from_dtensor((5, 4), _device_mesh(), placements, mesh_locations=renamed).shard_shapes) == \
+        [10, 11, 12, 13]
+    assert sorted(from_dtensor((5, 4), (2, 2), placements).shard_shapes) == [0, 1, 2, 3]
+    # The local tensor this rank (0, at coordinate (0, 1)) holds is the map's shard of location 0.
+    np.testing.assert_array_equal(dtensor.to_local().numpy(), shard_arrays(from_dtensor(dtensor))[0] - 1)
+    with pytest.raises(TypeError, match="pass it alone"):
+        from_dtensor(dtensor, (2, 2), placements)
+    with pytest.raises(TypeError, match="DTensor alone"):
+        from_dtensor((5, 4))
+    with pytest.raises(TypeError, match="a DeviceMesh, got object"):
+        from_dtensor((5, 4), (2, 2), placements, mesh_locations=object())
+
+
+def test_from_dtensor_refuses_a_shard_order_its_placements_do_not_say(fake_world: int) -> None:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+
+    dtensor = _dtensor((8, 2), [Shard(0), Shard(0)])
+    assert from_dtensor(dtensor).shard_shapes[5] == (2, 2)  # the default order: mesh axis 0 first
+    spec = dtensor._spec
+    dtensor._spec = DTensorSpec(spec.mesh, spec.placements, spec.tensor_meta,
+                                shard_order=(ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
+    with pytest.raises(UnsupportedLayoutError, match=r"^w: the DTensor's shard_order"):
+        from_dtensor(dtensor, parameter="w")
+
+
+def test_maps_from_state_dict(fake_world: int) -> None:
+    """DTensors by their mesh's ranks, plain tensors at ``plain_location`` (or replicated), element
+    sizes from dtypes; what comes back plans a whole model with the model's own byte counts."""
+    from refplan.planner import plan_transfers
+
+    state = {
+        "w": _dtensor((5, 4), [Shard(0), Replicate()]),
+        "h": _dtensor((4, 6), [Replicate(), Shard(1)], dtype=torch.bfloat16),
+        "b": torch.ones(3, dtype=torch.float16),
+        "scale": torch.tensor(2, dtype=torch.int64),
+        "step": 7,
+        "nested": {"lr": 0.1},
+    }
+    maps, sizes = maps_from_state_dict(state)
+    assert sorted(maps) == ["b", "h", "scale", "w"]
+    assert sizes == {"w": 4, "h": 2, "b": 2, "scale": 8}
+    assert maps["w"].to_dict() == from_dtensor(state["w"], parameter="w").to_dict()
+    assert maps["b"].shard_shapes == {0: (3,)} and maps["scale"].shard_shapes == {0: ()}
+    replicated = maps_from_state_dict(state, plain_location=[5, 0, 3, 9]).maps["b"]
+    assert {p.locations for ps in replicated.pieces_by_rank.values() for p in ps} == {frozenset({0, 3, 5, 9})}
+    assert maps_from_state_dict(state, plain_location=9).maps["b"].shard_shapes == {9: (3,)}
+    # Gather the sharded model onto location 0 in the trainer's dtypes: bytes are per dtype.
+    whole = {name: from_dtensor(m.logical_shape, (1,), [Replicate()]) for name, m in maps.items()}
+    plans = plan_transfers({n: (whole[n], maps[n]) for n in maps}, element_size=sizes)
+    assert sorted(plans) == sorted(maps)
+    module = torch.nn.Linear(3, 2)
+    assert maps_from_state_dict(module).element_size == {"weight": 4, "bias": 4}
+    with pytest.raises(UnsupportedLayoutError, match="step: a int value is not a tensor"):
+        maps_from_state_dict(state, non_tensors="refuse")
+    with pytest.raises(ValueError, match="twice"):
+        maps_from_state_dict(state, plain_location=[1, 1])
+    with pytest.raises(TypeError, match="integers"):
+        maps_from_state_dict(state, plain_location=[True])
+    with pytest.raises(TypeError, match="state dict"):
+        maps_from_state_dict([torch.ones(2)])
+
+
+# ---------------------------------------------------------------------------------------------
 # DCP.
 
 
@@ -345,9 +447,9 @@ def test_dcp_metadata_from_save_planner_matches_dtensor() -> None:
     """DCP's own global planning (dedup included) of every rank's DTensor write items: the stored
     chunks are the DTensor's distinct shards, one chunk per location."""
     _, metadata = _global_plan(DCP_LAYOUTS)
-    maps = from_dcp_metadata(metadata)
+    maps = from_dcp_metadata(metadata, location="chunk")  # never written: no storage files, no ranks
     _, lowest = _global_plan(DCP_LAYOUTS, dedup_save_to_lowest_rank=True)  # the other dedup: same boxes
-    for fqn, m in from_dcp_metadata(lowest).items():
+    for fqn, m in from_dcp_metadata(lowest, location="chunk").items():
         assert sorted((p.source_offset, p.shape) for ps in m.pieces_by_rank.values() for p in ps) == \
             sorted((p.source_offset, p.shape) for ps in maps[fqn].pieces_by_rank.values() for p in ps)
     assert sorted(maps) == sorted(DCP_LAYOUTS)
@@ -416,8 +518,10 @@ def test_dcp_files_from_filesystem_writer(tmp_path: Any) -> None:
     read = FileSystemReader(str(tmp_path)).read_metadata()
     files = dcp_storage_files(read)
     by_file = from_dcp_metadata(read, location="file")
-    by_chunk = from_dcp_metadata(read)
+    by_chunk = from_dcp_metadata(read, location="chunk")
+    by_rank = from_dcp_metadata(read)
     assert len(files) == sum(1 for p in plans if p.items)
+    assert sorted(dcp_file_rank(f) for f in files) == [r for r, p in enumerate(plans) if p.items]
     for fqn, info in read.storage_data.items():
         m = by_file[fqn.fqn]
         location = files.index(info.relative_path)
@@ -425,6 +529,11 @@ def test_dcp_files_from_filesystem_writer(tmp_path: Any) -> None:
         chunk = next(c for c in read.state_dict_metadata[fqn.fqn].chunks if tuple(c.offsets) == offsets)
         assert m.shard_shapes[location] == tuple(chunk.sizes)
         assert first_offsets(m, location) in (offsets, None)
+        # location="rank": the rank whose plan wrote the chunk (its prefix __{rank}_ names the file)
+        writer_rank = next(r for r, p in enumerate(plans) if any(
+            item.index.fqn == fqn.fqn and tuple(item.index.offset) == offsets for item in p.items))
+        assert by_rank[fqn.fqn].shard_shapes[writer_rank] == tuple(chunk.sizes)
+        assert first_offsets(by_rank[fqn.fqn], writer_rank) in (offsets, None)
     for fqn in by_file:
         assert sorted(p.shape for ps in by_file[fqn].pieces_by_rank.values() for p in ps) == \
             sorted(p.shape for ps in by_chunk[fqn].pieces_by_rank.values() for p in ps)
@@ -457,23 +566,123 @@ def _metadata(chunks: dict[str, tuple[tuple[int, ...], list[tuple[tuple[int, ...
 def test_dcp_refusals() -> None:
     overlap = _metadata({"w": ((4,), [((0,), (3,)), ((2,), (2,))])})
     with pytest.raises(InvalidMapError, match=r"parameter 'w'.*held by different locations"):
-        from_dcp_metadata(overlap)
+        from_dcp_metadata(overlap, location="chunk")
     same_file = _metadata({"w": ((4,), [((0,), (2,)), ((2,), (2,))])}, {("w", (0,)): "a", ("w", (2,)): "a"})
-    assert sorted(from_dcp_metadata(same_file)["w"].shard_shapes) == [0, 1]
+    assert sorted(from_dcp_metadata(same_file, location="chunk")["w"].shard_shapes) == [0, 1]
     with pytest.raises(UnsupportedLayoutError, match="more than one chunk"):
         from_dcp_metadata(same_file, location="file")
     with pytest.raises(ValueError, match="storage_data"):
         from_dcp_metadata(_metadata({"w": ((4,), [((0,), (4,))])}), location="file")
     with pytest.raises(InvalidMapError, match="axes"):
-        from_dcp_metadata(_metadata({"w": ((4, 2), [((0,), (4,))])}))
+        from_dcp_metadata(_metadata({"w": ((4, 2), [((0,), (4,))])}), location="chunk")
     with pytest.raises(InvalidMapError, match="w"):  # a chunk past the end of the tensor
-        from_dcp_metadata(_metadata({"w": ((4,), [((2,), (4,))])}))
+        from_dcp_metadata(_metadata({"w": ((4,), [((2,), (4,))])}), location="chunk")
     with pytest.raises(TypeError, match="Metadata"):
         from_dcp_metadata({"w": 1})
     with pytest.raises(ValueError, match="location"):
-        from_dcp_metadata(overlap, location="rank")  # type: ignore[arg-type]
-    replicas = from_dcp_metadata(_metadata({"w": ((4,), [((0,), (4,)), ((0,), (4,))])}))["w"]
+        from_dcp_metadata(overlap, location="ranks")  # type: ignore[arg-type]
+    replicas = from_dcp_metadata(_metadata({"w": ((4,), [((0,), (4,)), ((0,), (4,))])}), location="chunk")["w"]
     assert {p.locations for ps in replicas.pieces_by_rank.values() for p in ps} == {frozenset({0, 1})}
+
+
+def _write_checkpoint(path: Any, per_rank: list[dict[str, tuple[tuple[int, ...], tuple[int, ...]]]],
+                      shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any]) -> None:
+    """A checkpoint as ``len(per_rank)`` ranks save it with DCP's own planner and FileSystemWriter:
+    rank r contributes ``per_rank[r]`` (fqn -> chunk offsets, sizes)."""
+    from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
+    from torch.distributed.checkpoint.planner import SavePlan, TensorWriteData, WriteItem, WriteItemType
+
+    plans = [SavePlan([
+        WriteItem(index=MetadataIndex(fqn, torch.Size(off)), type=WriteItemType.SHARD,
+                  tensor_data=TensorWriteData(chunk=ChunkStorageMetadata(torch.Size(off), torch.Size(size)),
+                                              properties=TensorProperties(dtype=dtypes[fqn]),
+                                              size=torch.Size(shapes[fqn])))
+        for fqn, (off, size) in chunks.items()
+    ]) for chunks in per_rank]
+    plans, metadata = DefaultSavePlanner(flatten_state_dict=False).create_global_plan(plans)
+    writer = FileSystemWriter(str(path), single_file_per_rank=True, thread_count=1)
+    writer.set_up_storage_writer(True)
+    plans = writer.prepare_global_plan([writer.prepare_local_plan(p) for p in plans])
+    tensors = {fqn: torch.from_numpy(markers(shape)).to(dtypes[fqn]) for fqn, shape in shapes.items()}
+    results = [writer.write_data(p, _ChunkResolver(tensors)).wait() for p in plans]  # type: ignore[arg-type]
+    writer.finish(metadata, results)
+
+
+def test_dcp_locations_are_the_ranks_that_wrote_the_files(tmp_path: Any) -> None:
+    """A 2-rank checkpoint where rank 1 alone saves "b": chunk indices call rank 1's chunk
+    location 0 for "b" but rank 0's for "a" (the issue's finding); by default every map numbers
+    locations by the rank in the storage file's name, and reads a path, a reader or Metadata."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    shapes = {"a": (4, 3), "b": (5,)}
+    dtypes = {"a": torch.float32, "b": torch.bfloat16}
+    _write_checkpoint(tmp_path, [{"a": ((0, 0), (2, 3))}, {"a": ((2, 0), (2, 3)), "b": ((0,), (5,))}], shapes, dtypes)
+    assert sorted(dcp_storage_files(str(tmp_path))) == ["__0_0.distcp", "__1_0.distcp"]
+    by_chunk = from_dcp_metadata(str(tmp_path), location="chunk")
+    assert by_chunk["b"].shard_shapes == {0: (5,)} and by_chunk["a"].shard_shapes == {0: (2, 3), 1: (2, 3)}
+    reader = FileSystemReader(str(tmp_path))
+    for checkpoint in (str(tmp_path), tmp_path, reader, reader.read_metadata()):
+        maps = from_dcp_metadata(checkpoint)
+        assert maps["b"].shard_shapes == {1: (5,)}
+        assert first_offsets(maps["a"], 0) == (0, 0) and first_offsets(maps["a"], 1) == (2, 0)
+        assert dcp_element_sizes(checkpoint) == {"a": 4, "b": 2}
+    # What a rank reads back is what it wrote: a plan to the same ranks' layout copies nothing across.
+    maps = from_dcp_metadata(reader)
+    for fqn, m in maps.items():
+        plan = plan_transfer(m, m)
+        assert all(seg.source_rank == seg.target_rank for seg in plan.segments), fqn
+        run_plan(plan, m, m).assert_exact()
+
+
+def test_a_state_dict_and_the_checkpoint_dcp_saves_of_it_agree(tmp_path: Any) -> None:
+    """A real ``dcp.save`` of a state dict holding a DTensor, on a 1-process gloo group: the maps
+    and element sizes of the state dict are those of the checkpoint read back by path."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import DeviceMesh, distribute_tensor
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", torch.tensor([0]))
+        state = {"w": distribute_tensor(torch.arange(12.0).reshape(3, 4), mesh, [Shard(0)]),
+                 "b": torch.ones(5, dtype=torch.bfloat16), "step": 3}
+        dcp.save(state, checkpoint_id=str(tmp_path))
+        maps, sizes = maps_from_state_dict(state)
+    finally:
+        dist.destroy_process_group()
+    stored = from_dcp_metadata(str(tmp_path))
+    assert sorted(stored) == sorted(maps) == ["b", "w"]
+    assert all(stored[k].to_dict() == maps[k].to_dict() for k in maps)
+    assert dcp_element_sizes(str(tmp_path)) == sizes == {"w": 4, "b": 2}
+
+
+def test_dcp_rank_refusals(tmp_path: Any) -> None:
+    assert dcp_file_rank("__12_3.distcp") == 12 and dcp_file_rank("sub/__0_0.distcp") == 0
+    assert dcp_file_rank("__0_0.distcp.tmp") is None and dcp_file_rank("w.distcp") is None
+    # Metadata never written (a save planner's) has no files, hence no writers: chunk numbering.
+    unwritten = _metadata({"w": ((4,), [((2,), (2,)), ((0,), (2,))])})
+    assert from_dcp_metadata(unwritten).keys() == {"w"}
+    assert from_dcp_metadata(unwritten)["w"].to_dict() == from_dcp_metadata(unwritten, location="chunk")["w"].to_dict()
+    with pytest.raises(ValueError, match=r"location='file' needs metadata\.storage_data.*location='chunk'"):
+        from_dcp_metadata(unwritten, location="file")
+    odd = _metadata({"w": ((4,), [((0,), (4,))])}, {("w", (0,)): "model.bin"})
+    with pytest.raises(UnsupportedLayoutError, match=r"'model\.bin' is not named __"):
+        from_dcp_metadata(odd)
+    assert from_dcp_metadata(odd, location="file")["w"].shard_shapes == {0: (4,)}
+    two = _metadata({"w": ((4,), [((0,), (2,)), ((2,), (2,))])},
+                    {("w", (0,)): "__1_0.distcp", ("w", (2,)): "__1_1.distcp"})
+    with pytest.raises(UnsupportedLayoutError, match=r"w: rank 1 \(file '__1_1.distcp'\) holds more than one chunk"):
+        from_dcp_metadata(two)
+    assert sorted(from_dcp_metadata(two, location="file")["w"].shard_shapes) == [0, 1]
+    with pytest.raises(UnsupportedLayoutError, match="step"):
+        dcp_element_sizes(_bytes_metadata(), non_tensors="refuse")
+    assert dcp_element_sizes(_bytes_metadata()) == {}
+
+
+def _bytes_metadata() -> Any:
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
+
+    return Metadata({"step": BytesStorageMetadata()})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ Both are answered with box algebra from ``box`` (k-d queries, ``covers``) and ne
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any
 
@@ -20,7 +20,8 @@ from .. import limits
 from .._gc import cycle_collection_paused
 from ..box import Box, box_in_shard, covers, overlapping_pairs, volume
 from ..errors import AffineTransferError, InvalidMapError
-from ..plan import TransferSegment
+from ..maps import ParamAffineMap
+from ..plan import TransferPlan, TransferSegment
 from .layout import (
     Array,
     Layout,
@@ -407,10 +408,14 @@ def _check_values(
     )
 
 
+_NO_PLAN: Any = object()
+"""``verify_plan``'s default for ``plan``: only there to name the two-argument batch call."""
+
+
 def verify_plan(
     target_map: MapLike,
     source_map: MapLike,
-    plan: PlanLike,
+    plan: PlanLike = _NO_PLAN,
     *,
     parameter: str | None = None,
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
@@ -420,9 +425,29 @@ def verify_plan(
     ``plan`` may be a ``TransferPlan``, a plan dict ``{logical_shape, segments}`` (DeepSpeed's
     ``to_dict()``), or a list of segments (``TransferSegment`` or dicts). Maps may be
     ``ParamAffineMap`` or their dict form.
+
+    A plan that fails but would pass with the two maps swapped says so in its reason (the status
+    stays). A batch passed here (a ``{name: (target, source)}`` dict as a map, a ``{name: plan}``
+    dict as the plan) is an ``invalid_map``/``invalid`` verdict that names ``verify_plans``; the
+    call without a plan, ``verify_plan(pairs, plans)``, is a ``TypeError`` saying the same, since
+    no verdict can be given for an argument that is missing.
     """
+    if plan is _NO_PLAN:
+        batch = _batch_map(target_map, {}) is not None or _batch_plan(source_map) is not None
+        raise TypeError(
+            "verify_plan(target_map, source_map, plan) judges one parameter and got no plan"
+            + ("; for a batch {name: (target, source)} and {name: plan} use verify_plans(pairs, plans)" if batch
+               else "")
+        )
     with cycle_collection_paused():
         return _verify_plan(target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements)
+
+
+SWAPPED_NOTE = (
+    "this plan is exact for the maps the other way round (target and source swapped): verify_plan takes "
+    "(target, source, plan), as plan_transfer does"
+)
+"""Appended to a failing verdict's reason when the same plan passes with the two maps swapped."""
 
 
 def _verify_plan(
@@ -436,8 +461,91 @@ def _verify_plan(
     judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] | None = None,
 ) -> Verdict:
     """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps
-    and ``judged`` the verdicts of small plans (see below)."""
+    and ``judged`` the verdicts of small plans (see ``_judge``).
+
+    A plan that fails is judged once more with the maps swapped. ``verify_plan(source, target,
+    plan)`` is an easy slip (the planner's order is target first too), and its verdict alone
+    ("reads addresses outside source location 0") sends the user to debug a planner that is
+    right. When the swapped judgement is ``ok`` the verdict keeps its status and counterexample
+    (the plan *is* wrong for the maps as given) and its reason says so. A passing plan is never
+    judged twice, so the check costs nothing on the path that matters.
+    """
+    verdict = _judge(
+        target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
+        judged=judged,
+    )
+    if verdict.ok or _batch_map(target_map, source_map) is not None or _batch_plan(plan) is not None:
+        return verdict
+    swapped = _judge(
+        source_map, target_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
+        judged=judged,
+    )
+    if not swapped.ok:
+        return verdict
+    return replace(
+        verdict,
+        reason=f"{verdict.reason} — {SWAPPED_NOTE}",
+        map_error=None if verdict.map_error is None else f"{verdict.map_error} — {SWAPPED_NOTE}",
+    )
+
+
+def _looks_like_batch(value: Any, member: Callable[[Any], bool]) -> bool:
+    """Whether ``value`` is a non-empty ``{name: ...}`` dict whose every value passes ``member``
+    and which is not itself a map or plan dict (those have ``logical_shape``)."""
+    return (
+        isinstance(value, Mapping) and bool(value) and "logical_shape" not in value and "segments" not in value
+        and all(isinstance(k, str) for k in value) and all(member(v) for v in value.values())
+    )
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        isinstance(m, (ParamAffineMap, Mapping)) for m in value
+    )
+
+
+def _is_plan(value: Any) -> bool:
+    return isinstance(value, TransferPlan) or (isinstance(value, Mapping) and "segments" in value)
+
+
+def _batch_map(target_map: Any, source_map: Any) -> str | None:
+    """What to say when a ``{name: (target, source)}`` batch was passed to the one-parameter
+    ``verify_plan`` as a map. Without this the verdict complains about a missing
+    ``logical_shape``, which is true but does not say that the function meant is ``verify_plans``."""
+    for side, value in (("target", target_map), ("source", source_map)):
+        if _looks_like_batch(value, _is_pair):
+            return (
+                f"the {side} map is a batch {{name: (target, source)}} of {len(value)} parameter(s), not one map; "
+                "use verify_plans(pairs, plans) for a batch"
+            )
+    return None
+
+
+def _batch_plan(plan: Any) -> str | None:
+    """The same for a ``{name: plan}`` batch passed as the plan."""
+    if _looks_like_batch(plan, _is_plan):
+        return (
+            f"the plan is a batch {{name: plan}} of {len(plan)} plan(s), not one plan; "
+            "use verify_plans(pairs, plans)"
+        )
+    return None
+
+
+def _judge(
+    target_map: MapLike,
+    source_map: MapLike,
+    plan: PlanLike,
+    *,
+    parameter: str | None = None,
+    fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+    layouts: dict[Any, Layout] | None = None,
+    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] | None = None,
+) -> Verdict:
+    """One judgement of ``plan`` against the maps as given (``_verify_plan`` without the swap)."""
     try:
+        misuse = _batch_map(target_map, source_map)
+        if misuse is not None:
+            raise InvalidMapError(misuse)
         target = as_map(target_map, "target")
         source = as_map(source_map, "source")
         if tuple(target.logical_shape) != tuple(source.logical_shape):
@@ -454,6 +562,9 @@ def _verify_plan(
         )
     except TooLarge as exc:
         return Verdict("unverifiable", parameter, reason=str(exc))
+    misuse = _batch_plan(plan)
+    if misuse is not None:
+        return Verdict("invalid", parameter, reason=f"malformed plan: {misuse}")
     try:
         segments, plan_shape = parse_plan(plan)
     except AffineTransferError as exc:
