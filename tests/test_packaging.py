@@ -44,7 +44,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     pytest.importorskip("setuptools", minversion="77")
     src = tmp_path_factory.mktemp("src")
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".hypothesis", "work", "artifacts")
-    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "CHANGELOG.md"):
         shutil.copy(ROOT / name, src / name)
     for name in ("refplan", "tests", "spec", "fuzz", "proofs"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
@@ -65,7 +65,7 @@ def test_sdist_has_the_licence_and_package_data_and_leaves_tests_out(built: tupl
     sdist, _ = built
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    assert {"LICENSE", "README.md", "pyproject.toml", "refplan/schemas/maps.schema.json",
+    assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "refplan/schemas/maps.schema.json",
             "refplan/spec/validation.md", "refplan/conformance/cases/rules.json", "refplan/py.typed"} <= names
     assert not [n for n in names if n.startswith(("tests/", "fuzz/", "proofs/"))]
 
