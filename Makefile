@@ -50,6 +50,20 @@ lint: $(VENV)/.peers
 test: lint
 	$(PY) -m pytest -n 2 --dist loadgroup tests
 
+# The check to run after every edit: lint, types and the fast core tests (maps, boxes, answer
+# checks, plans, refusals, layout rules, file formats, the command's front door, the oracle's
+# basics) in under 2 minutes on a quiet 2-core machine; `make test` is the whole suite.
+CHECK_TESTS := tests/test_maps.py tests/test_box.py tests/test_check.py tests/test_plan.py tests/test_refusals.py \
+	tests/test_layout_rules.py tests/test_input_files.py tests/test_strict_maps.py tests/test_cli.py \
+	tests/test_cli_front_door.py tests/test_verify.py
+
+.PHONY: check
+check: $(VENV)/.test
+	@start=$$(date +%s); \
+	$(VENV)/bin/ruff check refplan tests proofs fuzz && $(VENV)/bin/mypy refplan && \
+	$(PY) -m pytest -n 2 -p no:cacheprovider $(CHECK_TESTS); code=$$?; \
+	echo "make check: $$(( $$(date +%s) - start )) s"; exit $$code
+
 proofs: $(VENV)/.test
 	$(PY) proofs/run_all.py
 

@@ -68,9 +68,10 @@ def guarded(fn: Callable[[], Any], what: str, *, measure_memory: bool = False, l
     """Run ``fn()`` under the harness property; return its ``Outcome`` or raise ``Finding``."""
     alarm = limits.use_alarm and threading.current_thread() is threading.main_thread()
     previous: Any = None
+    outer = (0.0, 0.0)  # an alarm someone else set (pytest-timeout's): restored, less the time used
     if alarm:
         previous = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, limits.seconds)
+        outer = signal.setitimer(signal.ITIMER_REAL, limits.seconds)
     tracing = False
     if measure_memory:
         tracing = not tracemalloc.is_tracing()
@@ -98,6 +99,8 @@ def guarded(fn: Callable[[], Any], what: str, *, measure_memory: bool = False, l
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if outer[0] > 0:  # never cancel the caller's alarm: give it what is left (at least a tick)
+                signal.setitimer(signal.ITIMER_REAL, max(outer[0] - elapsed, 0.001), outer[1])
         peak: int | None = None
         if measure_memory:
             peak = tracemalloc.get_traced_memory()[1] - base

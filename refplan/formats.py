@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import limits
 from .endpoints import TransferEndpoints
 from .errors import InputFileError, InvalidMapError
 from .maps import ParamAffineMap, describe, parse_int_key
@@ -34,10 +35,13 @@ from .plan import TransferPlan
 _T = TypeVar("_T")
 
 __all__ = [
+    "KNOWN_FORMATS",
     "MAPS_FORMAT",
+    "MAX_ELEMENT_SIZE",
     "PLANS_FORMAT",
     "MapsBatch",
     "PlansStream",
+    "check_format",
     "check_keys",
     "dump_maps",
     "dump_plans",
@@ -46,6 +50,7 @@ __all__ = [
     "parse_endpoints",
     "parse_maps",
     "parse_plans",
+    "path_key",
     "read_maps",
 ]
 
@@ -147,9 +152,53 @@ def _int_table(value: Any, where: str) -> dict[int, int]:
         if k in out:
             raise InvalidMapError(f"{where}: key {k} is listed twice")
         if isinstance(item, bool) or not isinstance(item, int):
-            raise InvalidMapError(f"{where}[{k}]: {describe(item)} is not an integer")
+            raise InvalidMapError(f"{path_key(where, key)}: {describe(item)} is not an integer")
         out[k] = item
     return out
+
+
+KNOWN_FORMATS = {
+    MAPS_FORMAT: "maps",
+    PLANS_FORMAT: "plans",
+    "refplan.conformance/1": "conformance cases",
+    "refplan.conformance-input/1": "a conformance case's planner input",
+}
+"""Every ``format`` refplan writes, and what a file of it holds (for saying what a file is)."""
+
+
+def check_format(doc: Any, expected: str) -> None:
+    """Refuse a document that is not a ``expected`` file, saying what it is instead.
+
+    A plans file given where maps are expected, a file of a later version and a file that is not
+    refplan's at all each need a different fix, so each gets its own message (``InvalidMapError``,
+    path ``$`` or ``$.format``) rather than one "expected format X".
+    """
+    what = KNOWN_FORMATS[expected]
+    if not isinstance(doc, Mapping):
+        found = "a list" if isinstance(doc, list) else f"a JSON {type(doc).__name__}"
+        raise InvalidMapError(f"$: this is {found}, not a refplan file; {what} ({expected}) were expected")
+    if "format" not in doc:
+        if "logical_shape" in doc and ("ranks" in doc or "segments" in doc):
+            one = "map" if "ranks" in doc else "plan"
+            raise InvalidMapError(
+                f"$: no \"format\" key: this is one {one} (DeepSpeed's dict form), not a refplan file; "
+                f"{what} ({expected}) were expected"
+            )
+        raise InvalidMapError(f"$: no \"format\" key: not a refplan file; {what} ({expected}) were expected")
+    found = doc["format"]
+    if found == expected:
+        return
+    if isinstance(found, str) and found in KNOWN_FORMATS:
+        raise InvalidMapError(f"$.format: this is a {found} file ({KNOWN_FORMATS[found]}); {what} were expected")
+    family = expected.rsplit("/", 1)[0] + "/"
+    if isinstance(found, str) and found.startswith(family):
+        raise InvalidMapError(
+            f"$.format: format {found!r} is not supported (this version reads {expected})"
+        )
+    raise InvalidMapError(f"$.format: {describe(found)} is not a refplan format; {what} ({expected}) were expected")
+
+
+MAX_ELEMENT_SIZE = limits.MAX_ELEMENT_SIZE  # the one bound, stated in refplan.limits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,8 +224,11 @@ _PLAN_SET = frozenset(_PLAN_KEYS)
 # (a file of 10⁵ parameters has ~10⁶ objects, and writing each path cost more than parsing them).
 
 
-def _path_key(path: str, key: Any) -> str:
-    """``path`` extended by an object key: ``.name`` for identifiers, ``["..."]`` otherwise."""
+def path_key(path: str, key: Any) -> str:
+    """``path`` extended by an object key: ``.name`` for identifiers, ``["..."]`` otherwise.
+
+    The one JSON-path notation of every message (``$`` the root, ``[i]`` for list indices), so
+    a path can be followed, or searched for, in the file it names."""
     text = str(key)
     if text.isidentifier() and text.isascii():
         return f"{path}.{text}"
@@ -226,20 +278,20 @@ def _check_map_keys(value: Any, where: Callable[[], str]) -> None:
         if not isinstance(location, Mapping):
             continue
         if location.keys() != _LOCATION_SET:
-            _known(location, _path_key(f"{where()}.ranks", key), _LOCATION_KEYS, required=_LOCATION_KEYS)
+            _known(location, path_key(f"{where()}.ranks", key), _LOCATION_KEYS, required=_LOCATION_KEYS)
         pieces = location.get("pieces")
         if isinstance(pieces, (list, tuple)):
             for i, piece in enumerate(pieces):
                 if isinstance(piece, Mapping) and not piece.keys() <= _PIECE_SET:
-                    _known(piece, f"{_path_key(f'{where()}.ranks', key)}.pieces[{i}]", _PIECE_KEYS)
+                    _known(piece, f"{path_key(f'{where()}.ranks', key)}.pieces[{i}]", _PIECE_KEYS)
 
 
 def _plan_path(name: Any) -> str:
-    return "$" if name is None else _path_key("$.parameters", name)
+    return "$" if name is None else path_key("$.parameters", name)
 
 
 def _side_path(name: Any, side: str) -> Callable[[], str]:
-    return lambda: f"{_path_key('$.parameters', name)}.{side}"
+    return lambda: f"{path_key('$.parameters', name)}.{side}"
 
 
 def check_keys(doc: Any, kind: str) -> None:
@@ -260,7 +312,7 @@ def check_keys(doc: Any, kind: str) -> None:
                 if not isinstance(pair, Mapping):
                     continue
                 if not pair.keys() <= _PAIR_SET:
-                    _known(pair, _path_key("$.parameters", name), _PAIR_KEYS)
+                    _known(pair, path_key("$.parameters", name), _PAIR_KEYS)
                 for side in _PAIR_KEYS:
                     _check_map_keys(pair.get(side), _side_path(name, side))
         check_keys(doc.get("endpoints"), "endpoints")
@@ -303,16 +355,10 @@ def parse_endpoints(doc: Any) -> TransferEndpoints:
     """
     check_keys(doc, "endpoints")
     if not isinstance(doc, Mapping) or set(doc) != {"source", "target"}:
-        raise InvalidMapError("endpoints: expected {\"source\": {...}, \"target\": {...}}")
+        raise InvalidMapError("$.endpoints: expected {\"source\": {...}, \"target\": {...}}")
     return TransferEndpoints(
-        _int_table(doc["source"], "endpoints.source"), _int_table(doc["target"], "endpoints.target")
+        _int_table(doc["source"], "$.endpoints.source"), _int_table(doc["target"], "$.endpoints.target")
     )
-
-
-def _label(name: str) -> str:
-    """``name`` for an error location, quoted only when it holds a line break or other
-    unprintable character (so every message stays one line)."""
-    return name if name.isprintable() else describe(name)
 
 
 def _names(value: Mapping[Any, Any], what: str) -> list[tuple[str, Any]]:
@@ -342,21 +388,20 @@ def parse_maps(doc: Any, *, from_json: bool = False) -> MapsBatch:
     ``repr`` hides a difference (an ``int`` subclass, say): without ``from_json`` every map is
     parsed on its own.
     """
-    if not isinstance(doc, Mapping) or doc.get("format") != MAPS_FORMAT:
-        raise InvalidMapError(f"maps file: expected an object with \"format\": \"{MAPS_FORMAT}\"")
+    check_format(doc, MAPS_FORMAT)
     check_keys(doc, "maps")
     params = doc.get("parameters")
     if not isinstance(params, Mapping):
-        raise InvalidMapError("maps file: \"parameters\" must be an object of name -> {target, source}")
+        raise InvalidMapError("$.parameters: must be an object of name -> {target, source}")
     pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
     parsed: dict[str, ParamAffineMap] = {}
 
     def parse(value: Any, name: str, side: str) -> ParamAffineMap:
         return _parsed_once(parsed if from_json else None, value, ParamAffineMap.from_dict, "{}." + side, name)
 
-    for name, entry in _names(params, "maps file"):
+    for name, entry in _names(params, "$.parameters"):
         if not isinstance(entry, Mapping) or "target" not in entry or "source" not in entry:
-            raise InvalidMapError(f"maps file: parameter {describe(name)} needs \"target\" and \"source\" maps")
+            raise InvalidMapError(f"{path_key('$.parameters', name)}: needs \"target\" and \"source\" maps")
         pairs[name] = (parse(entry["target"], name, "target"), parse(entry["source"], name, "source"))
     # An optional key is absent or holds its value: ``null`` is refused, as the schema refuses it
     # (a file that writes ``"endpoints": null`` means something, and it is not "no endpoints").
@@ -364,7 +409,7 @@ def parse_maps(doc: Any, *, from_json: bool = False) -> MapsBatch:
         if key in doc and doc[key] is None:
             raise InvalidMapError(f"$.{key}: null is not allowed; leave the key out for none")
     endpoints = parse_endpoints(doc["endpoints"]) if "endpoints" in doc else None
-    process_node = _int_table(doc["process_node"], "process_node") if "process_node" in doc else None
+    process_node = _int_table(doc["process_node"], "$.process_node") if "process_node" in doc else None
     element_size = _element_size(doc.get("element_size"), pairs)
     return MapsBatch(pairs, endpoints, process_node, element_size)
 
@@ -373,21 +418,32 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _too_large(size: int, where: str) -> InvalidMapError:
+    return InvalidMapError(
+        f"{where}: {size} bytes per element is above the largest element size, {MAX_ELEMENT_SIZE} bytes"
+    )
+
+
 def _element_size(raw: Any, pairs: Mapping[str, Any]) -> dict[str, int] | None:
     """``element_size`` of a maps file: one int for every parameter, or name -> int for each."""
     if raw is None:
         return None
     if _positive_int(raw):
+        if raw > MAX_ELEMENT_SIZE:
+            raise _too_large(raw, "$.element_size")
         return dict.fromkeys(pairs, int(raw))
     if not isinstance(raw, Mapping) or not all(_positive_int(v) for v in raw.values()):
         raise InvalidMapError(
-            f"element_size: expected positive integer bytes, for every parameter (2) or per parameter "
+            f"$.element_size: expected positive integer bytes, for every parameter (2) or per parameter "
             f"({{\"name\": 2}}), got {describe(raw)}"
         )
-    sizes = {name: int(v) for name, v in _names(raw, "element_size")}
+    sizes = {name: int(v) for name, v in _names(raw, "$.element_size")}
+    for name, size in sizes.items():
+        if size > MAX_ELEMENT_SIZE:
+            raise _too_large(size, path_key("$.element_size", name))
     missing = [name for name in pairs if name not in sizes]
     if missing:
-        raise InvalidMapError(f"element_size: no size for parameter {describe(missing[0])}")
+        raise InvalidMapError(f"$.element_size: no size for parameter {describe(missing[0])}")
     return sizes
 
 
@@ -414,25 +470,24 @@ def parse_plans(doc: Any, *, from_json: bool = False) -> dict[str, TransferPlan]
     equals an earlier one's is parsed once (plans of a model repeat as its layouts do; the
     argument is ``parse_maps``'s).
     """
-    if not isinstance(doc, Mapping) or doc.get("format") != PLANS_FORMAT:
-        raise InvalidMapError(f"plans file: expected an object with \"format\": \"{PLANS_FORMAT}\"")
+    check_format(doc, PLANS_FORMAT)
     params = doc.get("parameters")
     if not isinstance(params, Mapping):
-        raise InvalidMapError("plans file: \"parameters\" must be an object of name -> plan")
+        raise InvalidMapError("$.parameters: must be an object of name -> plan")
     check_keys(doc, "plans")
     parsed: dict[str, TransferPlan] = {}
     return {
-        name: _parsed_once(parsed if from_json else None, entry, TransferPlan.from_dict, "plans[{}]", name)
-        for name, entry in _names(params, "plans file")
+        name: _parsed_once(parsed if from_json else None, entry, TransferPlan.from_dict, "{}", name)
+        for name, entry in _names(params, "$.parameters")
     }
 
 
 def _parsed_once(
     parsed: dict[str, _T] | None, value: Any, parse: Callable[[Any, str], _T], where: str, name: str
 ) -> _T:
-    """``parse(value, where)`` with ``where`` naming entry ``name`` (``where.format(label)``), once
-    per distinct ``value`` when ``parsed`` remembers them (``from_json``); the label is written
-    only for a value that is parsed.
+    """``parse(value, where)`` with ``where`` naming entry ``name`` (``where.format(path)``, the
+    entry's JSON path ``$.parameters.<name>``), once per distinct ``value`` when ``parsed``
+    remembers them (``from_json``); the path is written only for a value that is parsed.
 
     The key is ``repr(value)``: for plain JSON values it is equal exactly when the values are
     (it tells ``1`` from ``1.0`` and ``true``, keeps key order, and runs in C). Only values that
@@ -440,7 +495,7 @@ def _parsed_once(
     too deeply to ``repr`` is parsed on its own.
     """
     def fresh() -> _T:
-        return parse(value, where.format(_label(name)))
+        return parse(value, where.format(path_key("$.parameters", name)))
 
     if parsed is None:
         return fresh()
@@ -720,7 +775,7 @@ class PlansStream:
                     key_error = exc
             if key_error is None and plan_error is None:
                 try:
-                    plan = TransferPlan.from_dict(entry, f"plans[{_label(name)}]")
+                    plan = TransferPlan.from_dict(entry, path_key("$.parameters", name))
                 except InvalidMapError as exc:
                     plan_error = exc
                 else:

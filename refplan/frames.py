@@ -22,7 +22,7 @@ elements, and none loops over all pairs of pieces: overlaps come from ``box.over
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter, mul
@@ -52,6 +52,7 @@ __all__ = [
     "NormalizedMap",
     "check_holders",
     "check_shards_tile",
+    "check_sizes",
     "normalize",
     "pair_budget",
 ]
@@ -260,9 +261,12 @@ def _common_frames(
     logical: tuple[int, ...],
     logical_strides: tuple[int, ...],
     logical_numel: int,
+    indices: Sequence[int] | None = None,
 ) -> list[Frame] | None:
     """``_common_frame`` for every piece of one location in one loop, or ``None`` if any piece is
     not plainly valid (then each piece takes the per-piece path, which decides and explains).
+    ``indices`` are the pieces' indices in their location's list (default ``0..n-1``): the
+    caller may pass only the non-empty pieces (``_nonempty_indices``).
 
     Same conditions and same frames as ``_common_frame``; the shift is ``dest_offset`` minus the
     logical origin's dot product with the shard strides, because a decoded row-major offset is
@@ -303,8 +307,43 @@ def _common_frames(
     return [
         Frame(loc, index, piece.locations, Box(o, piece.shape), Box(tuple(q), piece.shape), shard, shard_strides,
               piece.dest_offset - sum(map(mul, o, shard_strides)))
-        for index, (piece, o, q) in enumerate(zip(pieces, map(tuple, origin.tolist()), local.tolist()))
+        for index, piece, o, q in zip(
+            range(len(pieces)) if indices is None else indices, pieces, map(tuple, origin.tolist()), local.tolist()
+        )
     ]
+
+
+def _nonempty_indices(pieces: Sequence[AffinePiece], ndim: int) -> list[int] | None:
+    """The indices of the non-empty pieces when every empty piece plainly passes the rules an
+    empty piece is held to (R7-R11: its axes, extents in [0, 2**62], holders named, scale 1,
+    stride lengths), so the rest of validation can skip them; ``None`` when there is no empty
+    piece or one of them breaks a rule (then every piece takes the usual path, which raises in
+    piece order with the rule's message).
+
+    Why: ``_piece_frame`` returns ``None`` for an empty piece only after those checks, so an
+    empty piece that passes them contributes nothing; but one empty piece sent the whole
+    location off the array path onto the per-piece rule path (a map of 200 000 empty pieces and
+    one real one took seconds). This check is one cheap pass, with no decoding per empty piece.
+    """
+    indices: list[int] = []
+    empty = False
+    for index, piece in enumerate(pieces):
+        shape = piece.shape
+        if 0 not in shape:
+            indices.append(index)
+            continue
+        if not (
+            len(shape) == ndim
+            and min(shape) >= 0
+            and max(shape) <= MAX_COORDINATE
+            and piece.locations
+            and piece.scale == 1.0
+            and len(piece.source_strides) == ndim
+            and len(piece.dest_strides) == ndim
+        ):
+            return None
+        empty = True
+    return indices if empty else None
 
 
 def _strides_match(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
@@ -333,6 +372,34 @@ def _check_shape(
             f"{place}: {what} {tuple(values)} has {volume(values)} elements, above 2**62: its addresses "
             "would not fit in int64"
         )
+
+
+def check_sizes(pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]]) -> None:
+    """Only ``normalize``'s size rules (each extent, and the logical and every shard volume, at
+    most 2**62), with its class and messages, for tools that do not plan (``refplan verify``).
+
+    Parameters by name, source map then target map, logical shape then shards by location, as
+    ``plan_transfers`` meets them, so the first refusal is the planner's for such a map. A
+    parameter whose maps disagree on the logical shape (R0), a map with more axes than the
+    default ``max_ndim`` (R1) and a shard with another number of axes (R2) are left to whoever
+    judges the map: the planner raises those rules first.
+    """
+    max_ndim = PlanBudget().max_ndim
+    for name in sorted(pairs):
+        target, source = pairs[name]
+        if not isinstance(target, ParamAffineMap) or not isinstance(source, ParamAffineMap):
+            continue
+        if target.logical_shape != source.logical_shape:
+            continue
+        for side, param_map in (("source", source), ("target", target)):
+            logical = param_map.logical_shape
+            _check_shape(logical, "logical shape", partial(_where, name, side), whole=True)
+            if len(logical) > max_ndim:
+                return  # the planner stops here, at R1
+            for loc, shard in sorted(param_map.shard_shapes.items()):
+                if len(shard) != len(logical):
+                    return  # ... or here, at R2
+                _check_shape(shard, "shard shape", partial(_where, name, side, loc), whole=True)
 
 
 def normalize(
@@ -407,13 +474,16 @@ def normalize(
             continue
         shard_strides = row_major_strides(shard)
         fast = logical_small and max(shard_strides, default=0) <= MAX_COORDINATE
+        indices = _nonempty_indices(pieces, ndim)
+        real = pieces if indices is None else [pieces[i] for i in indices]
         common = _common_frames(
-            pieces, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel
-        ) if fast and len(pieces) >= limits.ARRAY_MIN_PIECES else None
+            real, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel, indices
+        ) if fast and len(real) >= limits.ARRAY_MIN_PIECES else None
         if common is not None:
             frames.extend(common)
             continue
-        for index, piece in enumerate(pieces):
+        for index in range(len(pieces)) if indices is None else indices:
+            piece = pieces[index]
             frame = _common_frame(
                 piece, index, loc, shard, shard_strides, shard_numel, logical, logical_strides, logical_numel
             ) if fast else None

@@ -26,6 +26,7 @@ __all__ = [
     "ARRAY_MIN_PIECES",
     "LEAF",
     "MAX_COORDINATE",
+    "MAX_ELEMENT_SIZE",
     "MEMO_MAX_PIECES",
     "ORACLE_ARRAY_SEGMENTS",
     "PAIRWISE_LIMIT",
@@ -38,6 +39,11 @@ __all__ = [
     "fast_paths",
 ]
 
+
+MAX_ELEMENT_SIZE = 1 << 16
+"""The largest element size taken, in bytes per element, by the library (``plan_transfers``) and
+by files and ``--element-size`` alike: the widest dtype torch has is 16 bytes, and a size past
+this bound is a mistake (10**23 was accepted) that would only turn into absurd byte counts."""
 
 @dataclass(frozen=True)
 class PlanBudget:

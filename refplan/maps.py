@@ -486,13 +486,15 @@ class ParamAffineMap:
         return {"logical_shape": list(self.logical_shape), "ranks": ranks}
 
     @classmethod
-    def from_dict(cls, entry: Any, where: str = "map") -> ParamAffineMap:
+    def from_dict(cls, entry: Any, where: str = "$") -> ParamAffineMap:
         """Load DeepSpeed's dict form; JSON's string rank keys are accepted.
 
         Only types are checked here (geometry is ``frames``' job), but every malformed value is an
         ``InvalidMapError`` naming the field, and two keys naming one location ("0" and 0, or
         "0" and "00") are refused rather than letting the later one win. Error locations are
         formatted only when an error is raised, so parsing costs no per-piece string work.
+        ``where`` is the map's JSON path (``$`` for a map document of its own); every error names
+        the field's path below it, in the one notation of every message (``_field_name``).
         """
         if not isinstance(entry, Mapping):
             raise InvalidMapError(f"{where}: a map must be an object, got {type(entry).__name__}")
@@ -509,22 +511,32 @@ class ParamAffineMap:
             if rank in pieces_by_rank:
                 raise InvalidMapError(f"{where}.ranks: location {rank} is listed twice")
             if not isinstance(value, Mapping) or "pieces" not in value:
-                raise InvalidMapError(f"{where}.ranks[{rank}]: expected {{shard_shape, pieces}}")
+                raise InvalidMapError(f"{_field_name(where, key)}: expected {{shard_shape, pieces}}")
             shard = value.get("shard_shape")
             if shard is not None:
-                shard_shapes[rank] = _int_list(shard, partial(_field_name, where, rank, "shard_shape"))
+                shard_shapes[rank] = _int_list(shard, partial(_field_name, where, key, "shard_shape"))
             raw = value["pieces"]
             if not isinstance(raw, (list, tuple)):
-                raise InvalidMapError(f"{where}.ranks[{rank}].pieces: expected a list, got {type(raw).__name__}")
+                raise InvalidMapError(f"{_field_name(where, key, 'pieces')}: expected a list, got {type(raw).__name__}")
             pieces: list[AffinePiece] = []
             for i, p in enumerate(raw):
-                pieces.append(_parse_piece(p, partial(_field_name, where, rank, f"pieces[{i}]")))
+                pieces.append(_parse_piece(p, partial(_field_name, where, key, f"pieces[{i}]")))
             pieces_by_rank[rank] = pieces
         return cls(logical, shard_shapes, pieces_by_rank)
 
 
-def _field_name(where: str, rank: int, field: str) -> str:
-    return f"{where}.ranks[{rank}].{field}"
+def _field_name(where: str, key: Any, field: str | None = None) -> str:
+    """The JSON path of location ``key``'s ``field`` below the map at ``where``.
+
+    One notation in every message (``$`` the root, ``.key`` for identifier-like keys,
+    ``["key"]`` for others, ``[i]`` for indices): a location is an object key as the file spells
+    it (``ranks["0"]``, found by searching the file for ``"0"``), not a list index.
+    """
+    import json  # only when an error is being written
+
+    text = str(key)
+    name = f".{text}" if text.isidentifier() and text.isascii() else f"[{json.dumps(text)[:80]}]"
+    return f"{where}.ranks{name}" + ("" if field is None else f".{field}")
 
 
 def _rank_key(key: Any, where: str) -> int:

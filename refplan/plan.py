@@ -104,7 +104,7 @@ class TransferSegment:
         }
 
     @classmethod
-    def from_dict(cls, entry: Any, where: str = "segment") -> TransferSegment:
+    def from_dict(cls, entry: Any, where: str = "$") -> TransferSegment:
         return _parse_segment(entry, lambda: where)
 
 
@@ -146,7 +146,23 @@ def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, 
     )
     if not ok:
         raise InvalidMapError(f"{where()}.{side}: expected [rank, offset, [strides...]], got {describe(value)}")
-    return int(value[0]), int(value[1]), tuple(int(v) for v in value[2])
+    offset, strides = int(value[1]), tuple(int(v) for v in value[2])
+    _capped(offset, where, f"{side}[1]", "offset")
+    for axis, stride in enumerate(strides):
+        _capped(stride, where, f"{side}[2][{axis}]", "stride")
+    return int(value[0]), offset, strides
+
+
+def _capped(value: int, where: Callable[[], str], field: str, what: str) -> None:
+    """Refuse a number past ``limits.MAX_COORDINATE`` (2**62) in magnitude, the cap the maps use.
+
+    Every later step (the oracle's int64 addresses, the executor's ``torch.as_strided``) does
+    int64 arithmetic on these; a stride of 2**63 on an extent-1 axis passes every range check
+    (they multiply by extent − 1) and overflows only once bytes are moving, so it is refused here,
+    by arithmetic, where the plan enters.
+    """
+    if abs(value) > limits.MAX_COORDINATE:
+        raise InvalidMapError(f"{where()}.{field}: {what} {value} is above 2**62 in magnitude")
 
 
 def _parse_segment(entry: Any, where: Callable[[], str]) -> TransferSegment:
@@ -156,6 +172,8 @@ def _parse_segment(entry: Any, where: Callable[[], str]) -> TransferSegment:
     shape = entry["shape"]
     if not isinstance(shape, (list, tuple)) or not all(is_int(v) for v in shape):
         raise InvalidMapError(f"{where()}.shape: expected a list of integers, got {describe(shape)}")
+    for axis, extent in enumerate(shape):
+        _capped(int(extent), where, f"shape[{axis}]", "extent")
     s_rank, s_off, s_str = _triple(entry["source"], where, "source")
     t_rank, t_off, t_str = _triple(entry["target"], where, "target")
     return TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(int(v) for v in shape))
@@ -197,7 +215,7 @@ class TransferPlan:
         return f'{{"logical_shape":[{ints(self.logical_shape)}],"segments":[{",".join(parts)}]}}'.encode()
 
     @classmethod
-    def from_dict(cls, entry: Any, where: str = "plan") -> TransferPlan:
+    def from_dict(cls, entry: Any, where: str = "$") -> TransferPlan:
         if not isinstance(entry, Mapping) or "segments" not in entry or "logical_shape" not in entry:
             raise InvalidMapError(f"{where}: expected {{logical_shape, segments}}")
         shape = entry["logical_shape"]

@@ -288,15 +288,26 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _element_sizes(
-    names: list[str], element_size: Mapping[str, int] | None
+    names: list[str], element_size: Mapping[str, int] | int | None
 ) -> dict[str, int] | None:
+    """Bytes per element by parameter name. One ``int`` is every parameter's size, as one integer
+    is in a maps file (``"element_size": 2``): the library takes what the files take."""
     if element_size is None:
         return None
+    if type(element_size) is int:  # bool excluded: True is not a byte count
+        if element_size <= 0:
+            raise ValueError(f"element_size must be positive, got {element_size}")
+        if element_size > limits.MAX_ELEMENT_SIZE:
+            raise ValueError(f"element_size must be at most {limits.MAX_ELEMENT_SIZE} bytes, got {element_size}")
+        return dict.fromkeys(names, element_size)
     if not isinstance(element_size, Mapping):
-        raise TypeError(f"element_size must map parameter name -> bytes, got {type(element_size).__name__}")
+        raise TypeError(
+            f"element_size must be an int (every parameter) or map parameter name -> bytes, "
+            f"got {type(element_size).__name__}"
+        )
     if type(element_size) is dict:  # the usual case, checked by C loops; any doubt takes the loop
         values: list[Any] = [*map(element_size.get, names)]
-        if {*map(type, values)} <= _INT and (not values or min(values) > 0):
+        if {*map(type, values)} <= _INT and (not values or 0 < min(values) <= max(values) <= limits.MAX_ELEMENT_SIZE):
             return dict(zip(names, values))
     out: dict[str, int] = {}
     for name in names:
@@ -307,6 +318,10 @@ def _element_sizes(
             raise TypeError(f"parameter {name!r}: element_size must be an int, got {type(size).__name__}")
         if size <= 0:
             raise ValueError(f"parameter {name!r}: element_size must be positive, got {size}")
+        if size > limits.MAX_ELEMENT_SIZE:
+            raise ValueError(
+                f"parameter {name!r}: element_size must be at most {limits.MAX_ELEMENT_SIZE} bytes, got {size}"
+            )
         out[name] = size
     return out
 
@@ -315,7 +330,7 @@ def _prepare_batch(
     pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
     budget: PlanBudget,
     endpoints: TransferEndpoints | None,
-    element_size: Mapping[str, int] | None,
+    element_size: Mapping[str, int] | int | None,
     process_node: Mapping[int, int] | None,
     min_split_bytes: int | None,
 ) -> tuple[list[_Prepared], dict[str, int] | None, int]:
@@ -365,7 +380,7 @@ def collect_requests(
     limits: PlanBudget | None = None,
     *,
     endpoints: TransferEndpoints | None = None,
-    element_size: Mapping[str, int] | None = None,
+    element_size: Mapping[str, int] | int | None = None,
     process_node: Mapping[int, int] | None = None,
 ) -> list[ReplicaRequest]:
     """The requests ``plan_transfers`` would hand its policy, without planning.
@@ -387,7 +402,7 @@ def plan_transfers(
     limits: PlanBudget | None = None,
     *,
     endpoints: TransferEndpoints | None = None,
-    element_size: Mapping[str, int] | None = None,
+    element_size: Mapping[str, int] | int | None = None,
     replica_policy: ReplicaPolicy | None = None,
     min_split_bytes: int | None = None,
     process_node: Mapping[int, int] | None = None,
@@ -398,8 +413,9 @@ def plan_transfers(
     may split requests; its answers are checked exactly before any segment exists.
     ``endpoints`` binds map locations to processes (so "local" is knowable), ``process_node``
     binds processes to nodes (it needs ``endpoints``), ``element_size`` gives bytes per element
-    per parameter, ``min_split_bytes`` bounds split parts (default 8 MiB, the executor's staging
-    budget). ``limits`` applies per parameter. Returns plans keyed and ordered by name; raises
+    per parameter (``{name: bytes}``, or one ``int`` for every parameter), ``min_split_bytes``
+    bounds split parts (default 8 MiB, the executor's staging budget). ``limits`` applies per
+    parameter. Returns plans keyed and ordered by name; raises
     (``InvalidMapError``, ``UnsupportedLayoutError``, ``InvalidReplicaPolicyError`` — its
     subclass ``PolicyRaisedError`` when the policy itself raised — ``AffineTransferError`` for
     budgets) without returning any plan when anything is wrong. Bad arguments (a non-positive or
@@ -422,7 +438,7 @@ def _plan_batch(
     pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
     budget: PlanBudget,
     endpoints: TransferEndpoints | None,
-    element_size: Mapping[str, int] | None,
+    element_size: Mapping[str, int] | int | None,
     replica_policy: ReplicaPolicy | None,
     min_split_bytes: int | None,
     process_node: Mapping[int, int] | None,

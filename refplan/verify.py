@@ -34,15 +34,33 @@ __all__ = [
 
 
 def run_verify_cli(
-    maps_path: str, plans_path: str, *, as_json: bool = False, quiet: bool = False, stream: bool | None = None
+    maps_path: str,
+    plans_path: str,
+    *,
+    as_json: bool = False,
+    quiet: bool = False,
+    stream: bool | None = None,
+    verbose: bool = False,
+    junit: str | None = None,
+    all_failures: bool = False,
 ) -> int:
     """``refplan verify MAPS.json PLANS.json``: print a report, return the exit code.
 
-    Exit 0 ok, 1 invalid, 3 unverifiable, 2 bad input: a file that cannot be read or parsed (one
-    line on stderr), or a map that fails validation (reported per parameter as ``invalid_map``).
+    Exit 0 ok, 1 invalid, 3 unverifiable, 2 bad input: a file that cannot be read or parsed, or a
+    map that fails validation, each one line on stderr (``refplan verify: <class>: <message>``,
+    the line ``refplan plan`` and ``refplan show`` print for the same input). A map whose sizes
+    the planner refuses (an extent or a tensor above 2**62 elements) is refused here too, with
+    the planner's message, before the oracle (which would only call it unverifiable) sees it.
     The plans file is a ``refplan.plans/1`` batch, or a bare ``{logical_shape, segments}`` plan
     dict (DeepSpeed's) when the maps file holds exactly one parameter. ``quiet`` prints no text
     report (the exit code says it all; ``--json`` is still printed, since it was asked for).
+
+    The text report is a summary line and every parameter that is not ok, at most
+    ``_CLI_SHOWN`` of them unless ``all_failures`` (the oracle gives one counterexample per
+    parameter, the first it finds); a map error is printed once, on stderr. ``verbose`` adds the
+    ok parameters and, under each failing one, the offending segments in their dict form.
+    ``junit`` writes a JUnit XML file: one testcase per parameter, ``invalid`` a failure,
+    ``invalid_map`` an error, ``unverifiable`` skipped, each with the verdict's text.
 
     ``stream`` reads the plans file one parameter at a time (``formats.PlansStream``,
     ``oracle.stream.verify_stream``), holding one plan instead of the batch; ``None`` (the
@@ -52,9 +70,9 @@ def run_verify_cli(
     """
     try:
         batch = read_maps(maps_path)
+        _cli_check_sizes(batch)
     except (AffineTransferError, InputFileError) as exc:
-        print(f"refplan verify: bad input: {exc}", file=sys.stderr)
-        return 2
+        return _cli_error(exc)
     if stream is None:
         try:
             size = os.path.getsize(plans_path)
@@ -66,28 +84,140 @@ def run_verify_cli(
         why = "as asked"
     if stream and not quiet:
         print(f"refplan verify: streaming {plans_path} ({why}): one parameter at a time", file=sys.stderr)
+    plans: dict[str, TransferPlan] | None = None
     try:
-        result = _verify_streaming(batch, plans_path) if stream else verify_plans(
-            batch.pairs, _plans_of(load_json(plans_path), batch, plans_path)
-        )
+        if stream:
+            result = _verify_streaming(batch, plans_path)
+        else:
+            plans = _plans_of(load_json(plans_path), batch, plans_path)
+            result = verify_plans(batch.pairs, plans)
     except InputFileError as exc:
-        print(f"refplan verify: bad input: {exc}", file=sys.stderr)
-        return 2
+        return _cli_error(exc)
     except AffineTransferError as exc:
         text = str(exc)
-        where = text if text.startswith(str(plans_path)) else f"{plans_path}: {text}"
-        print(f"refplan verify: bad input: {where}", file=sys.stderr)
-        return 2
+        return _cli_error(exc, text if text.startswith(str(plans_path)) else f"{plans_path}: {text}")
+    if junit is not None:
+        try:
+            with open(junit, "w", encoding="utf-8") as handle:
+                handle.write(_cli_junit(result, maps_path, plans_path))
+        except OSError as exc:
+            print(f"refplan verify: cannot write {junit}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     elif not quiet:
-        print(result)
+        offending = _cli_offending(result, plans, plans_path) if verbose else {}
+        print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=offending))
     for name in sorted(result.verdicts):
         verdict = result.verdicts[name]
         if verdict.status == "invalid_map":
-            print(f"refplan verify: bad input: parameter {name!r}: {verdict.map_error}", file=sys.stderr)
+            kind, _, text = (verdict.map_error or "").partition(": ")
+            print(_cli_one_line(f"refplan verify: {kind}: parameter {name!r}: {text}"), file=sys.stderr)
             break
     return result.exit_code
+
+
+_CLI_SHOWN = 20
+"""Parameters listed in ``refplan verify``'s text report without ``--all`` (a batch of 10⁵
+parameters that all fail the same way says so in 20 lines; ``--json`` and ``--all`` have all)."""
+
+
+def _cli_one_line(text: str) -> str:
+    return "\\n".join(text.splitlines())
+
+
+def _cli_error(exc: BaseException, text: str | None = None) -> int:
+    """One line on stderr, ``refplan verify: <class>: <message>`` as ``refplan plan`` prints it; exit 2."""
+    message = str(exc) if text is None else text
+    print(_cli_one_line(f"refplan verify: {type(exc).__name__}: {message}"), file=sys.stderr)
+    return 2
+
+
+def _cli_check_sizes(batch: MapsBatch) -> None:
+    """Refuse a map the planner refuses for its sizes, with the planner's class and message.
+
+    The oracle calls a tensor above 2**62 elements ``unverifiable`` (exit 3, "could not check"),
+    which is right for the oracle as a library and wrong for a file no tool can use: ``refplan
+    plan`` and ``refplan show`` refuse it as ``InvalidMapError`` (exit 2), and so must verify.
+    Only the size rules are borrowed (``frames.check_sizes``); the plan is still judged by the
+    independent oracle alone.
+    """
+    from .frames import check_sizes
+
+    check_sizes(batch.pairs)
+
+
+def _cli_summary(result: BatchVerdict) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items() if n)
+    return f"refplan verify: {len(result.verdicts)} parameter(s): {counts or 'none'} -> {result.status}"
+
+
+def _cli_report(
+    result: BatchVerdict, *, verbose: bool, all_failures: bool, offending: Mapping[str, list[dict[str, Any]]]
+) -> str:
+    """The text report: summary, then the parameters that failed (a map error is left to the
+    stderr line, so that it is printed once), bounded unless ``all_failures``."""
+    lines = [_cli_summary(result)]
+    failing = [n for n in sorted(result.verdicts) if result.verdicts[n].status in ("invalid", "unverifiable")]
+    shown = failing if all_failures else failing[:_CLI_SHOWN]
+    listed = set(shown)
+    for name in sorted(result.verdicts) if verbose else shown:
+        verdict = result.verdicts[name]
+        if verdict.status == "invalid_map" or (name not in listed and verdict.status != "ok"):
+            continue
+        lines.append(f"  {verdict}")
+        for index, segment in zip(verdict.segments, offending.get(name, ())):
+            lines.append(f"    segment {index}: {json.dumps(segment, sort_keys=True)}")
+    if len(failing) > len(shown):
+        lines.append(f"  ... and {len(failing) - len(shown)} more parameter(s) not ok (--all lists every one, "
+                     "--json gives them all)")
+    return "\n".join(lines)
+
+
+def _cli_offending(
+    result: BatchVerdict, plans: Mapping[str, TransferPlan] | None, plans_path: str
+) -> dict[str, list[dict[str, Any]]]:
+    """The dict form of the segments each failing verdict names (``-v``). A streamed file was
+    not kept, so its failing parameters' plans are read again, one at a time."""
+    wanted = {n: v.segments for n, v in result.verdicts.items() if v.status != "ok" and v.segments}
+    if not wanted:
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    source: Any = plans.items() if plans is not None else PlansStream(plans_path)
+    for name, plan in source:
+        if name in wanted:
+            segments = plan.segments
+            out[name] = [segments[i].to_dict() for i in wanted[name] if 0 <= i < len(segments)]
+    return out
+
+
+def _cli_junit(result: BatchVerdict, maps_path: str, plans_path: str) -> str:
+    """JUnit XML for CI: one testcase per parameter; ``invalid`` is a failure, ``invalid_map`` an
+    error (the input, not the plan), ``unverifiable`` skipped (not checked), each with the
+    verdict's text, so a CI page shows the counterexample without the log."""
+    import xml.etree.ElementTree as ET
+
+    counts = result.counts()
+    suite = ET.Element(
+        "testsuite", name=f"refplan-verify[{plans_path}]", tests=str(len(result.verdicts)),
+        failures=str(counts["invalid"]), errors=str(counts["invalid_map"]), skipped=str(counts["unverifiable"]),
+    )
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="maps", value=str(maps_path))
+    ET.SubElement(properties, "property", name="status", value=result.status)
+    for name in sorted(result.verdicts):
+        verdict = result.verdicts[name]
+        case = ET.SubElement(suite, "testcase", classname="refplan.verify", name=name)
+        text = str(verdict)
+        if verdict.status == "invalid":
+            ET.SubElement(case, "failure", message=text[:500], type="invalid").text = text
+        elif verdict.status == "invalid_map":
+            ET.SubElement(case, "error", message=text[:500], type="invalid_map").text = text
+        elif verdict.status == "unverifiable":
+            ET.SubElement(case, "skipped", message=text[:500])
+    suites = ET.Element("testsuites")
+    suites.append(suite)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def _plans_of(doc: Any, batch: MapsBatch, plans_path: str) -> dict[str, TransferPlan]:
@@ -96,12 +226,12 @@ def _plans_of(doc: Any, batch: MapsBatch, plans_path: str) -> dict[str, Transfer
     if isinstance(doc, Mapping) and "format" not in doc and "segments" in doc:
         if len(batch.pairs) != 1:
             raise InvalidMapError(
-                f"{plans_path}: a bare plan needs a maps file with exactly one parameter, "
+                f"{plans_path}: $: a bare plan needs a maps file with exactly one parameter, "
                 f"this one has {len(batch.pairs)}"
             )
         (name,) = batch.pairs
         check_keys(doc, "plan")
-        return {name: TransferPlan.from_dict(doc, f"plans[{name!r}]")}
+        return {name: TransferPlan.from_dict(doc, "$")}
     return parse_plans(doc, from_json=True)
 
 

@@ -81,4 +81,4 @@ def test_input_errors_name_the_file_and_the_json_path(tmp_path: Path, capsys: py
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(bad) in err, err
     main(["plan", str(bad)])
-    assert "w.source.ranks[0].pieces[0].shape" in capsys.readouterr().err
+    assert '$.parameters.w.source.ranks["0"].pieces[0].shape: ' in capsys.readouterr().err

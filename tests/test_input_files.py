@@ -264,7 +264,7 @@ def test_plans_parsed_once_per_text_keep_each_error_with_its_parameter() -> None
     assert fast == parse_plans(json.loads(json.dumps(doc)))
     assert fast["a"] is fast["b"]
     doc["parameters"]["c"]["segments"][0]["shape"][0] = True
-    with pytest.raises(InvalidMapError, match=r"plans\[c\]"):
+    with pytest.raises(InvalidMapError, match=r"^\$\.parameters\.c\.segments\[0\]\.shape: "):
         parse_plans(json.loads(json.dumps(doc)), from_json=True)
 
 

@@ -284,7 +284,7 @@ def test_a_batch_verdict_reports_counts_worst_status_and_exit_code() -> None:
     bad = Verdict("invalid", "w", "why", 2, 5, (1, 2), (3, 4), None, 7, 9)
     batch = BatchVerdict("invalid", {"b": bad, "a": Verdict("ok", "a", "fine")})
     assert str(batch) == (
-        "refplan verify: 2 parameter(s): 1 ok, 1 invalid -> invalid\n  ok: parameter 'a': fine\n"
+        "2 parameter(s): 1 ok, 1 invalid -> invalid\n  ok: parameter 'a': fine\n"
         "  invalid: parameter 'w': why [target location 2; offset 5; logical (1, 2); segments 3, 4]"
     )
     assert batch.counts() == {"ok": 1, "unverifiable": 0, "invalid": 1, "invalid_map": 0}
@@ -293,7 +293,7 @@ def test_a_batch_verdict_reports_counts_worst_status_and_exit_code() -> None:
         "parameters": {"a": Verdict("ok", "a", "fine").to_dict(), "b": bad.to_dict()},
     }
     assert list(batch.to_dict()["parameters"]) == ["a", "b"]
-    assert str(BatchVerdict("ok")) == "refplan verify: 0 parameter(s): none -> ok"
+    assert str(BatchVerdict("ok")) == "0 parameter(s): none -> ok"
     assert BatchVerdict("ok").ok and not batch.ok
     assert [BatchVerdict(s).exit_code for s in ("ok", "invalid", "invalid_map", "unverifiable")] == [0, 1, 2, 3]
     assert worst([]) == "ok"

@@ -35,7 +35,7 @@ REGISTRY = referencing.Registry().with_resources(
 )
 
 # The keywords that constrain an instance (``properties``, ``$ref`` and ``$defs`` only route).
-CONSTRAINTS = {"type", "required", "additionalProperties", "uniqueItems", "minimum", "minItems", "items",
+CONSTRAINTS = {"type", "required", "additionalProperties", "uniqueItems", "minimum", "maximum", "minItems", "items",
                "prefixItems", "pattern", "const", "oneOf", "propertyNames"}
 
 
@@ -141,6 +141,8 @@ def _breaks(node: dict[str, Any], value: Any) -> Iterator[tuple[str, str, Callab
         yield "uniqueItems", "repeat", lambda v: [*v, v[0]]
     if "minimum" in node and _is(value, "integer"):
         yield "minimum", "below", lambda v: node["minimum"] - 1
+    if "maximum" in node and _is(value, "integer"):
+        yield "maximum", "above", lambda v: node["maximum"] + 1
     if "minItems" in node and isinstance(value, list):
         yield "minItems", "short", lambda v: v[: node["minItems"] - 1]
     if node.get("items") is False and isinstance(value, list):

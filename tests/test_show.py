@@ -114,7 +114,7 @@ def test_bad_maps_file_is_one_line_naming_file_and_path(tmp_path: Path, capsys: 
     assert _run(str(maps)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert str(maps) in err and "w.target.ranks[0].pieces[0].shape" in err
+    assert str(maps) in err and '$.parameters.w.target.ranks["0"].pieces[0].shape: ' in err
     maps.write_text("{not json")
     assert _run(str(maps)) == 2
     err = capsys.readouterr().err.strip()
@@ -132,7 +132,7 @@ def test_bad_plans_file_is_one_line(demo_maps: Path, tmp_path: Path, capsys: pyt
     assert _run(str(demo_maps), str(path)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert str(path) in err and f"parameters[{name!r}].segments[1].target[0]" in err and "location 99" in err
+    assert str(path) in err and f'$.parameters["{name}"].segments[1].target[0]: ' in err and "location 99" in err
 
 
 def test_refused_maps_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1000,7 +1000,7 @@ def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     garbage.write_text("{not json")
     assert run_verify_cli(maps, str(garbage), as_json=False) == 2
     captured = capsys.readouterr()
-    assert captured.err.count("\n") == 1 and "bad input" in captured.err
+    assert captured.err.count("\n") == 1 and "refplan verify: InvalidMapError: " in captured.err
     assert run_verify_cli(str(tmp_path / "missing.json"), good, as_json=False) == 2
     capsys.readouterr()
 

@@ -61,6 +61,15 @@ def _table(title: str, plans: dict[str, TransferPlan], endpoints: TransferEndpoi
     return "\n".join(lines)
 
 
+SYNC_NOTE = (
+    "note: `make demo` then runs `refplan sync --nproc 4 --model demo`: with 4 processes, not the 8 above, it "
+    "runs the colocated placement (location i of either side on process i mod 4), so trainer and engine share "
+    "processes, part of each copy is local, and its per-process loads differ from these tables"
+)
+"""Said once after the tables: the sync that follows the demo is another placement of the same
+batch, and without this its different loads read as a contradiction of the plan just printed."""
+
+
 def run_demo() -> str:
     """Plan the demo batch with both policies and return the report ``refplan demo`` prints."""
     pairs, endpoints, sizes = demo_batch()
@@ -83,6 +92,8 @@ def run_demo() -> str:
         for name, plans in results.items():
             verdict = verify_plans(pairs, plans)
             out.append(f"oracle verify_plans({name}): {verdict.status}")
+    out.append("")
+    out.append(SYNC_NOTE)
     sample = "layers.0.attn.qkv"
     out.append("")
     out.append(f"balanced plan for {sample} (first segments):")

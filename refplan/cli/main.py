@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AffineTransferError
-from ..formats import dump_plans, load_json, parse_endpoints, read_maps
+from ..formats import MAX_ELEMENT_SIZE, dump_plans, load_json, parse_endpoints, read_maps
 from ..limits import STREAM_PLANS_BYTES
 from ..planner import plan_transfers
 from ..policies import POLICIES
@@ -26,18 +26,27 @@ from ..policies import POLICIES
 __all__ = ["main"]
 
 
+class _CannotWrite(Exception):
+    """An output file could not be written; the message is the whole line after the prefix."""
+
+
 def _write_json(doc: Any, output: str | None) -> None:
     text = json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True) + "\n"
     if output is None or output == "-":
         sys.stdout.write(text)
-    else:
+        return
+    try:
         Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:  # a missing folder, a directory, no permission: said in words
+        raise _CannotWrite(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     # Argument errors are the caller's, not a map's: one line, exit 2, before any file is read.
-    if args.element_size is not None and args.element_size < 1:
-        print(f"refplan plan: --element-size must be at least 1, got {args.element_size}", file=sys.stderr)
+    if args.element_size is not None and not 1 <= args.element_size <= MAX_ELEMENT_SIZE:
+        # The bound is the one a maps file's element_size is held to (formats.MAX_ELEMENT_SIZE).
+        print(f"refplan plan: --element-size must be from 1 to {MAX_ELEMENT_SIZE} bytes, got {args.element_size}",
+              file=sys.stderr)
         return 2
     if args.min_split_bytes is not None and args.min_split_bytes < 0:
         print(f"refplan plan: --min-split-bytes must be at least 0, got {args.min_split_bytes}", file=sys.stderr)
@@ -55,7 +64,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         element_size=element_size,
         replica_policy=POLICIES[args.policy],
         min_split_bytes=args.min_split_bytes,
-        process_node=batch.process_node if endpoints is not None else None,
+        process_node=batch.process_node,  # without endpoints, refused as plan_transfers refuses it
     )
     _write_json(dump_plans(plans), args.output)
     if args.verbose:
@@ -76,7 +85,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from ..verify import run_verify_cli
 
-    return run_verify_cli(args.maps, args.plans, as_json=args.json, quiet=args.quiet, stream=args.stream)
+    return run_verify_cli(args.maps, args.plans, as_json=args.json, quiet=args.quiet, stream=args.stream,
+                          verbose=args.verbose, junit=args.junit, all_failures=args.all)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -136,7 +146,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     verify.add_argument("maps", help="maps batch file (refplan.maps/1) the plans were made for")
     verify.add_argument("plans",
                         help="plans file (refplan.plans/1), or one bare plan dict for a one-parameter maps file")
-    verify.add_argument("--json", action="store_true", help="machine-readable report")
+    verify.add_argument("--json", action="store_true", help="machine-readable report (every parameter)")
+    verify.add_argument("--junit", metavar="FILE",
+                        help="also write a JUnit XML report: one testcase per parameter, an invalid plan a failure "
+                             "with the verdict's text, a map error an error, unverifiable skipped")
+    verify.add_argument("--all", action="store_true",
+                        help="list every parameter that is not ok (default: the first 20). The oracle stops at the "
+                             "first counterexample it finds in a parameter, so each lists one")
     streaming = verify.add_mutually_exclusive_group()
     streaming.add_argument("--stream", dest="stream", action="store_const", const=True, default=None,
                            help="read the plans file one parameter at a time (default: only from "
@@ -214,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         return 0
+    except _CannotWrite as exc:
+        print(_one_line(f"refplan {args.command}: {exc}"), file=sys.stderr)
+        return 2
     except OSError as exc:  # e.g. -o names a directory or an unwritable path (inputs are read by load_json)
         where = f"{exc.filename}: " if exc.filename else ""
         print(_one_line(f"refplan {args.command}: {type(exc).__name__}: {where}{exc.strerror or exc}"), file=sys.stderr)

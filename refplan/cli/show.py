@@ -32,7 +32,8 @@ from xml.sax.saxutils import escape, quoteattr
 from ..analysis import LoadReport, sender_load
 from ..box import box_in_shard, row_major_strides, volume
 from ..errors import AffineTransferError, InputFileError, InvalidMapError
-from ..formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans
+from ..formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans, path_key
+from ..frames import check_sizes
 from ..plan import TransferPlan
 from ..policies import POLICIES
 
@@ -368,8 +369,10 @@ class _BadInput(Exception):
 
 
 def _prefixed(path: str, exc: Exception) -> str:
+    """``<class>: <path>: <message>``: the line ``refplan plan`` and ``refplan verify`` print for
+    the same file (the class first, then the file, then the JSON path and the problem)."""
     text = str(exc)
-    return text if text.startswith(path) else f"{path}: {text}"
+    return f"{type(exc).__name__}: " + (text if text.startswith(path) else f"{path}: {text}")
 
 
 def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
@@ -387,17 +390,18 @@ def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
     except (AffineTransferError, InputFileError) as exc:
         raise _BadInput(_prefixed(path, exc)) from None
     for name in sorted(plans):
+        where = path_key("$.parameters", name)
         if name not in batch.pairs:
-            raise _BadInput(f"{path}: parameters[{name!r}]: no such parameter in the maps file")
+            raise _BadInput(f"InvalidMapError: {path}: {where}: no such parameter in the maps file")
         target, source = batch.pairs[name]
         for i, seg in enumerate(plans[name].segments):
             for side, loc, known in (("source", seg.source_rank, source), ("target", seg.target_rank, target)):
                 if loc not in known.shard_shapes:
-                    raise _BadInput(f"{path}: parameters[{name!r}].segments[{i}].{side}[0]: location {loc} is not "
-                                    f"in the {side} map")
+                    raise _BadInput(f"InvalidMapError: {path}: {where}.segments[{i}].{side}[0]: location {loc} "
+                                    f"is not in the {side} map")
     for name in sorted(batch.pairs):
         if name not in plans:
-            raise _BadInput(f"{path}: parameters: no plan for parameter {name!r} of the maps file")
+            raise _BadInput(f"InvalidMapError: {path}: $.parameters: no plan for parameter {name!r} of the maps file")
     return plans
 
 
@@ -420,6 +424,10 @@ def run_show_cli(args: argparse.Namespace) -> int:
             batch = parse_maps(load_json(args.maps))
         except (AffineTransferError, InputFileError) as exc:
             raise _BadInput(_prefixed(args.maps, exc)) from None
+        try:
+            check_sizes(batch.pairs)  # as `refplan plan` refuses them, also when a plans file is shown
+        except AffineTransferError as exc:
+            raise _BadInput(f"{type(exc).__name__}: {exc}") from None
         if args.plans:
             plans = _load_plans(args.plans, batch)
             origin = f"plans from {args.plans}"
@@ -430,10 +438,10 @@ def run_show_cli(args: argparse.Namespace) -> int:
                     endpoints=batch.endpoints,
                     element_size=batch.element_size,
                     replica_policy=POLICIES[args.policy],
-                    process_node=batch.process_node if batch.endpoints is not None else None,
+                    process_node=batch.process_node,  # without endpoints, refused as plan_transfers refuses it
                 )
             except AffineTransferError as exc:
-                raise _BadInput(f"{args.maps}: {type(exc).__name__}: {exc}") from None
+                raise _BadInput(f"{type(exc).__name__}: {exc}") from None
             origin = f"policy {args.policy}"
     except _BadInput as exc:
         print("\\n".join(f"{prog}: {exc}".splitlines()), file=sys.stderr)
@@ -458,7 +466,7 @@ def run_show_cli(args: argparse.Namespace) -> int:
             print(f"{prog}: no PNG written: it needs cairosvg or matplotlib (pip install 'refplan[png]'); "
                   f"the SVG is in {args.svg}", file=sys.stderr)
     except OSError as exc:
-        print(f"{prog}: cannot write: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return code
 

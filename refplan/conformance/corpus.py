@@ -53,14 +53,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..formats import path_key
 from ..maps import is_int
 
 __all__ = [
+    "ALWAYS_INPUT_KEYS",
     "CASES_DIR",
     "CASE_FORMAT",
     "ERROR_CLASSES",
     "FEATURES",
     "INPUT_FORMAT",
+    "INPUT_KEYS",
     "Case",
     "CaseFormatError",
     "Expect",
@@ -89,6 +92,27 @@ FEATURES = {
     "batch_policy": "the RFC's default batch policy (balance across the whole batch, local first)",
 }
 """What a case may need from a planner; ``Case.features()`` derives them from its content."""
+
+INPUT_KEYS = {
+    "format": "always: \"refplan.conformance-input/1\"",
+    "id": "always: the case id, for the planner's own logs",
+    "parameters": "always: {name: {\"target\": map, \"source\": map}} in DeepSpeed's dict form",
+    "endpoints": "{\"source\": {loc: proc}, \"target\": {loc: proc}}: which process holds each location",
+    "process_node": "{proc: node}: which node each process is on (only with endpoints)",
+    "element_size": "{name: bytes}: bytes per element of each parameter",
+    "min_split_bytes": "int: the smallest part a split may have, in bytes",
+    "budget": "{PlanBudget field: int}: limits the plan must stay within, else refuse",
+    "requests": "informational, present with answers: the replica requests the answers index into",
+    "answers": "scripted replica answers, one per request: an int location or a list of parts",
+}
+"""Every key of a planner's input document (``Case.input_doc()``), with what it holds.
+
+The protocol's declaration (``--supports``, a planner function's ``supports`` attribute) names
+keys of this table; ``ALWAYS_INPUT_KEYS`` are in every input and ``requests`` only indexes
+``answers``, so neither makes a case need anything."""
+
+ALWAYS_INPUT_KEYS = frozenset({"format", "id", "parameters"})
+_NEVER_NEEDED = ALWAYS_INPUT_KEYS | {"requests"}
 
 _ID = re.compile(r"[A-Za-z0-9._/-]+")
 _CASE_KEYS = {
@@ -189,6 +213,13 @@ class Case:
             if self.raw.get(key) is not None:
                 doc[key] = self.raw[key]
         return doc
+
+    def input_keys(self) -> frozenset[str]:
+        """The input keys a planner must understand to answer this case: the optional keys of
+        ``input_doc()`` it carries, less ``requests`` (only an index for ``answers``). A planner
+        that ignored one of them would plan another problem than the case's, so the protocol's
+        declaration (``supports``) is checked against these."""
+        return frozenset(k for k in _OPTIONAL_INPUTS if self.raw.get(k) is not None) - _NEVER_NEEDED
 
     def features(self) -> frozenset[str]:
         """The planner features this case needs (``FEATURES``)."""
@@ -294,7 +325,7 @@ def parse_case(value: Any, family: str, where: str) -> Case:
         raise _fail(f"{where}.parameters", "expected a non-empty object of name -> {target, source}")
     for name, pair in params.items():
         if not isinstance(pair, Mapping) or set(pair) != {"target", "source"}:
-            raise _fail(f"{where}.parameters[{name!r}]", "expected {\"target\": map, \"source\": map}")
+            raise _fail(path_key(f"{where}.parameters", name), "expected {\"target\": map, \"source\": map}")
     min_split = value.get("min_split_bytes")
     if min_split is not None and not is_int(min_split):
         raise _fail(f"{where}.min_split_bytes", "expected an int")

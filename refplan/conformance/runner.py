@@ -35,7 +35,7 @@ import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +44,11 @@ from .._progress import Progress
 from ..box import Box, box_in_shard, decode_row_major, volume
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
-from .corpus import CASES_DIR, Case, CaseFormatError, load_cases, select_cases
+from .corpus import ALWAYS_INPUT_KEYS, CASES_DIR, INPUT_KEYS, Case, CaseFormatError, load_cases, select_cases
 
 __all__ = [
     "CaseResult",
+    "Interrupted",
     "Report",
     "add_conformance_arguments",
     "judge",
@@ -100,6 +101,9 @@ class Report:
     planner: str
     results: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
+    incomplete: bool = False
+    """The run was interrupted (Ctrl-C): ``results`` holds the cases that finished, and every
+    report form says so, so that a partial run is never read as the whole corpus."""
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(VERDICTS, 0)
@@ -168,11 +172,13 @@ class Report:
                 if r.verdict != "pass":
                     lines += _reason_lines(r, max(cols, 40))
         lines.append(self.quality_line())
-        lines.append(f"{self.planner}: {self.summary_line()} ({self.seconds:.2f} s)")
+        partial = " (interrupted: only the cases above ran)" if self.incomplete else ""
+        lines.append(f"{self.planner}: {self.summary_line()} ({self.seconds:.2f} s){partial}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "incomplete": self.incomplete,
             "planner": self.planner,
             "summary": self.summary_line(),
             "counts": self.counts(),
@@ -193,6 +199,9 @@ class Report:
             skipped=str(c["unsupported"]),
             time=f"{self.seconds:.3f}",
         )
+        if self.incomplete:
+            properties = ET.SubElement(suite, "properties")
+            ET.SubElement(properties, "property", name="incomplete", value="true")
         for r in self.results:
             case = ET.SubElement(suite, "testcase", classname=f"conformance.{r.family}", name=r.case_id,
                                  time=f"{r.seconds:.6f}")
@@ -466,6 +475,7 @@ def run_conformance(
     select: str | Sequence[str] | None = None,
     timeout: float = 60.0,
     progress: Callable[[CaseResult], None] | None = None,
+    supports: Iterable[str] | None = None,
 ) -> Report:
     """Run ``cases`` (default: the packaged corpus; or a case file, directory, glob or list of
     ``Case``) through ``planner`` and judge each one.
@@ -476,6 +486,15 @@ def run_conformance(
     ``select`` keeps the cases whose id, family prefix or tag matches one of its globs (e.g.
     ``"rules/*"``, ``"R17"``, ``"*billion*"``). Raises ``ValueError`` for an unusable planner spec
     and ``CaseFormatError`` for a malformed case file.
+
+    ``supports`` declares the input keys (``corpus.INPUT_KEYS``) the planner implements; without
+    it, a planner function's own ``supports`` attribute does. A case whose input carries a key
+    outside the declaration (``Case.input_keys()``) is ``unsupported``, naming the keys, and is
+    not run: a planner that ignores ``answers`` or ``budget`` would plan another problem and
+    read as ``fail``. No declaration at all: every case runs, as before.
+
+    Ctrl-C (``KeyboardInterrupt``) during the run raises ``Interrupted``, a ``KeyboardInterrupt``
+    carrying the report of the cases that finished (``incomplete`` set).
     """
     if isinstance(planner, Adapter):
         adapter = planner
@@ -485,25 +504,76 @@ def run_conformance(
         adapter = FunctionAdapter(planner)
     else:
         raise TypeError(f"planner must be a spec string, an Adapter or a function, got {type(planner).__name__}")
+    declared = _declared_keys(supports if supports is not None else _supports_attribute(planner, adapter))
     loaded = list(cases) if isinstance(cases, Sequence) and not isinstance(cases, str) else load_cases(cases)
     chosen = select_cases(loaded, select)
     report = Report(adapter.name)
     start = time.perf_counter()
-    for case in chosen:
-        outcome = adapter.run(case)
-        verdict, reason, notes = judge(case, outcome, adapter)
-        ratio = None
-        if verdict in ("pass", "quality") and outcome.kind == "accept" and case.expect.outcome == "accept":
-            ratio = load_ratio(case, outcome.plans or {})
-        result = CaseResult(
-            case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
-            outcome.seconds, notes, case.tags, ratio,
-        )
-        report.results.append(result)
-        if progress is not None:
-            progress(result)
+    try:
+        for case in chosen:
+            undeclared = sorted(case.input_keys() - declared) if declared is not None else []
+            if undeclared:
+                result = CaseResult(
+                    case.id, case.family, case.why, case.expect.describe(), "unsupported", "unsupported",
+                    f"needs input key(s) {', '.join(undeclared)}, which the planner does not declare in supports",
+                    0.0, (), case.tags,
+                )
+            else:
+                result = _run_case(case, adapter)
+            report.results.append(result)
+            if progress is not None:
+                progress(result)
+    except KeyboardInterrupt:
+        report.incomplete = True
+        report.seconds = time.perf_counter() - start
+        raise Interrupted(report, len(chosen)) from None
     report.seconds = time.perf_counter() - start
     return report
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run_conformance``: still a ``KeyboardInterrupt`` (a caller that does not
+    know this class stops as it would), carrying ``report`` (the finished cases, ``incomplete``
+    set) and ``selected`` (how many cases the run had), so the CLI can write what it has."""
+
+    def __init__(self, report: Report, selected: int) -> None:
+        super().__init__(f"interrupted after {len(report.results)} of {selected} cases")
+        self.report = report
+        self.selected = selected
+
+
+def _run_case(case: Case, adapter: Adapter) -> CaseResult:
+    outcome = adapter.run(case)
+    verdict, reason, notes = judge(case, outcome, adapter)
+    ratio = None
+    if verdict in ("pass", "quality") and outcome.kind == "accept" and case.expect.outcome == "accept":
+        ratio = load_ratio(case, outcome.plans or {})
+    return CaseResult(
+        case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
+        outcome.seconds, notes, case.tags, ratio,
+    )
+
+
+def _supports_attribute(planner: Any, adapter: Adapter) -> Any:
+    """A planner function's ``supports`` attribute (also through ``pkg.module:function``), or ``None``."""
+    function = planner if callable(planner) and not isinstance(planner, Adapter) else getattr(adapter, "_fn", None)
+    return getattr(function, "supports", None)
+
+
+def _declared_keys(value: Any) -> frozenset[str] | None:
+    """The declared input keys as a set, the always-present ones added; ``ValueError`` for a key
+    the input format does not have, so a misspelt declaration cannot silently skip cases."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValueError(f"supports must be a set of input key names, got {type(value).__name__}")
+    keys = list(value)
+    unknown = sorted(str(k) for k in keys if k not in INPUT_KEYS)
+    if unknown:
+        raise ValueError(
+            f"supports names unknown input key(s) {', '.join(unknown)}; the input keys are {', '.join(INPUT_KEYS)}"
+        )
+    return frozenset(keys) | ALWAYS_INPUT_KEYS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -761,6 +831,11 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-supported", type=int, default=1, metavar="N",
                         help="exit 1 unless at least N cases ran (were not unsupported); default 1, so a run "
                              "that checked nothing fails")
+    parser.add_argument("--supports", metavar="KEY,...",
+                        help="the input keys the planner implements (of " + ", ".join(
+                            k for k in INPUT_KEYS if k not in ALWAYS_INPUT_KEYS) + "); a case whose input "
+                        "carries any other is unsupported, naming it, and is not run (default: every key, or a "
+                        "Python planner's own 'supports' attribute)")
     parser.add_argument("--dump", metavar="CASE",
                         help="write CASE's planner input (refplan.conformance-input/1, as a cmd: planner reads it) "
                              "to stdout and exit")
@@ -830,13 +905,35 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
             done += 1
             progress.update(done, result.case_id)
 
+        supports = getattr(args, "supports", None)
+        declared = None if supports is None else [k.strip() for k in supports.split(",") if k.strip()]
+        interrupted: Interrupted | None = None
         try:
-            report = run_conformance(args.planner, selected, timeout=args.timeout, progress=step)
+            report = run_conformance(args.planner, selected, timeout=args.timeout, progress=step, supports=declared)
+        except Interrupted as exc:
+            interrupted, report = exc, exc.report
         finally:
             progress.close()
     except (CaseFormatError, ValueError) as exc:
         print(_one_line(f"{prog}: {exc}"), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside a case run (loading the corpus, the planner's import, --markdown)
+        print(f"{prog}: interrupted; nothing written", file=sys.stderr)
+        return 130
+    code = _report_out(args, report, prog, quiet=quiet, verbose=verbose, min_supported=min_supported)
+    if interrupted is not None:
+        # One line, not a traceback: what ran is reported above (and in --junit/--json, marked
+        # incomplete), and 130 is the shell's code for a run stopped by SIGINT.
+        print(f"{prog}: interrupted after {len(report.results)} of {interrupted.selected} cases; "
+              "the results so far are reported as incomplete", file=sys.stderr)
+        return 130
+    return code
+
+
+def _report_out(
+    args: argparse.Namespace, report: Report, prog: str, *, quiet: bool, verbose: bool, min_supported: int
+) -> int:
+    """Write ``report`` as asked (JUnit file, JSON or table) and return the exit code."""
     if args.junit:
         try:
             Path(args.junit).write_text(report.junit_xml(), encoding="utf-8")
@@ -854,7 +951,7 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
             for r in report.results:
                 for note in r.notes:
                     print(f"note {r.case_id}: {note}")
-    if report.ok and report.supported < min_supported:
+    if report.ok and report.supported < min_supported and not report.incomplete:
         print(f"{prog}: only {report.supported} of {len(report.results)} selected cases ran (the rest are "
               f"unsupported), fewer than --min-supported {min_supported}: nothing to call a pass", file=sys.stderr)
     if getattr(args, "fail_on_quality", False) and report.counts()["quality"]:

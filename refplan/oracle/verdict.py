@@ -115,7 +115,8 @@ class BatchVerdict:
 
     def __str__(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.counts().items() if n)
-        lines = [f"refplan verify: {len(self.verdicts)} parameter(s): {counts or 'none'} -> {self.status}"]
+        # No command name: this is a library value (``refplan verify`` adds its own prefix).
+        lines = [f"{len(self.verdicts)} parameter(s): {counts or 'none'} -> {self.status}"]
         for name in sorted(self.verdicts):
             lines.append(f"  {self.verdicts[name]}")
         return "\n".join(lines)
