@@ -8,17 +8,20 @@ Why the protocol looks the way it does:
   allocation) runs first, on every process, against only what that process can see. Each process
   then packs its verdict, the device type of its buffers and a digest of the whole schedule
   (plans, endpoints, budget, dtypes) into one fixed-size int64 tensor, and the processes
-  all-gather it. If any process refused, the digests differ, or the processes hold buffers on
-  different device types, *every* process raises the same ``TransferRejectedError`` naming the
-  processes and their reasons, and no byte has moved. A lone raise would strand the peers inside
-  a collective, which is why no check may raise on its own, and why nothing before the verdict
-  does work proportional to a segment's extents: every segment's addresses are bounded by its
-  buffer, and the number of chunks and rounds is computed arithmetically and bounded before a
-  single chunk is built.
+  all-gather it, after a hello whose size never changes (``_HELLO_WORDS``), so that a peer of another
+  protocol or verdict size is a disagreement, never a collective of mismatched tensors (which gloo
+  answers by aborting the process). If any process refused, the digests differ, or the processes
+  hold buffers on different device types, *every* process raises the same
+  ``TransferRejectedError`` naming the processes and their reasons, and no byte has moved. A lone
+  raise would strand the peers inside a collective, which is why no check may raise on its own,
+  and why nothing before the verdict does work proportional to a segment's extents: every
+  segment's addresses are bounded by its buffer, and the number of chunks and rounds is computed
+  arithmetically and bounded before a single chunk is built.
 - **After the verdict, nothing is left that can fail by our own logic**, so the only failures are
   the transport's (a dead or stuck peer). Every wait carries ``timeout``: a stuck round becomes a
   ``TransferExecutionError`` instead of a hang. Staging a transport may still write into after a
-  timed-out wait is never freed (see ``_RETAINED``).
+  timed-out wait is never freed (see ``_RETAINED``). After the last round the processes agree on
+  the outcome (``_outcome``), so a failure anywhere is raised everywhere, with the same targets.
 - **Rounds with receives before sends.** Each process derives, from the same plans, the same
   global order of chunks; the chunks between two processes form one FIFO queue per direction, and
   the r-th message of A's queue to B is the r-th of B's queue from A. Round r posts the receives
@@ -55,7 +58,9 @@ import bisect
 import hashlib
 import json
 import math
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -96,7 +101,18 @@ DEFAULT_TIMEOUT = timedelta(seconds=300)
 """How long one exchange (the verdict, or one round) may wait before it becomes an error."""
 
 _SCHEMA = "refplan.execute/3"
-_MAGIC = 0x7265_6670_6C61_6E32  # "refplan2": a peer running another protocol disagrees, never hangs
+_MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
+_PROTOCOL = 3  # the layout of everything exchanged after the hello (verdict, outcome)
+_HELLO_AGREED = 4  # words of the hello every process must have equal: magic, protocol, verdict length, outcome
+_HELLO_WORDS = 37
+"""Words of the hello every call all-gathers first: magic, protocol, this process's verdict length,
+whether it runs the outcome agreement, and its number of rounds (the only word that may differ).
+
+Fixed for good, so that a peer whose verdict (or anything later) has another size is found by
+comparing hellos instead of by a collective of mismatched tensors, which gloo answers with
+``std::terminate``. 37 is the size of protocol "refplan2"'s verdict, which then met this hello:
+a process of that protocol reads it as a verdict of another magic and disagrees; it never aborts.
+"""
 _REASON_BYTES = 256
 _HEADER_WORDS = 5  # magic, digest, rejected flag, global rank, device type of the buffers
 _VERDICT_WORDS = _HEADER_WORDS + _REASON_BYTES // 8
@@ -117,6 +133,9 @@ destroyed (and usually the process restarted) after a ``TransferExecutionError``
 class TransferRejectedError(AffineTransferError):
     """Raised identically on every process when the transfer was refused before any byte moved.
 
+    One exception: a call that starts while another is in flight on its group in the same
+    process is refused by that process alone, before it touches the group (``_enter``).
+
     ``processes`` names the processes whose check failed (or, for a schedule disagreement, every
     process); ``reason`` is the same text on every process.
     """
@@ -131,8 +150,22 @@ class TransferExecutionError(RuntimeError):
     """The transport failed or timed out after the verdict: target buffers may be partly written.
 
     Not an ``AffineTransferError``: nothing is wrong with the plan or the buffers; a peer died,
-    stalled, or the network failed.
+    stalled, or the network failed. After the collective outcome (``outcome=True``, the
+    default) every surviving process raises it, with the same ``targets``: parameter → target
+    locations that may be partly written (those any failed process's queues and local copies
+    write, or every target of the batch when the processes could not agree on who failed), and
+    ``processes``: the processes that reported a failure (``None`` when the agreement failed).
     """
+
+    def __init__(
+        self,
+        message: str,
+        targets: Mapping[str, tuple[int, ...]] | None = None,
+        processes: tuple[int, ...] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.targets: dict[str, tuple[int, ...]] = dict(targets or {})
+        self.processes = processes
 
 
 @dataclass(frozen=True)
@@ -143,7 +176,8 @@ class StagingBudget:
     messages of a queue are in flight at once (the pipeline), so a message (hence a chunk) holds
     at most ``bytes_per_peer // 2`` bytes, or one element where that is less.
     ``total_bytes``: all staging of one process at one time — every peer, both directions, both
-    pipeline slots. With many peers the per-queue message limit shrinks to
+    pipeline slots, and the staging kept between calls for reuse (``_Pool``). With many peers the
+    per-queue message limit shrinks to
     ``total_bytes // (2 × queues)`` of whichever end has more queues (both ends derive the same
     number from the plans), so memory does not grow with the number of peers.
     ``max_chunks`` (at most 2**24) and ``max_rounds`` bound the schedule of one process: a budget so small that a
@@ -278,14 +312,18 @@ def schedule_digest(
     budget: StagingBudget,
     dtypes: Mapping[str, torch.dtype],
     endpoint_ranks: str = "global",
+    key: str | None = None,
 ) -> int:
     """A signed 64-bit digest of everything the schedule is derived from (never buffer contents).
 
     SHA-256 of a canonical JSON document (sorted keys, no whitespace), so equal inputs give equal
-    digests in every process and any difference in a plan, a binding, the budget, a dtype or the
-    rank space changes it.
+    digests in every process and any difference in a plan, a binding, the budget, a dtype, the
+    rank space or the caller's ``key`` changes it. The key tells apart calls whose schedules are
+    otherwise the same (weights and gradients of one shape): calls on a group are matched in
+    the order each process makes them, so two such syncs issued in different orders would
+    otherwise move each other's bytes.
     """
-    doc = {
+    doc: dict[str, object] = {
         "schema": _SCHEMA,
         "endpoint_ranks": endpoint_ranks,
         "budget": [budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds],
@@ -294,6 +332,8 @@ def schedule_digest(
             name: {"dtype": str(dtypes.get(name)), "plan": plans[name].to_dict()} for name in sorted(plans)
         },
     }
+    if key is not None:  # absent rather than null, so the digests of calls without a key stay as they were
+        doc["key"] = key
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(text.encode("utf-8", "backslashreplace")).digest()[:8], "big", signed=True)
 
@@ -569,30 +609,78 @@ class _Schedule:
     arenas: list[torch.Tensor] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     digest: int | None = None  # the schedule digest, when the checked batch was remembered with it
+    most_rounds: int = 0  # the most rounds of any process's schedule (from the hellos)
+    params: Mapping[str, _Param] = field(default_factory=dict)  # every plan, checked (for _written_by)
+    endpoints: TransferEndpoints | None = None
 
 
-_POOL: dict[tuple[str, int], list[torch.Tensor]] = {}
-_POOL_LIMIT = 8  # arenas kept per (device, size)
-
-
-def _arena(device: torch.device, nbytes: int) -> torch.Tensor:
-    """Staging memory, reused from an earlier call when one of the same size is free.
+class _Pool:
+    """Staging arenas of calls that finished cleanly, kept for reuse, at most ``bound`` bytes.
 
     A fresh allocation is zeroed by the kernel page by page on first touch; in a sync loop that
-    costs more than packing. Only a call that finished cleanly returns its arenas
-    (``_recycle``); a failed one keeps them out of the pool for good (``_RETAINED``).
+    costs more than packing, so arenas are reused. The pool is bounded in bytes by the
+    ``total_bytes`` of the budget in use, least recently used size first, and a call makes room
+    before it allocates, so pooled and in-use staging together stay within that bound (issue 26:
+    8 arenas per distinct size, kept forever, grew to 555 MiB over 200 calls of 2-4 MiB staging
+    each, above the 256 MiB a budget promises). Only a call that finished cleanly returns its
+    arenas (``_recycle``); a failed one keeps them out of the pool for good (``_RETAINED``).
     """
-    free = _POOL.get((str(device), nbytes))
-    if free:
-        return free.pop()
-    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def __init__(self) -> None:
+        self.free: OrderedDict[tuple[str, int], list[torch.Tensor]] = OrderedDict()  # LRU first
+        self.held = 0  # bytes of every arena in ``free``
+        self.lock = threading.Lock()  # calls on different groups may run in different threads
+
+    def take(self, device: torch.device, nbytes: int) -> torch.Tensor | None:
+        key = (str(device), nbytes)
+        with self.lock:
+            free = self.free.get(key)
+            if not free:
+                return None
+            arena = free.pop()
+            self.held -= nbytes
+            if free:
+                self.free.move_to_end(key)
+            else:
+                del self.free[key]
+            return arena
+
+    def give(self, arena: torch.Tensor, bound: int) -> None:
+        nbytes = arena.numel()
+        if nbytes > bound:
+            return
+        key = (str(arena.device), nbytes)
+        with self.lock:
+            self.free.setdefault(key, []).append(arena)
+            self.free.move_to_end(key)
+            self.held += nbytes
+            self._trim(bound)
+
+    def trim(self, bound: int) -> None:
+        """Release arenas, least recently used size first, until at most ``bound`` bytes are held."""
+        with self.lock:
+            self._trim(bound)
+
+    def _trim(self, bound: int) -> None:
+        while self.held > max(bound, 0) and self.free:
+            key, free = next(iter(self.free.items()))
+            self.held -= free.pop(0).numel()
+            if not free:
+                del self.free[key]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+            self.held = 0
 
 
-def _recycle(sched: _Schedule) -> None:
+_POOL = _Pool()
+
+
+def _recycle(sched: _Schedule, bound: int) -> None:
+    """Return a clean call's arenas to the pool, which keeps at most ``bound`` bytes."""
     for arena in sched.arenas:
-        free = _POOL.setdefault((str(arena.device), arena.numel()), [])
-        if len(free) < _POOL_LIMIT:
-            free.append(arena)
+        _POOL.give(arena, bound)
     sched.arenas.clear()
 
 
@@ -638,7 +726,39 @@ def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
-def _check_segment(name: str, index: int, seg: object) -> TransferSegment:
+_INT64_BYTES = 1 << 63
+"""Byte offsets, strides and extents must stay below this: ``torch.as_strided`` takes int64 element
+counts and multiplies them by the element size (C ``int64_t``); past it, it raises after the verdict."""
+
+
+def _check_numbers(where: str, seg: TransferSegment, itemsize: int) -> None:
+    """Every number of a segment, in bytes of its dtype, inside what torch's int64 arithmetic holds.
+
+    Checked on every process, by arithmetic, before the verdict: every stride, extent-1 axes
+    included (the range checks multiply a stride by extent − 1, so a stride of 2**63 there passes
+    them and overflowed in ``torch.as_strided`` only while moving: the sender failed to post and
+    its receiver waited out the whole timeout), and each side's last byte (``(offset + Σ(extent−1)
+    ·stride + 1) × itemsize``), which bounds the segment's offset, extents and size too.
+    """
+    for side, offset, strides in (
+        ("source", seg.source_offset, seg.source_strides),
+        ("target", seg.target_offset, seg.target_strides),
+    ):
+        for axis, stride in enumerate(strides):
+            if stride * itemsize >= _INT64_BYTES:
+                raise _Refusal(
+                    f"{where}: {side} stride {stride} on axis {axis} is {stride * itemsize} bytes of "
+                    f"{itemsize}-byte elements, not below 2**63"
+                )
+        end = (_reach(offset, seg.shape, strides) + 1) * itemsize
+        if end > _INT64_BYTES:
+            raise _Refusal(
+                f"{where}: the {side} side ends at byte {end} (offset {offset}, {itemsize}-byte elements), "
+                "past 2**63"
+            )
+
+
+def _check_segment(name: str, index: int, seg: object, itemsize: int) -> TransferSegment:
     where = f"parameter {name!r}, segment {index}"
     if not isinstance(seg, TransferSegment):
         raise _Refusal(f"{where}: not a TransferSegment")
@@ -661,6 +781,7 @@ def _check_segment(name: str, index: int, seg: object) -> TransferSegment:
             raise _Refusal(
                 f"{where}: shape {shape} with {side} strides {strides} reaches some {side} element more than once"
             )
+    _check_numbers(where, seg, itemsize)
     return seg
 
 
@@ -791,6 +912,7 @@ class _Arguments:
     targets: Mapping[str, Mapping[int, object]]
     endpoints: TransferEndpoints
     budget: StagingBudget
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -823,6 +945,7 @@ def _prepare(
     maps: object,
     mode: str,
     holds: torch.device | None,
+    call_key: object = None,
 ) -> _Schedule:
     """Every check, then this process's schedule and staging. Raises ``_Refusal`` only.
 
@@ -833,7 +956,7 @@ def _prepare(
     the number of segments, buffers and (bounded) chunks: extents enter only through arithmetic,
     and chunks are built only after their count is known to fit.
     """
-    args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds)
+    args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds, call_key)
     key = _batch_key(ctx, args, dtypes, mode)
     remembered = _CHECKED.get(key) if key is not None else None
     digest: int | None
@@ -842,13 +965,13 @@ def _prepare(
     else:
         params, limits = _check_plans(ctx, args, dtypes)
         digest = _remember(key, args, params, limits, dtypes, mode)
-    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest)
+    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest, params=params, endpoints=args.endpoints)
     _check_buffers(ctx, args, params, sched)
     mine = _check_local_segments(ctx, args, params, limits, sched)
     if maps is not None:
         _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
     _build_queues(ctx, mine, params, limits, args.budget, sched)
-    _allocate_staging(sched)
+    _allocate_staging(sched, args.budget.total_bytes)
     return sched
 
 
@@ -886,6 +1009,7 @@ def _batch_key(ctx: _Context, args: _Arguments, dtypes: object, mode: str) -> tu
             (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds),
             mode,
             ctx.members,
+            args.key,
         )
     except Exception:  # an odd key or value: checked the long way, every call
         return None
@@ -905,7 +1029,9 @@ def _remember(
     if key is None or not isinstance(dtypes, Mapping):
         return None
     try:
-        digest = schedule_digest({n: p.plan for n, p in params.items()}, args.endpoints, args.budget, dtypes, mode)
+        digest = schedule_digest(
+            {n: p.plan for n, p in params.items()}, args.endpoints, args.budget, dtypes, mode, args.key
+        )
     except Exception:
         return None
     while len(_CHECKED) >= _CHECKED_LIMIT:
@@ -923,6 +1049,7 @@ def _check_arguments(
     budget: object,
     mode: str,
     holds: torch.device | None,
+    call_key: object = None,
 ) -> _Arguments:
     """The containers the later checks walk: their types, the budget's fields, every buffer
     naming a planned parameter, and a transport for the buffers' device type.
@@ -932,6 +1059,8 @@ def _check_arguments(
     """
     if mode not in ("global", "group"):
         raise _Refusal(f"endpoint_ranks must be 'global' or 'group', got {mode!r}")
+    if call_key is not None and type(call_key) is not str:
+        raise _Refusal(f"key must be a str or None, got {type(call_key).__name__}")
     if not isinstance(budget, StagingBudget) or not all(
         type(v) is int and v >= 1
         for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds)
@@ -959,7 +1088,8 @@ def _check_arguments(
             f"{holds.type} tensors; the process group's backend is {ctx.backend!r}"
         )
     assert isinstance(source_buffers, Mapping) and isinstance(target_buffers, Mapping)  # checked above
-    return _Arguments(plans, source_buffers, target_buffers, endpoints, budget)
+    key = None if call_key is None else str(call_key)
+    return _Arguments(plans, source_buffers, target_buffers, endpoints, budget, key)
 
 
 def _check_plans(
@@ -981,7 +1111,7 @@ def _check_plans(
         if not isinstance(plan, TransferPlan):
             raise _Refusal(f"parameter {name!r}: plan is a {type(plan).__name__}, not a TransferPlan")
         dtype = _dtype_of(dtypes, name)
-        segments = [_check_segment(name, i, s) for i, s in enumerate(plan.segments)]
+        segments = [_check_segment(name, i, s, dtype.itemsize) for i, s in enumerate(plan.segments)]
         if segments and budget.bytes_per_peer < dtype.itemsize:
             raise _Refusal(
                 f"parameter {name!r}: bytes_per_peer={budget.bytes_per_peer} cannot stage one element "
@@ -1136,7 +1266,7 @@ def _build_queues(
         )
 
 
-def _allocate_staging(sched: _Schedule) -> None:
+def _allocate_staging(sched: _Schedule, bound: int) -> None:
     """Mark the direct pieces (one chunk, contiguous in this process's shard: no staging copy)
     and allocate two staging slots per queue for the others.
 
@@ -1162,11 +1292,16 @@ def _allocate_staging(sched: _Schedule) -> None:
                     key = (direction, peer)
                     sizes[key] = max(sizes.get(key, 0), message.nbytes)
     try:
-        for key, size in sorted(sizes.items()):
-            step = -(-size // 64) * 64
-            arena = _arena(sched.device, _SLOTS * step)
+        steps = {key: -(-size // 64) * 64 for key, size in sorted(sizes.items())}
+        arenas = {key: _POOL.take(sched.device, _SLOTS * step) for key, step in steps.items()}
+        # Make room first: what stays pooled plus what this call holds stays within total_bytes.
+        _POOL.trim(bound - sum(_SLOTS * step for step in steps.values()))
+        for key, step in steps.items():
+            arena = arenas[key]
+            if arena is None:
+                arena = torch.empty(_SLOTS * step, dtype=torch.uint8, device=sched.device)
             sched.arenas.append(arena)
-            sched.slots[key] = [arena[i * step : i * step + size] for i in range(_SLOTS)]
+            sched.slots[key] = [arena[i * step : i * step + sizes[key]] for i in range(_SLOTS)]
     except (RuntimeError, MemoryError) as exc:
         raise _Refusal(f"cannot allocate staging: {_describe(exc)}") from None
 
@@ -1206,6 +1341,24 @@ def _decode_reason(words: Sequence[int]) -> str:
     return raw.rstrip(b"\0").decode("utf-8", "replace")
 
 
+def _gather(
+    ctx: _Context,
+    device: torch.device,
+    words: Sequence[int],
+    timeout: timedelta,
+    meanwhile: Callable[[], int] | None = None,
+) -> tuple[list[list[int]], int]:
+    """All-gather one int64 word list per process (every process sends as many words, which the
+    hello before any other exchange makes sure of); ``meanwhile`` runs while it is in flight."""
+    mine = torch.tensor(list(words), dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(mine) for _ in ctx.members]
+    work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
+    done = meanwhile() if meanwhile is not None else 0
+    if work is not None:
+        work.wait(timeout)
+    return [[int(v) for v in t.cpu().tolist()] for t in gathered], done
+
+
 def _exchange(
     ctx: _Context,
     device: torch.device,
@@ -1214,12 +1367,18 @@ def _exchange(
     holds: torch.device | None,
     timeout: timedelta,
     meanwhile: Callable[[], int] | None = None,
-) -> int:
-    """All-gather every verdict; raise the same ``TransferRejectedError`` everywhere on any refusal,
-    digest disagreement, or buffers on different device types.
+    outcome: bool = True,
+    rounds: int = 0,
+) -> tuple[int, int]:
+    """All-gather a fixed-size hello, then every verdict; raise the same ``TransferRejectedError``
+    everywhere on hellos that differ (another protocol or verdict size), any refusal, digest
+    disagreement, or buffers on different device types.
 
-    ``meanwhile`` runs while the all-gather is in flight (work that only touches this process's
-    own staging: ``_pack_ahead``); its result is returned, 0 without it.
+    The hello comes first because a collective of tensors of different sizes is not an error
+    gloo reports: it aborts the process. ``meanwhile`` runs while the hello is in flight (work
+    that only touches this process's own staging: ``_pack_ahead``); its result is returned, 0
+    without it, with the most rounds any process's schedule has (``rounds`` is this process's),
+    which bounds how long the outcome agreement may wait for the slowest process.
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -1231,17 +1390,31 @@ def _exchange(
             raise TransferRejectedError(
                 f"transfer rejected before any data moved: {name(0, ctx.global_rank)}: {reason}", (ctx.me,)
             )
-        return 0
+        return 0, rounds
     code = 0 if holds is None else _DEVICE_CODES.get(holds.type, 99)
     words = [_MAGIC, digest, int(reason is not None), ctx.global_rank, code, *_encode_reason(reason or "")]
+    hello = [_MAGIC, _PROTOCOL, len(words), int(outcome), rounds]
     try:
-        mine = torch.tensor(words, dtype=torch.int64, device=device)
-        gathered = [torch.empty_like(mine) for _ in ctx.members]
-        work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
-        done = meanwhile() if meanwhile is not None else 0
-        if work is not None:
-            work.wait(timeout)
-        rows = [[int(v) for v in t.cpu().tolist()] for t in gathered]
+        hellos, done = _gather(ctx, device, hello + [0] * (_HELLO_WORDS - len(hello)), timeout, meanwhile)
+    except Exception as exc:
+        raise TransferExecutionError(
+            f"exchanging verdicts failed or timed out after {timeout}; no data moved: {_describe(exc)}"
+        ) from exc
+    if any(row[:_HELLO_AGREED] != hellos[0][:_HELLO_AGREED] for row in hellos):
+        # Built from the gathered rows alone, so every process raises the same text.
+        detail = "; ".join(
+            f"{name(r, ctx.global_ranks[r])}: magic {row[0] & (2**64 - 1):#018x}, protocol {row[1]}, "
+            f"a verdict of {row[2]} words, outcome agreement {'on' if row[3] else 'off'}"
+            for r, row in enumerate(hellos)
+        )
+        raise TransferRejectedError(
+            "transfer rejected before any data moved: processes run different executor protocols or "
+            f"options ({detail})",
+            tuple(ctx.members),
+        )
+    most_rounds = max(max(row[4], 0) for row in hellos)
+    try:
+        rows, _none = _gather(ctx, device, words, timeout)
     except Exception as exc:
         raise TransferExecutionError(
             f"exchanging verdicts failed or timed out after {timeout}; no data moved: {_describe(exc)}"
@@ -1275,7 +1448,7 @@ def _exchange(
             "one transfer uses one transport",
             tuple(p for procs in kinds.values() for p in procs),
         )
-    return done
+    return done, most_rounds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1433,7 +1606,9 @@ def _move(
                 labels += [label for _wire, _dst, _t, label in in_order]
         except Exception as exc:
             _RETAINED.append(buffers)
-            raise TransferExecutionError(f"round {r} of {rounds}: posting failed: {_describe(exc)}") from exc
+            raise TransferExecutionError(
+                f"round {r} of {rounds}: posting failed; target buffers may be partly written: {_describe(exc)}"
+            ) from exc
         return _Round(r, works, labels, landing, buffers)
 
     def finish(rnd: _Round, in_flight: list[_Round]) -> None:
@@ -1518,6 +1693,136 @@ def _drain(device: torch.device, timeout: timedelta, sched: _Schedule) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The collective outcome.
+
+_OK, _FAILED, _CONCURRENT = 0, 1, 2  # status words of the outcome agreement
+_STATUS_TEXT = {_FAILED: "failed after the verdict", _CONCURRENT: "had another call on this group start meanwhile"}
+_LISTED_PARAMETERS = 16  # parameters an error message lists targets of (``targets`` holds them all)
+
+
+def _written_by(sched: _Schedule, failed: set[int] | None) -> dict[str, tuple[int, ...]]:
+    """Parameter → target locations that a failed process's queues or local copies write: every
+    segment with a failed process on either side (``None``: any process may have failed).
+
+    A pure function of the plans, the endpoints and the failed set, which the agreement makes
+    the same on every process, so every process names the same targets.
+    """
+    out: dict[str, set[int]] = {}
+    ends = sched.endpoints
+    for name, param in sched.params.items():
+        for seg in param.segments:
+            if failed is None or ends is None or {
+                ends.source.get(seg.source_rank), ends.target.get(seg.target_rank)
+            } & failed:
+                out.setdefault(name, set()).add(seg.target_rank)
+    return {name: tuple(sorted(locs)) for name, locs in sorted(out.items())}
+
+
+def _describe_targets(targets: Mapping[str, tuple[int, ...]]) -> str:
+    if not targets:
+        return "none"
+    items = list(targets.items())
+    text = "; ".join(f"{name!r} locations {list(locs)}" for name, locs in items[:_LISTED_PARAMETERS])
+    if len(items) > _LISTED_PARAMETERS:
+        text += f"; and {len(items) - _LISTED_PARAMETERS} more parameters (see the error's targets)"
+    return text
+
+
+def _outcome(
+    ctx: _Context,
+    sched: _Schedule,
+    device: torch.device,
+    status: int,
+    failure: BaseException | None,
+    timeout: timedelta,
+) -> None:
+    """After the last round: every process all-gathers its status word, and if any process failed
+    every surviving one raises ``TransferExecutionError`` naming the same targets.
+
+    Without it, a process with no traffic to a dead or stuck peer returned normally while the
+    peer's targets were partly written. The wait is bounded by ``timeout`` for each round of the
+    longest schedule (each of its rounds may wait that long) plus one; if the agreement itself
+    fails (a dead peer), nobody can know who failed, so every target of the batch is named.
+    """
+    own = str(failure) if failure is not None else "this process finished its part"
+    try:
+        rows, _none = _gather(ctx, device, [status], timeout * (1 + sched.most_rounds))
+    except Exception as exc:
+        targets = _written_by(sched, None)
+        raise TransferExecutionError(
+            f"{own}; the outcome agreement failed or timed out ({_describe(exc)}), so any process may have "
+            f"failed; target buffers may be partly written: every target of the batch: {_describe_targets(targets)}",
+            targets,
+        ) from (failure or exc)
+    failed = {ctx.members[r]: row[0] for r, row in enumerate(rows) if row[0] != _OK}
+    if not failed:
+        return
+    targets = _written_by(sched, set(failed))
+    who = ", ".join(
+        f"process {p} {_STATUS_TEXT.get(code, f'reported status {code}')}" for p, code in sorted(failed.items())
+    )
+    raise TransferExecutionError(
+        f"{own}; the processes agree: {who}; target buffers that may be partly written: {_describe_targets(targets)}",
+        targets,
+        tuple(sorted(failed)),
+    ) from failure
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls in flight.
+
+
+@dataclass
+class _Call:
+    """A call in flight on a process group in this process; ``poisoned`` once another call on the
+    same group starts before it ends (``_enter``)."""
+
+    group: object  # held, so that its id stays this group's while the call is registered
+    poisoned: bool = False
+
+
+_IN_FLIGHT: dict[int, _Call] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+_CONCURRENT_TEXT = (
+    "another execute_transfers call on this process group started in this process while this one was in flight; "
+    "calls on a group are matched in the order each process makes them, so two at once would mix their "
+    "messages: both fail"
+)
+
+
+def _enter(ctx: _Context) -> _Call | None:
+    """Register a call on its group; refuse it if another call on the group is in flight here.
+
+    Calls on a group are matched in the order each process makes them (as torch.distributed's
+    collectives are), so two in flight at once from one process (two threads) would pair their
+    hellos, verdicts and messages with the wrong peers' calls. Both fail: this one at once,
+    before it touches the group (a lone raise strands nobody: no peer can be inside this call's
+    collectives, which it never posts), and the one in flight through its verdict, if it has not
+    been exchanged yet, or else the outcome agreement, so every process of that call raises.
+    A single process (no collective) has nothing to mix and is not registered.
+    """
+    if not ctx.collective:
+        return None
+    group = ctx.group if ctx.group is not None else dist.group.WORLD
+    with _IN_FLIGHT_LOCK:
+        running = _IN_FLIGHT.get(id(group))
+        if running is not None:
+            running.poisoned = True
+            raise TransferRejectedError(
+                f"transfer rejected before any data moved: process {ctx.me}: {_CONCURRENT_TEXT}", (ctx.me,)
+            )
+        call = _IN_FLIGHT[id(group)] = _Call(group)
+    return call
+
+
+def _leave(call: _Call | None) -> None:
+    if call is not None:
+        with _IN_FLIGHT_LOCK:
+            if _IN_FLIGHT.get(id(call.group)) is call:
+                del _IN_FLIGHT[id(call.group)]
+
+
+# ---------------------------------------------------------------------------------------------
 # Public entry points.
 
 
@@ -1533,6 +1838,8 @@ def execute_transfers(
     timeout: timedelta = DEFAULT_TIMEOUT,
     maps: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]] | None = None,
     endpoint_ranks: EndpointRanks = "global",
+    outcome: bool = True,
+    key: str | None = None,
 ) -> TransferStats:
     """Move a whole batch (parameter name → plan) as one collective over ``group``.
 
@@ -1548,10 +1855,47 @@ def execute_transfers(
 
     Raises ``TransferRejectedError`` on every process, before any byte moves, if any process's
     checks fail or the processes disagree about the schedule; ``TransferExecutionError`` if the
-    transport fails or a round exceeds ``timeout`` afterwards.
+    transport fails or a round exceeds ``timeout`` afterwards. With ``outcome`` (the default)
+    the processes then agree on the outcome, so that every surviving process raises it, naming
+    the same targets that may be partly written, even one with no traffic to the process that
+    failed; ``outcome=False`` skips that agreement (one small all-gather) for callers that
+    combine outcomes themselves, and then only the processes whose own part failed raise.
+
+    Calls on a group are matched in the order each process makes them. ``key`` (any string, the
+    same on every process, e.g. ``"weights"``) is folded into the digest, so two syncs of the same
+    shape issued in different orders on different processes are refused before any byte moves.
+    Two calls in flight at once on one group in one process (two threads) both fail: the later
+    one at once with ``TransferRejectedError``, the earlier one on every process of its call.
     """
     started = time.perf_counter()
     ctx = _context(group, endpoint_ranks if endpoint_ranks in ("global", "group") else "global")
+    call = _enter(ctx)
+    try:
+        return _execute(
+            ctx, call, started, plans, source_buffers, target_buffers, endpoints, dtypes, budget, timeout, maps,
+            endpoint_ranks, outcome, key,
+        )
+    finally:
+        _leave(call)
+
+
+def _execute(
+    ctx: _Context,
+    call: _Call | None,
+    started: float,
+    plans: Mapping[str, TransferPlan],
+    source_buffers: Mapping[str, Mapping[int, torch.Tensor]],
+    target_buffers: Mapping[str, Mapping[int, torch.Tensor]],
+    endpoints: TransferEndpoints,
+    dtypes: Mapping[str, torch.dtype],
+    budget: StagingBudget,
+    timeout: timedelta,
+    maps: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]] | None,
+    endpoint_ranks: EndpointRanks,
+    outcome: bool,
+    key: str | None,
+) -> TransferStats:
+    """``execute_transfers`` once its call is registered on the group (``_enter``)."""
     reason: str | None = None
     sched = _Schedule()
     holds: torch.device | None = None
@@ -1569,7 +1913,7 @@ def execute_transfers(
     if reason is None:
         try:
             sched = _prepare(
-                ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks, holds
+                ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks, holds, key
             )
         except _Refusal as exc:
             reason = str(exc)
@@ -1577,25 +1921,50 @@ def execute_transfers(
             reason = f"unexpected {_describe(exc)} while checking"
     try:
         digest = sched.digest if sched.digest is not None else schedule_digest(
-            plans, endpoints, budget, dtypes, str(endpoint_ranks)
+            plans, endpoints, budget, dtypes, str(endpoint_ranks), key
         )
     except Exception as exc:
         digest = 0
         reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
+    if call is not None and call.poisoned and reason is None:
+        reason = _CONCURRENT_TEXT
     ahead = None if reason is not None or not sched.outgoing else partial(_pack_ahead, sched)
-    packed = _exchange(ctx, verdict_device, digest, reason, holds, timeout, ahead)
+    mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+    packed, sched.most_rounds = _exchange(
+        ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine
+    )
 
     moving = time.perf_counter()
+    failure: TransferExecutionError | None = None
+    rounds, local_bytes = 0, 0
+    sent: dict[int, int] = {}
+    received: dict[int, int] = {}
     with torch.no_grad():
         try:
             rounds, local_bytes, sent, received = _move(ctx, sched, timeout, packed)
-        except TransferExecutionError:
-            raise
-        except Exception as exc:  # pragma: no cover - every input was checked; the transport is left
+            _drain(sched.device, timeout, sched)
+        except TransferExecutionError as exc:
+            failure = exc
+        except Exception as exc:  # every input was checked; what is left is the transport's
             _RETAINED.append(sched.slots)
-            raise TransferExecutionError(f"moving failed after the verdict: {_describe(exc)}") from exc
-        _drain(sched.device, timeout, sched)
-    _recycle(sched)
+            failure = TransferExecutionError(
+                f"moving failed after the verdict; target buffers may be partly written: {_describe(exc)}"
+            )
+            failure.__cause__ = exc
+    if outcome is not False and ctx.collective:
+        status = _FAILED if failure is not None else _CONCURRENT if call is not None and call.poisoned else _OK
+        _outcome(ctx, sched, verdict_device, status, failure, timeout)
+    if failure is not None:
+        if not failure.targets and outcome is not False:
+            failure.targets = _written_by(sched, {ctx.me})
+        raise failure
+    if call is not None and call.poisoned:  # started after this call's status went out (or outcome=False)
+        raise TransferExecutionError(
+            f"{_CONCURRENT_TEXT}; this process's part finished, but the call cannot count as done",
+            _written_by(sched, {ctx.me}) if outcome is not False else None,
+            (ctx.me,),
+        )
+    _recycle(sched, budget.total_bytes)
     done = time.perf_counter()
     queues = (*sched.incoming.values(), *sched.outgoing.values())
     chunks = sum(len(m.parts) for q in queues for m in q)
@@ -1631,6 +2000,8 @@ def execute_transfer(
     timeout: timedelta = DEFAULT_TIMEOUT,
     maps: tuple[ParamAffineMap, ParamAffineMap] | None = None,
     endpoint_ranks: EndpointRanks = "global",
+    outcome: bool = True,
+    key: str | None = None,
 ) -> TransferStats:
     """The one-parameter case of ``execute_transfers``; ``maps`` is (target map, source map)."""
     return execute_transfers(
@@ -1644,4 +2015,6 @@ def execute_transfer(
         timeout=timeout,
         maps=None if maps is None else {SINGLE: maps},
         endpoint_ranks=endpoint_ranks,
+        outcome=outcome,
+        key=key,
     )

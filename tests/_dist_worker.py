@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -399,6 +400,10 @@ def s_hostile_plans(me: int, world: int) -> dict[str, Any]:
     huge = replace(seg, shape=(2**50, seg.shape[1]))
     out["huge_extent"] = call(with_segment(huge), maps=pairs)
     out["written_twice"] = call(with_segment(seg, seg))
+    # Issue 26, item 3: a stride past int64 on an extent-1 axis passed the range checks (which
+    # multiply it by extent - 1) and overflowed in torch.as_strided after the verdict.
+    lone = replace(seg, shape=(1, seg.shape[1]), source_strides=(2**63, seg.source_strides[1]))
+    out["extent1_stride"] = call(with_segment(lone))
     return out
 
 
@@ -701,8 +706,14 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
 
 def all_scenarios(me: int, world: int) -> dict[str, tuple[str, Any]]:
     """Run every scenario in order; an unexpected exception is reported, not propagated."""
+    return run_scenarios(SCENARIOS, me, world)
+
+
+def run_scenarios(
+    scenarios: list[tuple[str, Callable[[int, int], Any]]], me: int, world: int
+) -> dict[str, tuple[str, Any]]:
     results: dict[str, tuple[str, Any]] = {}
-    for name, fn in SCENARIOS:
+    for name, fn in scenarios:
         started = time.monotonic()
         try:
             results[name] = ("ok", fn(me, world))
@@ -786,3 +797,254 @@ def mixed_devices(me: int, world: int) -> dict[str, Any]:
                                   timeout=TIMEOUT),
         mine,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Two processes (tests/test_execute_outcome.py): issue 26's staging pool, header, outcome and
+# concurrency scenarios, in one launch of their own.
+
+POOL_BOUND = 64 << 10
+POOL_CALLS = 200
+
+
+def _pooled_bytes() -> int:
+    from refplan import execute
+
+    return sum(arena.numel() for free in execute._POOL.free.values() for arena in free)
+
+
+def s2_pool_bound(me: int, world: int) -> dict[str, Any]:
+    """200 calls whose staging size changes from call to call (bytes_per_peer grows by 64 bytes a
+    call, so messages of 8 to 57 rows of 128 bytes): the staging kept for reuse must stay within
+    the budget's total_bytes after every call (issue 26, item 4: 8 arenas per distinct size were
+    kept forever). Row-split sources into column-split targets: the sender stages every chunk."""
+    from refplan import execute
+
+    execute.release_staging()
+    pairs = {"w": (contiguous_split_map((64, 64), [32, 32], 1), contiguous_split_map((64, 64), [32, 32], 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    most = 0
+    exact = True
+    sizes: set[int] = set()
+    for call in range(POOL_CALLS):
+        buffers = make_buffers(pairs, ends, me, dtypes)
+        execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes, timeout=TIMEOUT,
+                          budget=StagingBudget(2048 + 64 * call, total_bytes=POOL_BOUND))
+        exact = exact and all(verdict(buffers).values())
+        most = max(most, _pooled_bytes())
+        sizes.update(size for _device, size in execute._POOL.free)
+    held, actual = execute._POOL.held, _pooled_bytes()
+    execute.release_staging()
+    return {"most": most, "exact": exact, "sizes": len(sizes), "held": held, "actual": actual,
+            "after": _pooled_bytes()}
+
+
+def s2_header(me: int, world: int) -> dict[str, Any]:
+    """A peer whose verdict has another size (process 1 here, its reason field made 8 bytes
+    longer) or another magic: gloo aborted the job on the first (``EnforceNotMet``, then
+    ``std::terminate``), and the second made the two sides raise different texts. Both are now
+    found by the fixed-size hello and refused with the same text everywhere; the group still
+    works afterwards."""
+    from refplan import execute
+
+    pairs = {"w": (contiguous_split_map((8, 8), [4, 4], 1), contiguous_split_map((8, 8), [4, 4], 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+
+    def call() -> dict[str, Any]:
+        return expect_rejection(
+            lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes, timeout=TIMEOUT),
+            buffers,
+        )
+
+    out: dict[str, Any] = {}
+    for case, attribute, value in (("size", "_REASON_BYTES", execute._REASON_BYTES + 8),
+                                   ("magic", "_MAGIC", execute._MAGIC + 1)):
+        original = getattr(execute, attribute)
+        if me == 1:
+            setattr(execute, attribute, value)
+        try:
+            out[case] = call()
+        finally:
+            setattr(execute, attribute, original)
+    out["after"] = run_exact(pairs, ends, dtypes, me)
+    return out
+
+
+def _error_of(call: Callable[[], Any]) -> dict[str, Any]:
+    """What a call that may fail after the verdict raised: class, text, and the targets and
+    processes a ``TransferExecutionError`` names (``None`` for a normal return)."""
+    try:
+        call()
+    except TransferRejectedError as exc:
+        return {"raised": "TransferRejectedError", "message": str(exc), "targets": None, "processes": exc.processes}
+    except TransferExecutionError as exc:
+        return {"raised": "TransferExecutionError", "message": str(exc), "targets": exc.targets,
+                "processes": exc.processes}
+    except Exception as exc:
+        return {"raised": type(exc).__name__, "message": str(exc), "targets": None, "processes": None}
+    return {"raised": None, "message": "", "targets": None, "processes": None}
+
+
+def s2_outcome(me: int, world: int) -> dict[str, Any]:
+    """Process 1's part fails after the verdict (forced), and process 0 has no traffic to it: every
+    segment is a local copy. With the outcome agreement both raise, naming the same targets
+    (process 1's); without it (``outcome=False``) process 0 returns normally."""
+    from refplan import execute
+
+    rows = contiguous_split_map((4, 6), [2, 2], 0)
+    pairs = {"a": (rows, rows), "b": (rows, rows)}
+    dtypes = {"a": torch.float32, "b": torch.int64}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 1})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    original = execute._move
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise TransferExecutionError("round 0 of 1: injected transport failure")
+
+    out: dict[str, Any] = {}
+    for case, outcome in (("agreed", True), ("alone", False)):
+        buffers = make_buffers(pairs, ends, me, dtypes)
+        if me == 1:
+            execute._move = failing  # type: ignore[assignment]
+        try:
+            out[case] = _error_of(partial(execute_transfers, plans, buffers.sources, buffers.targets, ends,
+                                          dtypes=dtypes, timeout=TIMEOUT, outcome=outcome))
+        finally:
+            execute._move = original  # type: ignore[assignment]
+    out["after"] = run_exact(pairs, ends, dtypes, me)
+    return out
+
+
+def s2_concurrent(me: int, world: int) -> dict[str, Any]:
+    """Two calls in flight at once on one group in process 0 (two threads), the interleaving
+    forced with events: the first call is held right after its verdict, the second starts then
+    and must be refused at once, and the first must fail on both processes through the outcome
+    agreement; neither returns normally. Once with the second call on the same plans and
+    buffers as the first ("shared"), once on another layout ("distinct")."""
+    rows = contiguous_split_map((8, 6), [4, 4], 0)
+    cols = contiguous_split_map((8, 6), [3, 3], 1)
+    first_pairs: Pairs = {"w": (cols, rows)}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    out: dict[str, Any] = {case: _concurrent_case(me, case, first_pairs, {"v": (rows, cols)}, ends)
+                           for case in ("shared", "distinct", "late", "early")}
+    out["after"] = run_exact(first_pairs, ends, {"w": torch.float32}, me)
+    return out
+
+
+def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
+                     ends: TransferEndpoints) -> dict[str, Any]:
+    import threading
+
+    from refplan import execute
+
+    dtypes = {"w": torch.float32, "v": torch.float32}
+    plans = plan(first_pairs, ends, {"w": dtypes["w"]}, "balanced")
+    buffers = make_buffers(first_pairs, ends, me, {"w": dtypes["w"]})
+    first_call = partial(execute_transfers, plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                         timeout=TIMEOUT)
+    if me != 0:
+        return {"first": _error_of(first_call)}
+    entered, go = threading.Event(), threading.Event()
+    first: dict[str, Any] = {}
+    # Held right after the verdict, or ("late") right after its outcome agreement went through, or
+    # ("early") before its checks, so that it learns of the second call before its verdict.
+    where = {"late": "_outcome", "early": "_prepare"}.get(case, "_move")
+    original = getattr(execute, where)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        if where == "_outcome":
+            original(*args, **kwargs)
+        entered.set()
+        go.wait(10)
+        return None if where == "_outcome" else original(*args, **kwargs)
+
+    setattr(execute, where, held)
+    thread = threading.Thread(target=lambda: first.update(_error_of(first_call)))
+    try:
+        thread.start()
+        entered.wait(10)
+        if case != "distinct":
+            second_plans, second = plans, buffers
+        else:
+            second_plans = plan(other_pairs, ends, {"v": dtypes["v"]}, "balanced")
+            second = make_buffers(other_pairs, ends, me, {"v": dtypes["v"]})
+        started = time.monotonic()
+        refused = expect_rejection(
+            partial(execute_transfers, second_plans, second.sources, second.targets, ends, dtypes=dtypes,
+                    timeout=TIMEOUT),
+            second,
+        )
+        refused["seconds"] = time.monotonic() - started
+    finally:
+        go.set()
+        thread.join(30)
+        setattr(execute, where, original)
+    return {"first": first, "second": refused, "entered": entered.is_set()}
+
+
+def s2_keys(me: int, world: int) -> dict[str, Any]:
+    """Two syncs of the same shape (weights, then gradients), keyed: issued in the same order on
+    both processes they move; in different orders both calls are refused before any byte moves
+    (without keys their digests agreed and each moved the other's bytes)."""
+    rows = contiguous_split_map((6, 4), [3, 3], 0)
+    pairs = {"w": (contiguous_split_map((6, 4), [2, 2], 1), rows)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    syncs = {name: make_buffers(pairs, ends, me, dtypes) for name in ("weights", "grads")}
+
+    def call(name: str) -> dict[str, Any]:
+        b = syncs[name]
+        return expect_rejection(
+            lambda: execute_transfers(plans, b.sources, b.targets, ends, dtypes=dtypes, timeout=TIMEOUT, key=name),
+            b,
+        )
+
+    order = ("weights", "grads") if me == 0 else ("grads", "weights")
+    crossed = [call(name) for name in order]
+    same = run_exact(pairs, ends, dtypes, me, key="weights")
+    return {"crossed": crossed, "same": same}
+
+
+TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
+    ("pool_bound", s2_pool_bound),
+    ("header", s2_header),
+    ("outcome", s2_outcome),
+    ("concurrent", s2_concurrent),
+    ("keys", s2_keys),
+]
+
+
+DEAD_TIMEOUT_S = 3.0
+
+
+def dead_peer(me: int, world: int) -> dict[str, Any]:
+    """Three processes: 0 and 1 exchange rows, 2 copies locally and has no traffic to anyone.
+    Process 1 dies right after the verdict. Process 0's round fails; process 2's part succeeds
+    but the outcome agreement cannot complete without process 1, so both survivors raise, naming
+    every target of the batch (nobody can know who failed)."""
+    import os
+
+    from refplan import execute
+
+    rows = contiguous_split_map((6, 4), [2, 2, 2], 0)
+    pairs = {"w": (rows, rows)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1, 2: 2}, {0: 1, 1: 0, 2: 2})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    if me == 1:
+        execute._move = lambda *args, **kwargs: os._exit(3)  # type: ignore[assignment]
+    started = time.monotonic()
+    res = _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                              timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
+    return {**res, "seconds": time.monotonic() - started}
+
+
+def two_process_scenarios(me: int, world: int) -> dict[str, tuple[str, Any]]:
+    return run_scenarios(TWO_SCENARIOS, me, world)

@@ -190,6 +190,8 @@ def test_stuck_peer_times_out_instead_of_hanging(dist_results: dict[str, list[An
         assert "round 0 of" in res["message"] and "process 3" in res["message"], res["message"]
         # Ended by the timeout (2 s), not by a closed connection and not much later.
         assert worker.STUCK_TIMEOUT_S * 0.9 <= res["seconds"] < worker.STUCK_TIMEOUT_S + 8
+    # Process 3's own (disabled) part "finished": the outcome agreement makes it raise too.
+    assert per_process[3]["raised"] == "TransferExecutionError", per_process[3]
 
 
 @pytest.mark.parametrize(
@@ -199,6 +201,7 @@ def test_stuck_peer_times_out_instead_of_hanging(dist_results: dict[str, list[An
         ("stride0", ("reaches some source element more than once",)),
         ("huge_extent", ("segment", "reaches element")),
         ("written_twice", ("write", "into the target buffer")),
+        ("extent1_stride", ("source stride 9223372036854775808 on axis 0", "not below 2**63")),
     ],
 )
 def test_hostile_plans_refused_before_any_work(

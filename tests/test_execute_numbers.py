@@ -1,0 +1,93 @@
+"""Numbers a plan carries, checked before the verdict by arithmetic (issue 26, item 3).
+
+A stride of 2**63 on an extent-1 axis passed every range check (those multiply a stride by
+extent − 1) and overflowed in ``torch.as_strided`` only while bytes were moving: the sender
+failed to post and its receiver waited out the whole timeout, partly written. Plan files refuse
+such numbers where they enter (``TransferPlan.from_dict``, the maps' 2**62 cap); the executor
+refuses, on every process, any stride or last byte that torch's int64 arithmetic cannot hold in
+bytes of the parameter's dtype. One process suffices: the check is one every process makes
+identically (the collective path is ``test_execute.py``'s ``hostile_plans`` scenario).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from refplan import TransferEndpoints, TransferSegment
+from refplan.errors import InvalidMapError
+from refplan.execute import TransferRejectedError, execute_transfer
+from refplan.plan import TransferPlan
+
+pytestmark = pytest.mark.timeout(60)
+
+ENDS = TransferEndpoints({0: 0}, {0: 0})
+
+
+def _plan_dict(shape: list[int], source: list[object], target: list[object]) -> dict[str, object]:
+    return {"logical_shape": [4], "segments": [{"shape": shape, "source": source, "target": target}]}
+
+
+@pytest.mark.parametrize(
+    ("shape", "source", "target", "where"),
+    [
+        ([1, 4], [0, 0, [2**63, 1]], [0, 0, [4, 1]], "$.segments[0].source[2][0]: stride 9223372036854775808"),
+        ([1, 4], [0, 0, [4, 1]], [0, 0, [4, -(2**62) - 1]], "$.segments[0].target[2][1]: stride"),
+        ([4], [0, 2**62 + 1, [1]], [0, 0, [1]], "$.segments[0].source[1]: offset"),
+        ([2**63, 1], [0, 0, [1, 1]], [0, 0, [1, 1]], "$.segments[0].shape[0]: extent"),
+    ],
+)
+def test_plan_files_refuse_numbers_past_the_cap(
+    shape: list[int], source: list[object], target: list[object], where: str
+) -> None:
+    with pytest.raises(InvalidMapError, match="above 2\\*\\*62") as info:
+        TransferPlan.from_dict(_plan_dict(shape, source, target))
+    assert str(info.value).startswith(where), str(info.value)
+
+
+def test_plan_files_accept_the_cap_itself() -> None:
+    plan = TransferPlan.from_dict(_plan_dict([1, 4], [0, 2**62, [2**62, 1]], [0, 0, [4, 1]]))
+    assert plan.segments[0].source_strides == (2**62, 1) and plan.segments[0].source_offset == 2**62
+
+
+def _run(segment: TransferSegment, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    source = torch.arange(1, 5).to(dtype)
+    target = torch.zeros(4, dtype=dtype)
+    plan = TransferPlan((segment,), (4,), segment.numel)
+    execute_transfer(plan, {0: source}, {0: target}, ENDS, dtype=dtype)
+    return source, target
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_stride_past_int64_on_an_extent_one_axis_is_refused_before_anything_moves(side: str) -> None:
+    """Used to pass every check and fail with ``moving failed after the verdict``."""
+    huge = (2**63, 1)
+    segment = TransferSegment(0, 0, huge if side == "source" else (4, 1), 0, 0,
+                              huge if side == "target" else (4, 1), (1, 4))
+    with pytest.raises(TransferRejectedError, match=f"{side} stride {2**63} on axis 0 is"):
+        _run(segment, torch.float32)
+
+
+def test_byte_limits_follow_the_dtype() -> None:
+    """The same element stride is fine for a 1-byte dtype and refused for an 8-byte one, whose
+    bytes it would take past 2**63; the last byte of a side is bounded the same way."""
+    segment = TransferSegment(0, 0, (2**60, 1), 0, 0, (4, 1), (1, 4))
+    source, target = _run(segment, torch.int8)
+    assert torch.equal(source, target)
+    with pytest.raises(TransferRejectedError, match="2\\*\\*63"):
+        _run(segment, torch.float64)
+    far = TransferSegment(0, 2**61, (1,), 0, 0, (1,), (4,))  # offset 2**61 elements of 8 bytes: 2**64 bytes
+    with pytest.raises(TransferRejectedError, match="source side ends at byte"):
+        _run(far, torch.float64)
+
+
+def test_failures_after_the_verdict_say_targets_may_be_partly_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure while moving (here forced in a local copy) says what the caller must assume."""
+    from refplan import execute as ex
+
+    def broken(*args: object, **kwargs: object) -> tuple[int, int, dict[int, int], dict[int, int]]:
+        raise RuntimeError("forced")
+
+    monkeypatch.setattr(ex, "_move", broken)
+    with pytest.raises(ex.TransferExecutionError, match="target buffers may be partly written"):
+        _run(TransferSegment(0, 0, (1,), 0, 0, (1,), (4,)), torch.float32)

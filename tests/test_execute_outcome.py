@@ -1,0 +1,201 @@
+"""Issue 26 on two gloo processes: the staging pool's bound, the fixed-size header before the
+verdict, the collective outcome after the last round, and two calls in flight on one group.
+
+Like ``test_execute.py``, two processes are forked once (``two``) and run every scenario of
+``_dist_worker.TWO_SCENARIOS`` in order; the tests judge what came back. The single-process
+tests at the end check the pieces (the pool, the target sets) directly.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import _dist_worker as worker
+import pytest
+import torch
+
+from refplan.cli.sync import run_ranks
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("execute")]
+
+
+@pytest.fixture(scope="module")
+def two() -> dict[str, list[Any]]:
+    """One launch of 2 gloo processes running every two-process scenario."""
+    outcomes = run_ranks(worker.two_process_scenarios, 2, timeout=timedelta(seconds=60), deadline_s=200)
+    errors = [f"process {o.rank}: {o.error}" for o in outcomes if not o.ok]
+    assert not errors, "\n".join(errors)
+    return {name: [o.value[name] for o in outcomes] for name in outcomes[0].value}
+
+
+def scenario(results: dict[str, list[Any]], name: str) -> list[Any]:
+    per_process = results[name]
+    errors = [f"process {rank}: {value}" for rank, (status, value) in enumerate(per_process) if status != "ok"]
+    assert not errors, "\n".join(errors)
+    return [value for _status, value in per_process]
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 4: staging kept for reuse stays within the budget's total_bytes.
+
+
+def test_staging_pool_stays_within_total_bytes_across_changing_sizes(two: dict[str, list[Any]]) -> None:
+    for rank, res in enumerate(scenario(two, "pool_bound")):
+        assert res["exact"], f"process {rank}: a target element differs"
+        assert res["sizes"] >= 20, res  # the sizes did change from call to call
+        assert 0 < res["most"] <= worker.POOL_BOUND, res
+        assert res["held"] == res["actual"], "the pool's count disagrees with the arenas it holds"
+        assert res["after"] == 0, "release_staging left arenas in the pool"
+
+
+def _same_rejection(per_process: list[dict[str, Any]], *needles: str) -> str:
+    messages = {r["message"] for r in per_process}
+    assert all(r["raised"] == "TransferRejectedError" for r in per_process), per_process
+    assert len(messages) == 1, f"processes raised different messages: {messages}"
+    message = messages.pop()
+    assert message.startswith("transfer rejected before any data moved"), message
+    for needle in needles:
+        assert needle in message, f"{needle!r} not in {message!r}"
+    assert all(r["unchanged"] for r in per_process), "a buffer changed although the transfer was rejected"
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 5: a fixed-size hello before the verdict.
+
+
+def test_verdict_of_another_size_is_a_collective_rejection_not_an_abort(two: dict[str, list[Any]]) -> None:
+    per_process = scenario(two, "header")
+    _same_rejection([r["size"] for r in per_process], "different executor protocols",
+                    "process 0: magic", "a verdict of 37 words", "process 1: magic", "a verdict of 38 words")
+    _same_rejection([r["magic"] for r in per_process], "different executor protocols", "0x726566706c616e34")
+    for rank, res in enumerate(per_process):
+        assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 2: the collective outcome.
+
+
+def test_a_failure_anywhere_is_raised_everywhere_with_the_same_targets(two: dict[str, list[Any]]) -> None:
+    per_process = scenario(two, "outcome")
+    agreed = [r["agreed"] for r in per_process]
+    assert all(r["raised"] == "TransferExecutionError" for r in agreed), agreed
+    # Process 1's segments write target location 1 of both parameters; process 0's none of its own.
+    assert all(r["targets"] == {"a": (1,), "b": (1,)} for r in agreed), agreed
+    assert all(r["processes"] == (1,) for r in agreed), agreed
+    assert "process 1 failed after the verdict" in agreed[0]["message"]
+    assert agreed[0]["message"].startswith("this process finished its part")
+    assert agreed[1]["message"].startswith("round 0 of 1: injected transport failure")
+    alone = [r["alone"] for r in per_process]
+    assert alone[0]["raised"] is None, "outcome=False still agreed on the outcome"
+    assert alone[1]["raised"] == "TransferExecutionError" and alone[1]["processes"] is None
+    for rank, res in enumerate(per_process):
+        assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"
+
+
+def test_dead_peer_survivors_all_raise_naming_every_target() -> None:
+    outcomes = run_ranks(worker.dead_peer, 3, timeout=timedelta(seconds=30), deadline_s=120, grace_s=60)
+    assert not outcomes[1].ok, "process 1 was meant to die"
+    survivors = [outcomes[0], outcomes[2]]
+    assert all(o.ok for o in survivors), [o.error for o in survivors]
+    results = [o.value for o in survivors]
+    for res in results:
+        assert res["raised"] == "TransferExecutionError", res
+        assert res["targets"] == {"w": (0, 1, 2)} and res["processes"] is None, res
+        assert "the outcome agreement failed or timed out" in res["message"], res["message"]
+    assert results[1]["message"].startswith("this process finished its part"), "process 2 had no traffic"
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 1: two calls in flight on one group in one process; keys.
+
+
+@pytest.mark.parametrize("case", ["shared", "distinct"])
+def test_two_calls_in_flight_on_one_group_both_fail(two: dict[str, list[Any]], case: str) -> None:
+    per_process = scenario(two, "concurrent")
+    mine = per_process[0][case]
+    assert mine["entered"], "the first call never reached the point where it was held"
+    second = mine["second"]
+    assert second["raised"] == "TransferRejectedError", second
+    assert "another execute_transfers call on this process group" in second["message"]
+    assert second["unchanged"] and second["seconds"] < 5, second
+    firsts = [per_process[0][case]["first"], per_process[1][case]["first"]]
+    for res in firsts:
+        assert res["raised"] == "TransferExecutionError", firsts
+        assert "process 0 had another call on this group start meanwhile" in res["message"], res["message"]
+        assert res["processes"] == (0,), res
+    assert firsts[0]["targets"] == firsts[1]["targets"] == {"w": (0, 1)}, firsts
+    for rank, res in enumerate(per_process):
+        assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"
+
+
+def test_a_call_marked_after_its_outcome_went_out_still_does_not_return_normally(two: dict[str, list[Any]]) -> None:
+    """The second call starts after the first's outcome agreement: the peers saw a clean outcome
+    and return; the process that made both calls raises for the first as well."""
+    per_process = scenario(two, "concurrent")
+    late = per_process[0]["late"]
+    assert late["entered"] and late["second"]["raised"] == "TransferRejectedError", late
+    assert late["first"]["raised"] == "TransferExecutionError", late
+    assert "cannot count as done" in late["first"]["message"] and late["first"]["processes"] == (0,)
+    assert per_process[1]["late"]["first"]["raised"] is None, per_process[1]["late"]
+
+
+def test_a_call_marked_before_its_verdict_is_refused_everywhere(two: dict[str, list[Any]]) -> None:
+    """The second call starts while the first is still being checked: the first refuses in its
+    verdict, so both of its processes raise the same rejection and no byte moves."""
+    per_process = scenario(two, "concurrent")
+    assert per_process[0]["early"]["second"]["raised"] == "TransferRejectedError", per_process[0]["early"]
+    firsts = [r["early"]["first"] for r in per_process]
+    assert all(r["raised"] == "TransferRejectedError" for r in firsts), firsts
+    assert firsts[0]["message"] == firsts[1]["message"] and firsts[0]["processes"] == (0,), firsts
+    assert "process 0: another execute_transfers call on this process group" in firsts[0]["message"]
+
+
+def test_keys_refuse_same_shaped_syncs_issued_in_different_orders(two: dict[str, list[Any]]) -> None:
+    per_process = scenario(two, "keys")
+    for index in (0, 1):
+        _same_rejection([r["crossed"][index] for r in per_process], "disagree about the transfer schedule")
+    for rank, res in enumerate(per_process):
+        assert all(res["same"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['same']}"
+
+
+def test_pool_releases_least_recently_used_sizes_first() -> None:
+    from refplan.execute import _Pool
+
+    pool = _Pool()
+    cpu = torch.device("cpu")
+    a, b, c = (torch.empty(n, dtype=torch.uint8) for n in (100, 200, 300))
+    pool.give(a, 600)
+    pool.give(b, 600)
+    pool.give(torch.empty(100, dtype=torch.uint8), 600)  # size 100 used again: now the most recent
+    assert pool.held == 400
+    pool.give(c, 600)  # 700 > 600: the least recently used size (200) goes
+    assert pool.held == 500 and pool.take(cpu, 200) is None
+    assert pool.take(cpu, 300) is c and pool.held == 200
+    pool.give(torch.empty(700, dtype=torch.uint8), 600)  # larger than the bound: never kept
+    assert pool.held == 200
+    pool.trim(100)  # both arenas of size 100 are one size class: the older one goes first
+    assert pool.held == 100 and pool.take(cpu, 100) is not a
+    pool.clear()
+    assert pool.held == 0 and not pool.free
+
+
+def test_targets_named_are_those_a_failed_process_writes_or_reads_for() -> None:
+    """Every segment with a failed process on either side names its target location; a
+    process with none of them named nothing; an unknown failed set names every target."""
+    from refplan import TransferEndpoints, TransferSegment
+    from refplan.execute import _Param, _Schedule, _written_by
+    from refplan.plan import TransferPlan
+
+    def seg(source: int, target: int) -> TransferSegment:
+        return TransferSegment(source, 0, (1,), target, 0, (1,), (1,))
+
+    segments = (seg(0, 0), seg(1, 1), seg(2, 2))  # location l: source on process l, target on process (l+1) % 3
+    plan = TransferPlan(segments, (3,), 3)
+    ends = TransferEndpoints({0: 0, 1: 1, 2: 2}, {0: 1, 1: 2, 2: 0})
+    sched = _Schedule(params={"w": _Param(plan, list(segments), torch.float32)}, endpoints=ends)
+    assert _written_by(sched, {1}) == {"w": (0, 1)}  # receives location 0, sends location 1
+    assert _written_by(sched, {5}) == {}
+    assert _written_by(sched, None) == {"w": (0, 1, 2)}
