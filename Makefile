@@ -29,6 +29,13 @@ $(VENV)/.test: $(VENV)/.base pyproject.toml
 # what their planners import, under a constraint that keeps torch at the pin.
 PEER_PKGS := 'megatron-core==0.16.1' 'awex==0.9.0'
 PEER_DEPS := 'packaging' 'transformers==5.24.0' 'requests' 'aiohttp' 'psutil'
+# megatron-core 0.19.2 (`--planner megatron`; 0.16.1 above is `megatron-0.16`): its wheel is cp312-only,
+# but its resharding modules are pure Python and import on this CPython 3.11 with the torch pin once
+# triton is there. Both go into a folder of their own (never into the venv's site-packages), which
+# the adapter's worker subprocess puts first on sys.path; torch must still be the pin afterwards.
+MEGATRON_NEW := 'megatron-core==0.19.2'
+TRITON_PIN := 'triton==3.9.0'
+MEGATRON_TARGET := $(VENV)/peers/megatron-core-0.19.2
 
 $(VENV)/.peers: $(VENV)/.test
 	$(PIP) install -q --no-deps $(PEER_PKGS)
@@ -37,13 +44,21 @@ $(VENV)/.peers: $(VENV)/.test
 	$(PY) -c "import megatron.core.resharding.planner, awex.transfer.transfer_plan" 2>/dev/null
 	touch $@
 
-peers: $(VENV)/.peers
+$(VENV)/.peers-megatron-0.19: $(VENV)/.peers
+	rm -rf $(MEGATRON_TARGET)
+	$(PIP) install -q --no-deps --only-binary :all: --python-version 3.12 --target $(MEGATRON_TARGET) $(MEGATRON_NEW)
+	$(PIP) install -q --no-deps --only-binary :all: --target $(MEGATRON_TARGET) $(TRITON_PIN)
+	$(PY) -P refplan/conformance/peers/megatron_worker.py $(MEGATRON_TARGET) < /dev/null | grep -q '"ready": "0.19.2"'
+	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $@
+
+peers: $(VENV)/.peers $(VENV)/.peers-megatron-0.19
 
 demo: $(VENV)/.base
 	$(VENV)/bin/refplan demo
 	$(VENV)/bin/refplan sync --nproc 4 --backend gloo --model demo
 
-lint: $(VENV)/.peers
+lint: $(VENV)/.peers-megatron-0.19
 	$(VENV)/bin/ruff check refplan tests proofs fuzz
 	$(VENV)/bin/mypy refplan
 

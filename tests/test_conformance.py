@@ -255,6 +255,52 @@ def test_judge_names_each_kind_of_failure(cases: list[Case]) -> None:
     assert verdict == "quality" and "busiest sender" in reason  # correct but over the bound: quality, not fail
 
 
+class _ContractAdapter(Adapter):
+    """Accepts everything with one empty-ish plan per parameter, each outcome carrying the given
+    contract pairs (as a peer adapter sets them)."""
+
+    name = "contract-test"
+    features = RefplanAdapter.features
+
+    def __init__(self, contract: tuple[tuple[str, str], ...], plans: Any = None) -> None:
+        self.contract = contract
+        self.plans = plans
+
+    def plan(self, case: Case) -> Outcome:
+        plans = self.plans if self.plans is not None else {n: {"logical_shape": [1], "segments": []}
+                                                           for n in case.parameters}
+        return Outcome("accept", plans=plans, contract=self.contract)
+
+
+def test_contract_verdict_counts_apart_and_exits_0(cases: list[Case], tmp_path: Path) -> None:
+    """``contract``: what the peer's own contract allows and refplan's rules forbid. Its own count,
+    "contract" in JSON, a passed JUnit case with a ``contract`` property, exit 0; it excuses only
+    the kind it names, and never a wrong plan for a valid case."""
+    by_id = {c.id: c for c in cases}
+    refuse_case = by_id["rules/R26-a17-target-half"]
+    excused = _ContractAdapter((("accept", "partial loads are the peer's contract (x.py:1)"),))
+    report = run_conformance(excused, [refuse_case])
+    result = report.results[0]
+    assert result.verdict == "contract" and result.reason.startswith("partial loads are the peer's contract")
+    assert "(refplan: accepted something that must be refused" in result.reason
+    assert report.counts()["contract"] == 1 and report.exit_code == 0 and report.ok
+    assert report.summary_line() == "0 passed, 0 failed, 0 unsupported, 1 contract"
+    assert json.loads(json.dumps(report.to_dict()))["results"][0]["verdict"] == "contract"
+    suite = ET.fromstring(report.junit_xml().split("?>", 1)[1]).find("testsuite")
+    assert suite is not None and suite.get("failures") == "0" and suite.get("skipped") == "0"
+    case_el = suite.find("testcase")
+    assert case_el is not None and case_el.find("failure") is None and case_el.find("skipped") is None
+    prop = case_el.find("properties/property")
+    assert prop is not None and prop.get("name") == "contract"
+    # the wrong kind is not excused: a refusal contract does not cover an accepted invalid case
+    other = run_conformance(_ContractAdapter((("refuse", "deliberate"),)), [refuse_case])
+    assert other.results[0].verdict == "fail" and other.exit_code == 1
+    # a wrong plan for a valid case is never excused, whatever the adapter says
+    valid = by_id["layouts/row_even-2to4"]
+    wrong = run_conformance(_ContractAdapter((("accept", "x"), ("refuse", "y"), ("quality", "z"))), [valid])
+    assert wrong.results[0].verdict == "fail" and "oracle" in wrong.results[0].reason
+
+
 def _flipped(case: Case) -> Case:
     """The same case with the opposite expectation, so a correct planner must fail it."""
     raw = json.loads(json.dumps(case.raw))

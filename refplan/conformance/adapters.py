@@ -43,14 +43,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AffineTransferError
 from ..formats import PLANS_FORMAT
 from ..limits import PlanBudget
+from .base import Adapter, Outcome
 from .corpus import ERROR_CLASSES, FEATURES, Case
 
 __all__ = [
@@ -66,61 +65,6 @@ __all__ = [
 ]
 
 ALL_FEATURES = frozenset(FEATURES) | {f"budget.{f.name}" for f in dataclasses.fields(PlanBudget)}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a planner did with a case.
-
-    ``kind`` is ``accept`` (``plans``: name -> plan dict), ``refuse`` (``error``: class name,
-    ``message``), ``unsupported`` (``message``: why), ``crash`` (a peer planner raised something
-    that is not a deliberate refusal: ``error`` its class, ``message`` its text; judged a failure)
-    or ``error`` (the adapter itself broke; ``message`` says how).
-    """
-
-    kind: str
-    plans: Mapping[str, Any] | None = None
-    error: str | None = None
-    message: str = ""
-    seconds: float = 0.0
-    notes: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        if self.kind == "accept":
-            segments = sum(len(p.get("segments", ())) for p in (self.plans or {}).values() if isinstance(p, Mapping))
-            return f"accept ({segments} seg)"
-        if self.kind == "refuse":
-            return f"refuse {self.error}"
-        if self.kind == "crash":
-            return f"crash {self.error}"
-        return self.kind
-
-
-class Adapter:
-    """Base class: a named planner with a feature set."""
-
-    name = "planner"
-    features: frozenset[str] = frozenset()
-    strict_messages = False
-    """Whether a refusal message must match the case's fragment (refplan's own wording)."""
-
-    def missing(self, case: Case) -> list[str]:
-        return sorted(case.features() - self.features)
-
-    def run(self, case: Case) -> Outcome:
-        """Plan ``case`` unless it needs a missing feature; never raises."""
-        missing = self.missing(case)
-        if missing:
-            return Outcome("unsupported", message="needs " + ", ".join(missing))
-        start = time.perf_counter()
-        try:
-            outcome = self.plan(case)
-        except Exception as exc:  # the adapter itself broke: report it, keep going
-            outcome = Outcome("error", message=f"adapter raised {type(exc).__name__}: {exc}")
-        return dataclasses.replace(outcome, seconds=time.perf_counter() - start)
-
-    def plan(self, case: Case) -> Outcome:
-        raise NotImplementedError
 
 
 def _exception_outcome(exc: BaseException) -> Outcome:
@@ -463,7 +407,7 @@ def make_adapter(spec: str, *, timeout: float = 60.0) -> Adapter:
             return DeepSpeedAdapter()
         except Exception as exc:  # ImportError, or whatever its torch import raises here
             raise ValueError(f"planner 'deepspeed': DeepSpeed is not importable ({exc})") from None
-    if spec in ("dcp", "dcp-lowest", "megatron", "awex"):
+    if spec in ("dcp", "dcp-lowest", "megatron", "megatron-0.16", "awex"):
         from .peers import make_peer_adapter
 
         return make_peer_adapter(spec)

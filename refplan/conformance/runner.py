@@ -12,7 +12,11 @@ case's expectation:
   message fragment; for others a differing message is only a note).
 - ``fail``: accepted something that must be refused, refused something valid, wrong error
   class, a plan that fails the oracle, wrong sources for scripted answers, or too much load.
-- ``unsupported``: the case needs a feature the planner does not have (never a pass).
+- ``contract``: a peer did what its own documented contract allows and only refplan's rules
+  forbid (a partial load, a deliberate refusal of a layout its model classes never change); the
+  adapter names the contract. Exits 0 like ``pass``, with its own count.
+- ``unsupported``: the case needs a feature the planner does not have, or a peer's own front door
+  cannot produce its input (never a pass).
 - ``error``: the adapter or planner crashed (no refusal, no plan).
 
 The report prints as a table (case, expected, got, verdict, time) ending in the summary line
@@ -58,7 +62,7 @@ __all__ = [
     "write_markdown",
 ]
 
-VERDICTS = ("pass", "fail", "unsupported", "error", "quality")
+VERDICTS = ("pass", "fail", "unsupported", "error", "quality", "contract")
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,13 @@ class Report:
     report form says so, so that a partial run is never read as the whole corpus."""
 
     def counts(self) -> dict[str, int]:
+        """Cases per verdict. ``contract`` (given only by peer adapters) is listed when any case has
+        it, so the counts of every other planner keep their five keys."""
         out = dict.fromkeys(VERDICTS, 0)
         for r in self.results:
             out[r.verdict] += 1
+        if not out["contract"]:
+            del out["contract"]
         return out
 
     def summary_line(self) -> str:
@@ -118,6 +126,8 @@ class Report:
             line += f", {c['error']} errors"
         if c["quality"]:
             line += f", {c['quality']} quality"
+        if c.get("contract"):
+            line += f", {c['contract']} contract"
         return line
 
     def quality_line(self) -> str:
@@ -211,6 +221,9 @@ class Report:
                 ET.SubElement(case, "error", message=r.reason[:500]).text = r.reason
             elif r.verdict == "unsupported":
                 ET.SubElement(case, "skipped", message=r.reason[:500])
+            elif r.verdict == "contract":  # a pass for CI, marked so that it is never read as conformance
+                properties = ET.SubElement(case, "properties")
+                ET.SubElement(properties, "property", name="contract", value=r.reason[:500])
         suites = ET.Element("testsuites")
         suites.append(suite)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
@@ -382,7 +395,25 @@ def load_ratio(case: Case, plans: Mapping[str, Any]) -> float | None:
 
 
 def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tuple[str, ...]]:
-    """(verdict, reason, notes) for one outcome.
+    """(verdict, reason, notes) for one outcome: ``_judge``'s, where a ``fail`` or ``quality`` the
+    adapter explains by the peer's own contract (``Outcome.contract``) becomes ``contract``, its
+    reason the contract and then what refplan's rules say."""
+    verdict, reason, notes = _judge(case, outcome, adapter)
+    kind = ""
+    if verdict == "quality":
+        kind = "quality"
+    elif verdict == "fail" and outcome.kind == "accept" and case.expect.outcome == "refuse":
+        kind = "accept"  # accepted what refplan must refuse; a wrong plan for a valid case is never excused
+    elif verdict == "fail" and outcome.kind == "refuse" and case.expect.outcome == "accept":
+        kind = "refuse"
+    for excused, why in outcome.contract:
+        if excused == kind:
+            return "contract", f"{why} (refplan: {reason})", notes
+    return verdict, reason, notes
+
+
+def _judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tuple[str, ...]]:
+    """(verdict, reason, notes) for one outcome, before any contract.
 
     Correctness comes first: a wrong plan, a crash or a wrong refusal is a ``fail``. A correct plan
     that misses only what the RFC's *batch policy* promises (the busiest sender within
@@ -545,8 +576,11 @@ class Interrupted(KeyboardInterrupt):
 def _run_case(case: Case, adapter: Adapter) -> CaseResult:
     outcome = adapter.run(case)
     verdict, reason, notes = judge(case, outcome, adapter)
+    cause = getattr(adapter, "cause", None)
+    if verdict in ("fail", "quality") and callable(cause):  # a peer names the root cause
+        reason = f"{reason} — {cause(case.id, verdict)}"
     ratio = None
-    if verdict in ("pass", "quality") and outcome.kind == "accept" and case.expect.outcome == "accept":
+    if verdict in ("pass", "quality", "contract") and outcome.kind == "accept" and case.expect.outcome == "accept":
         ratio = load_ratio(case, outcome.plans or {})
     return CaseResult(
         case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
@@ -583,18 +617,15 @@ _REPRO_DIR = "docs/peers"
 
 
 def _repro(case_id: str, planner: str) -> str:
-    """The standalone script that reproduces ``planner``'s result on a case with the peer alone:
-    listed in ``peers.REPRODUCTIONS``, or named after a ``finding-<peer>-...`` case of that peer."""
-    from .peers import REPRODUCTIONS
+    """The standalone script under ``docs/peers/`` that shows ``planner``'s result on a case with
+    the peer alone: the script of the finding (``peers.findings``) the case witnesses."""
+    from .peers.findings import FINDINGS
 
-    peer = next((key for key in REPRODUCTIONS if planner.startswith(key)), None)
-    script = REPRODUCTIONS.get(peer or "", {}).get(case_id)
-    slug = case_id.split("/")[-1]
-    if script is None and peer is not None and slug.startswith(f"finding-{peer}-"):
-        script = slug.replace("finding-", "").replace("-", "_") + ".py"
-    if script is None or not (Path(__file__).resolve().parents[2] / _REPRO_DIR / script).exists():
-        return ""
-    return f" Reproduce with the peer alone: `python {_REPRO_DIR}/{script}`."
+    for finding in FINDINGS:
+        script = Path(__file__).resolve().parents[2] / _REPRO_DIR / finding.script
+        if planner.startswith(finding.peer) and case_id in finding.witnesses and finding.script and script.exists():
+            return f" Reproduce with the peer alone: `python {_REPRO_DIR}/{finding.script}`."
+    return ""
 
 
 def _quality_lines(report: Report) -> list[str]:
@@ -609,9 +640,69 @@ def _quality_lines(report: Report) -> list[str]:
     return [*lines, ""]
 
 
+def _finding_lines(report: Report) -> list[str]:
+    """A peer's ``fail`` and ``quality`` results grouped by root cause (``peers.findings``): one
+    entry per cause with its peer file:line, the configuration that reaches it, its witnesses and
+    its script; then any result no entry explains, case by case."""
+    from .peers.findings import cause_of
+
+    found = [r for r in report.results if r.verdict in ("fail", "quality", "error")]
+    if not found:
+        return []
+    lines = ["### Findings, by root cause", ""]
+    groups: dict[str, tuple[Any, list[CaseResult]]] = {}
+    loose: list[CaseResult] = []
+    for r in found:
+        finding = cause_of(report.planner, r.case_id, r.verdict)
+        if finding is None:
+            loose.append(r)
+        else:
+            groups.setdefault(finding.title, (finding, []))[1].append(r)
+    for finding, results in groups.values():
+        lines += [f"#### {finding.title} ({finding.verdict}, {len(results)} cases)", "",
+                  f"{finding.why}", "",
+                  f"- Cause ({finding.version}): {finding.cause}.",
+                  f"- Reached by: {finding.configuration}."]
+        if finding.script:
+            lines.append(f"- Reproduce with the peer alone (expected beside actual): "
+                         f"`python {_REPRO_DIR}/{finding.script}`.")
+        lines.append("- Witnesses:")
+        for r in results:
+            ratio = "" if r.load_ratio is None else f" ({r.load_ratio:.2f}x the LP lower bound)"
+            head = _md(r.reason.split(" — ")[0])
+            lines.append(f"  - `{r.case_id}` ({_md(r.why)}): {head}{ratio}.")
+        lines.append("")
+    if loose:
+        lines += ["#### Not yet explained", ""]
+        for r in loose:
+            lines.append(f"- `{r.case_id}` ({_md(r.why)}): {r.verdict}: expected {r.expected}, got {r.got}. "
+                         f"{_md(r.reason)}")
+        lines.append("")
+    return lines
+
+
+def _contract_lines(report: Report) -> list[str]:
+    """The ``contract`` results, grouped by the peer's contract that allows them."""
+    groups: dict[str, list[str]] = {}
+    for r in report.results:
+        if r.verdict == "contract":
+            key = r.reason.split(" (refplan: ")[0]
+            key = re.sub(r" \(parameter '[^']*'\)", "", key)
+            key = re.sub(r"partition_dim \d+ -> \d+", "partition_dim changes", key)
+            key = re.sub(r"inference TP \d+ and training TP \d+", "inference and training TP sizes", key)
+            groups.setdefault(key, []).append(r.case_id)
+    if not groups:
+        return []
+    lines = [f"### Contract ({sum(map(len, groups.values()))}): what the peer's own contract allows and refplan's "
+             "rules forbid", ""]
+    for key, ids in groups.items():
+        lines.append(f"- {_md(key)} ({len(ids)}): " + ", ".join(f"`{i}`" for i in ids) + ".")
+    return [*lines, ""]
+
+
 def _peer_section(report: Report) -> list[str]:
-    """One peer's section: counts, every failure with its case and the oracle's counterexample,
-    every quality finding with its load, and the unsupported cases grouped by reason."""
+    """One peer's section: counts, the findings by root cause, the contract results by contract,
+    and the unsupported cases grouped by reason."""
     c = report.counts()
     expressible = len(report.results) - c["unsupported"]
     from .peers import PEER_NOTES
@@ -621,18 +712,13 @@ def _peer_section(report: Report) -> list[str]:
         f"## {report.planner}",
         "",
         *([note, ""] if note else []),
-        f"Expresses {expressible} of the {len(report.results)} cases: {c['pass']} pass, {c['fail']} fail, "
-        f"{c['quality']} quality, {c['error']} errors. {report.quality_line()[0].upper()}{report.quality_line()[1:]}.",
+        f"Expresses {expressible} of the {len(report.results)} cases: {c['pass']} pass, "
+        f"{c.get('contract', 0)} contract, {c['fail']} fail, {c['quality']} quality, {c['error']} errors. "
+        f"{report.quality_line()[0].upper()}{report.quality_line()[1:]}.",
         "",
     ]
-    fails = [r for r in report.results if r.verdict in ("fail", "error")]
-    if fails:
-        lines += ["### Failures", ""]
-        for r in fails:
-            lines.append(f"- `{r.case_id}` ({_md(r.why)}): expected {r.expected}, got {r.got}. {_md(r.reason)}"
-                         + _repro(r.case_id, report.planner))
-        lines.append("")
-    lines += _quality_lines(report)
+    lines += _finding_lines(report)
+    lines += _contract_lines(report)
     from .peers import PEER_FINDINGS_OUTSIDE_CORPUS
 
     extra = next((v for key, v in PEER_FINDINGS_OUTSIDE_CORPUS.items() if report.planner.startswith(key)), [])
@@ -718,9 +804,13 @@ def write_markdown(
         "",
         "Verdicts: `pass`; `fail` (a wrong plan, a crash, a refusal of a valid case, or an accepted invalid",
         "one); `quality` (a correct plan whose busiest sender exceeds what the case allows: the batch policy's",
-        "promise, reported apart from correctness); `unsupported` (the planner cannot express the case; never a",
-        "pass); `error` (the adapter broke). `refplan conformance` exits 0 when nothing failed or errored, 1",
-        "otherwise (quality findings exit 0 unless `--fail-on-quality`), 2 for bad input.",
+        "promise, reported apart from correctness); `contract` (a peer did what its own documented contract",
+        "allows and only refplan's rules forbid: the reason names the peer's file:line); `unsupported` (the",
+        "planner cannot express the case, or the peer's front door cannot produce it; never a pass); `error`",
+        "(the adapter broke). Every peer `fail` and `quality` names its root cause (peer version, file:line,",
+        "a configuration that reaches it). `refplan conformance` exits 0 when nothing failed or errored, 1",
+        "otherwise (quality and contract results exit 0; quality exits 1 with `--fail-on-quality`), 2 for bad",
+        "input.",
         "",
     ]
     own = [r for r in reference.results if r.verdict != "pass"]
@@ -813,7 +903,8 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``refplan conformance`` (also ``python -m refplan.conformance.runner``)."""
     parser.add_argument(
         "--planner", default="refplan", metavar="SPEC",
-        help="refplan | deepspeed | dcp | dcp-lowest | megatron | awex (the pinned peers, `make peers`) | "
+        help="refplan | deepspeed | dcp | dcp-lowest | megatron (0.19.2) | megatron-0.16 | awex (the pinned peers, "
+             "`make peers`) | "
              "pkg.module:function (the current directory is importable; 'module:' may prefix it) | "
              "cmd:\"<command>\" (reads a case on stdin, prints an answer; default: refplan)",
     )

@@ -1,0 +1,78 @@
+"""The planner protocol's two types: ``Outcome`` (what a planner did with a case) and ``Adapter``
+(a named planner with a feature set). Every adapter module imports them from here: ``adapters``
+(refplan, DeepSpeed, entry points, commands) and ``peers`` (DCP, Megatron-Core, Awex), so neither
+imports the other at module level."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .corpus import Case
+
+__all__ = ["Adapter", "Outcome"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a planner did with a case.
+
+    ``kind`` is ``accept`` (``plans``: name -> plan dict), ``refuse`` (``error``: class name,
+    ``message``), ``unsupported`` (``message``: why), ``crash`` (a peer planner raised something
+    that is not a deliberate refusal: ``error`` its class, ``message`` its text; judged a failure)
+    or ``error`` (the adapter itself broke; ``message`` says how).
+    """
+
+    kind: str
+    plans: Mapping[str, Any] | None = None
+    error: str | None = None
+    message: str = ""
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+    contract: tuple[tuple[str, str], ...] = ()
+    """(kind, why) pairs, set only by peer adapters from the case's structure: when the judge's
+    verdict is of that kind (``accept``: a ``fail`` for accepting a case refplan must refuse;
+    ``refuse``: a ``fail`` for refusing a valid case; ``quality``), it becomes ``contract`` with that
+    reason, because the peer did what its own documented contract allows (a partial load, a
+    deliberate refusal, an item-granular choice) and only refplan's rules forbid it. A wrong plan is
+    never excused."""
+
+    def describe(self) -> str:
+        if self.kind == "accept":
+            segments = sum(len(p.get("segments", ())) for p in (self.plans or {}).values() if isinstance(p, Mapping))
+            return f"accept ({segments} seg)"
+        if self.kind == "refuse":
+            return f"refuse {self.error}"
+        if self.kind == "crash":
+            return f"crash {self.error}"
+        return self.kind
+
+
+class Adapter:
+    """Base class: a named planner with a feature set."""
+
+    name = "planner"
+    features: frozenset[str] = frozenset()
+    strict_messages = False
+    """Whether a refusal message must match the case's fragment (refplan's own wording)."""
+
+    def missing(self, case: Case) -> list[str]:
+        return sorted(case.features() - self.features)
+
+    def run(self, case: Case) -> Outcome:
+        """Plan ``case`` unless it needs a missing feature; never raises."""
+        missing = self.missing(case)
+        if missing:
+            return Outcome("unsupported", message="needs " + ", ".join(missing))
+        start = time.perf_counter()
+        try:
+            outcome = self.plan(case)
+        except Exception as exc:  # the adapter itself broke: report it, keep going
+            outcome = Outcome("error", message=f"adapter raised {type(exc).__name__}: {exc}")
+        return dataclasses.replace(outcome, seconds=time.perf_counter() - start)
+
+    def plan(self, case: Case) -> Outcome:
+        raise NotImplementedError

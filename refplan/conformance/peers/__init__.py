@@ -1,0 +1,223 @@
+"""Adapters for the planners people run: PyTorch DCP, Megatron-Core's refit planner, and Awex.
+
+Each adapter calls the peer's real, pinned package on CPU, outside any process group, through the
+functions its users' code paths reach:
+
+``dcp`` / ``dcp-lowest``
+    torch's ``torch.distributed.checkpoint``: every source location is one rank's ``SavePlan`` of
+    SHARD ``WriteItem``s (one per piece: a chunk of the logical tensor); ``DefaultSavePlanner``'s
+    global planning deduplicates them (DCP's replica choice, by planned bytes or, for
+    ``dcp-lowest``, to the lowest rank) and writes the ``Metadata``; every target location's pieces
+    are its local chunks, and ``planner_helpers.create_read_items_for_chunk_list`` turns them into
+    ``ReadItem``s, which become strided segments.
+``megatron``
+    megatron-core 0.19.2's ``build_plan_from_rosters`` in a subprocess (``megatron_worker.py``) whose
+    ``sys.path`` starts with the ``pip install --target`` folder ``make peers`` fills.
+``megatron-0.16``
+    ``megatron.core.resharding`` (megatron-core 0.16.1): one ``ParameterMetadata`` per rank and
+    parameter, then, as ``build_centralized_reshard_plan`` does on rank 0, for every destination
+    rank and parameter ``select_src_metadata_balanced`` and ``_determine_source_ranks_for_dst_param``.
+``awex``
+    ``awex.transfer.transfer_plan.TransferPlanBuilder.build_weights_mapping_operations`` (awex
+    0.9.0) on ``ParameterMeta``s with their replicas.
+
+Why every translation is checked: a conformance result only means something if the peer saw the
+case's problem and not a neighbour of it. So an adapter translates a parameter only when the
+peer's own description expresses both maps *exactly*: it rebuilds the maps from the peer's input
+objects alone (``rebuild``) and compares them with the case's maps piece for piece (tests compare
+them element for element as well). Anything else is ``unsupported`` with the reason ("uneven TP
+split", "more than one box per rank", ...), so it can never pass or fail.
+
+How outcomes read: a peer that raises a deliberate error (``ValueError``, ``RuntimeError``,
+``AssertionError``, ``NotImplementedError``) refuses; any other exception is a crash (a failure
+with the peer's own message). Peers have their own error classes, so a refusal of a case that
+must be refused passes whatever its class (noted); refusing a valid case fails. The batch policy
+expectations (busiest-sender bound, local-first sources) are judged as *quality*, not
+correctness (see ``runner.judge``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ...maps import ParamAffineMap
+from ..base import Adapter
+from ..corpus import Case
+from .awex import AwexAdapter
+from .common import Chunk, Inexpressible, PeerAdapter, _quiet, check_tiled, maps_differ, peer_version
+from .dcp import DCPAdapter
+from .megatron import MegatronAdapter
+
+__all__ = [
+    "PEER_PINS",
+    "PEER_SPECS",
+    "AwexAdapter",
+    "Chunk",
+    "DCPAdapter",
+    "Inexpressible",
+    "MegatronAdapter",
+    "PeerAdapter",
+    "bench_contender",
+    "check_tiled",
+    "make_peer_adapter",
+    "maps_differ",
+    "peer_version",
+]
+
+PEER_PINS = {"dcp": "torch==2.13.0", "megatron": "megatron-core==0.19.2 (in .venv/peers/megatron-core-0.19.2)",
+             "megatron-0.16": "megatron-core==0.16.1", "awex": "awex==0.9.0"}
+"""The versions the adapters were written against (``make peers`` installs them)."""
+
+PEER_SPECS = ("dcp", "dcp-lowest", "megatron", "megatron-0.16", "awex")
+
+
+def megatron_target() -> Path:
+    """The ``pip install --target`` folder of megatron-core 0.19.2 (and the triton it imports) that
+    ``make peers`` fills: ``$REFPLAN_MEGATRON_TARGET``, else ``<venv>/peers/megatron-core-0.19.2``."""
+    return Path(os.environ.get("REFPLAN_MEGATRON_TARGET") or Path(sys.prefix) / "peers" / "megatron-core-0.19.2")
+
+PEER_NOTES = {
+    "dcp": (
+        "Called as a DCP save and load would: every source location is one rank's `SavePlan` (one SHARD "
+        "`WriteItem` per piece), `DefaultSavePlanner(flatten_state_dict=False).create_global_plan` deduplicates "
+        "replicas (DCP's only replica choice: by planned bytes, or to the lowest rank for `dcp-lowest`) and "
+        "writes the `Metadata`, and `create_read_items_for_chunk_list` gives each target location's reads. "
+        "Expressible: pieces that are boxes of the logical tensor (any placement in the rank's memory); not: "
+        "flattened or transposed views, scaled pieces, endpoints, scripted answers, budgets."
+    ),
+    "megatron-core 0.19": (
+        "`--planner megatron`: megatron-core 0.19.2 (installed by `make peers` with `pip install --target` into "
+        "`.venv/peers/megatron-core-0.19.2`, with the triton it imports; its wheel is for CPython 3.12, its "
+        "resharding modules are pure Python) in a subprocess whose `sys.path` starts with that folder: one "
+        "`ParameterMetadata` per rank and parameter as for 0.16.1, then `build_plan_from_rosters(dst_rosters, "
+        "src_rosters, rank)` (planner.py:403, pure and collective-free) for every destination rank. Without "
+        "endpoints, target locations take the ranks after the source's (an RL refit to an engine on other ranks). "
+        "Expressible as for `megatron-0.16`. A change of `partition_dim` is refused on purpose (`contract`)."
+    ),
+    "megatron": (
+        "`--planner megatron-0.16`. Called as rank 0 of `build_centralized_reshard_plan` does: one "
+        "`ParameterMetadata` per rank and "
+        "parameter, then for every destination rank and parameter `select_src_metadata_balanced` and "
+        "`_determine_source_ranks_for_dst_param`. 0.16.1 refits inside one world where every rank holds both "
+        "models (planner.py:219-220, 296): the k-th target location runs on the k-th source rank (with endpoints, "
+        "the processes), and a case with targets outside the source world is unsupported. Expressible: an even TP "
+        "split along one axis (with `partition_stride` interleaving) replicated over DP, and fully replicated "
+        "parameters; a location whose pieces form one dense row-major box is given as that box; not: uneven "
+        "splits, several boxes per rank outside the stride pattern. A change of `partition_dim` is refused on "
+        "purpose (`contract`)."
+    ),
+    "awex": (
+        "Called as its weight sync does: `ParameterMeta`s as its meta resolver builds them from the ranks' "
+        "shards (replica c: the c-th holder of every box; global shape and offsets derived from the shards, "
+        "meta_resolver.py:93-228), `check_train_infer_params_meta(raise_exception=True)` as its reader and writer "
+        "run it before planning, then `TransferPlanBuilder(infer_world, train_world)."
+        "build_weights_mapping_operations`. Expressible: one dense box per rank per parameter (pieces forming one "
+        "dense row-major box are given as that box), shards laid end to end along one axis; not: several boxes "
+        "per rank (fused weights), boxes with unequal numbers of holders, a side no rank holds (its front door "
+        "never passes `replicas=[]`). TP sizes that do not divide each other are refused on purpose (`contract`)."
+    ),
+}
+"""How each peer is called and what it can express, for the generated ``docs/conformance.md``."""
+
+PEER_FINDINGS_OUTSIDE_CORPUS = {
+    "megatron-core 0.16": [
+        (
+            "Expert weights copied from a rank that does not hold the expert (silently wrong weights). "
+            "A corpus map does not say which parameters are experts, but Megatron's metadata does "
+            "(`is_ep`, EP group, local `weightK` names): in a refit from EP=2 to EP=1 on 4 ranks the "
+            "replicated fallback sees equal DP groups and plans a local copy of every expert on every "
+            "rank, e.g. expert 2 on rank 0, which holds experts 0-1; the op names the source's local "
+            "`weight0`, which on rank 0 is expert 0. Found by `tests/test_interop.py::test_megatron_experts` "
+            "(`interop.from_megatron` against Megatron's own routing).",
+            "megatron_expert_misrouted.py",
+        ),
+        (
+            "Weights lose their TP marking without initialization: with `perform_initialization=False` "
+            "(loading from a checkpoint), `ColumnParallelLinear`/`RowParallelLinear` weights never get "
+            "their tensor-parallel attributes, so `extract_param_metadata` reports TP-split weights as "
+            "replicated (`is_tp=False`) on every rank alike, which no consumer of the metadata can detect. "
+            "Seen on CPU in `tests/test_interop.py`.",
+            "",
+        ),
+    ],
+}
+"""Findings about a peer that the corpus cannot state (they need the peer's own richer metadata)."""
+
+def make_peer_adapter(spec: str) -> Adapter:
+    """The adapter for ``dcp``, ``dcp-lowest``, ``megatron``, ``megatron-0.16`` or ``awex``; ``ValueError`` when the
+    peer is not importable (``make peers`` installs it)."""
+    try:
+        if spec == "dcp":
+            return DCPAdapter()
+        if spec == "dcp-lowest":
+            return DCPAdapter(lowest_rank=True)
+        if spec == "megatron":
+            target = megatron_target()
+            if not (target / "megatron" / "core" / "resharding" / "planner.py").is_file():
+                raise ImportError(f"no megatron-core 0.19.2 in {target}")
+            return MegatronAdapter(target=str(target))
+        if spec == "megatron-0.16":
+            return MegatronAdapter()
+        if spec == "awex":
+            return AwexAdapter()
+    except Exception as exc:  # ImportError, or whatever the peer's own imports raise here
+        pin = PEER_PINS["dcp" if spec.startswith("dcp") else spec] if spec in PEER_SPECS else "?"
+        raise ValueError(f"planner {spec!r}: the peer is not importable ({type(exc).__name__}: {exc}); "
+                         f"`make peers` installs {pin}") from None
+    raise ValueError(f"planner {spec!r}: not a peer ({', '.join(PEER_SPECS)})")
+
+
+def bench_contender(
+    spec: str,
+    pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
+    *,
+    endpoints: Mapping[str, Mapping[int, int]] | None = None,
+    element_size: Mapping[str, int] | None = None,
+) -> tuple[str, Any, Any] | str:
+    """(peer name, planning call, conversion) for ``refplan bench``, or why the peer cannot run.
+
+    Translation (and its exactness check, minus the element-level memory check) happens here, not
+    timed; the zero-argument call runs only the peer's own planning routine, and the conversion
+    turns its output into plan dicts afterwards (not timed either). Endpoints
+    reach only the peer whose planner reads them (Megatron's global ranks); DCP and Awex plan
+    without them, and the bench accounts loads per process from the plans as for every contender.
+    """
+    try:
+        # megatron-core 0.19.2 plans in a subprocess, whose round trips a timing would count: the
+        # bench times the in-process 0.16.1 loop.
+        adapter: Any = make_peer_adapter("megatron-0.16" if spec == "megatron" else spec)
+    except ValueError as exc:
+        return str(exc)
+    adapter.check_memory = False
+    if hasattr(adapter, "one_world"):
+        adapter.one_world = False  # time Megatron's loop on the scenario's ranks (see MegatronAdapter.one_world)
+    raw: dict[str, Any] = {
+        "id": f"bench/{spec}", "why": "bench", "tags": [],
+        "parameters": {n: {"target": t.to_dict(), "source": s.to_dict()} for n, (t, s) in sorted(pairs.items())},
+        "expect": {"outcome": "accept"},
+    }
+    if endpoints is not None and "endpoints" in adapter.features:
+        raw["endpoints"] = {side: {str(k): v for k, v in endpoints[side].items()} for side in ("source", "target")}
+    if element_size is not None:
+        raw["element_size"] = dict(element_size)
+    from ..corpus import Expect
+
+    case = Case(raw["id"], "bench", "bench", (), raw, Expect("accept"))
+    try:
+        problem = adapter.translate(case)
+    except Inexpressible as exc:
+        return f"unsupported: {exc}"
+
+    def run() -> Any:
+        with _quiet():
+            return adapter.call_peer(problem)
+
+    def convert(output: Any) -> dict[str, Any]:
+        plans: dict[str, Any] = adapter.convert(problem, output)
+        return plans
+
+    return adapter.name, run, convert

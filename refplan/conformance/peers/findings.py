@@ -1,0 +1,119 @@
+"""Why a peer's plan is a ``fail`` or ``quality`` result: one entry per root cause.
+
+Each ``Finding`` names the peer version, the file:line of the cause in the peer's installed
+package, the user configuration that reaches it, the corpus cases that witness it, and the
+standalone script under ``docs/peers/`` that shows it with the peer alone (expected beside
+actual). ``cause_of`` finds the entry for a result; a ``fail`` or ``quality`` result that no entry
+explains is reported as unexplained (and ``tests/test_peers.py`` refuses that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FINDINGS", "Finding", "cause_of"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    peer: str
+    """A prefix of the planner names it belongs to: ``dcp`` (also ``dcp-lowest``), ``megatron-core 0.16``,
+    ``megatron-core 0.19`` or ``awex``."""
+    verdict: str
+    title: str
+    version: str
+    cause: str
+    """file:line in the peer's installed package, with what that code does."""
+    configuration: str
+    """A real user's configuration that reaches the cause."""
+    why: str
+    witnesses: tuple[str, ...]
+    script: str
+
+    def note(self) -> str:
+        """The text appended to a witness's reason."""
+        return f"{self.title} ({self.version}, {self.cause}; reached by {self.configuration})"
+
+
+_MEGATRON_LOAD = (
+    "batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
+    "batches/local-first", "batches/local-first-over-balance", "peers/finding-dcp-dedup-counts-items",
+    "peers/finding-megatron-pure-dp-reads-one-rank", "peers/finding-megatron-tp2dp2-uses-one-replica",
+    "peers/finding-awex-one-inference-replica",
+)
+_AWEX_LOAD = ("batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
+              "peers/finding-dcp-dedup-counts-items", "peers/finding-megatron-pure-dp-reads-one-rank",
+              "peers/finding-megatron-tp2dp2-uses-one-replica", "peers/finding-awex-one-inference-replica")
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        peer="dcp", verdict="quality",
+        title="DCP's dedup sizes every SHARD write item by the whole tensor, not its chunk",
+        version="torch 2.13.0",
+        cause="torch/distributed/checkpoint/_dedup_save_plans.py:53 adds `write_item.tensor_storage_size()`, "
+              "which planner.py:80-82 computes from `tensor_data.size` (the whole tensor)",
+        configuration="a replicated save (DDP/HSDP replicas) whose ranks hold chunks of different sizes, "
+                      "saved with the default DefaultSavePlanner()",
+        why="Every duplicate item weighs the same, so the dedup balances item counts: with chunks of 8,1,1,1,1,1,1 "
+            "rows on two replicas, one rank writes 11 rows and the other 3, where 8 is possible. Load only: every "
+            "chunk is written once and read back exactly.",
+        witnesses=("peers/finding-dcp-dedup-counts-items",),
+        script="dcp_dedup_counts_items.py",
+    ),
+    Finding(
+        peer="megatron-core 0.16", verdict="quality",
+        title="Megatron-Core reads every parameter from the first source replica",
+        version="megatron-core 0.16.1",
+        cause="megatron/core/resharding/utils.py:346-347 and 357-358: `select_src_metadata_balanced` buckets the "
+              "source metadata by DP group and returns the first entry of the chosen bucket (of the only one, on "
+              "the fast path); the first entry is replica 0's, and its TP group is where "
+              "`_determine_source_ranks_for_dst_param` reads every slice",
+        configuration="a collocated refit from a trainer with DP > 1, e.g. TP2xDP2 -> TP2xDP2 on 4 ranks (each "
+                      "rank holds its shard locally; ranks 2-3 read theirs from ranks 0-1) or TP1xDP4 -> TP4",
+        why="The DP round robin picks a bucket, but every bucket's first entry belongs to replica 0, so every "
+            "read leaves replica 0's TP group, also where the destination rank holds the same shard locally. "
+            "Load only: the copies are exact. 0.19.2 reads local copies first but keeps the rest (next entry).",
+        witnesses=_MEGATRON_LOAD,
+        script="megatron_tp2dp2_uses_one_replica.py",
+    ),
+    Finding(
+        peer="megatron-core 0.19", verdict="quality",
+        title="Megatron-Core 0.19.2 reads every parameter from the same source replica",
+        version="megatron-core 0.19.2",
+        cause="megatron/core/resharding/utils.py:514-516 and 521-529: `_round_robin_dp` returns the first entry "
+              "when all sources share one DP group (pure DP), and otherwise picks the DP group by `dst_rank % "
+              "groups` and the entry by `(dst_rank // groups) % entries`: from the destination rank alone, the same "
+              "for every parameter, so with fewer destination ranks than replicas the other replicas never send",
+        configuration="an RL refit with the engine on ranks apart from the trainer's (build_plan_from_rosters, "
+                      "planner.py:403), e.g. a TP2xDP2 trainer -> a TP2 engine on ranks 4-5 (every parameter from "
+                      "replica 0) or TP1xDP4 -> TP4 (everything from rank 0)",
+        why="0.19.2 rewrote the replica choice (local copies first, then a round robin over DP groups and TP "
+            "groups), but the round robin is keyed by the destination rank only, never by the parameter: a "
+            "destination rank reads all its parameters from one replica. Load only: the copies are exact.",
+        witnesses=("batches/balance-spans-two-parameters", "batches/balance-three-parameters",
+                   "batches/balance-by-bytes", "peers/finding-dcp-dedup-counts-items",
+                   "peers/finding-megatron-pure-dp-reads-one-rank", "peers/finding-megatron-tp2dp2-uses-one-replica",
+                   "peers/finding-awex-one-inference-replica"),
+        script="megatron_0_19_replica_zero.py",
+    ),
+    Finding(
+        peer="awex", verdict="quality",
+        title="Awex maps inference replica i to training replica i mod T for every parameter",
+        version="awex 0.9.0",
+        cause="awex/transfer/transfer_plan.py:320-323: `train_replica_idx = inf_replica_idx % num_training_replicas`, "
+              "the same for every parameter (no rotation)",
+        configuration="one inference engine (num_infer_engines=1) fed by a trainer with DP > 1",
+        why="With fewer inference replicas than training replicas, training replicas T-1.. never send: one "
+            "inference engine reads every parameter from training replica 0. Load only: the copies are exact.",
+        witnesses=_AWEX_LOAD,
+        script="awex_one_inference_replica.py",
+    ),
+)
+
+
+def cause_of(planner: str, case_id: str, verdict: str) -> Finding | None:
+    """The finding that explains ``planner``'s ``verdict`` on ``case_id``, or ``None``."""
+    for finding in FINDINGS:
+        if planner.startswith(finding.peer) and finding.verdict == verdict and case_id in finding.witnesses:
+            return finding
+    return None

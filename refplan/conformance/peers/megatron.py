@@ -1,0 +1,346 @@
+"""Megatron-Core's refit planner (``megatron.core.resharding``, megatron-core 0.16.1)."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import AffineTransferError
+from ...maps import ParamAffineMap
+from ..corpus import Case
+from .common import (
+    Chunk,
+    Inexpressible,
+    PeerAdapter,
+    _case_maps,
+    _chunks,
+    _dense_offset,
+    _dtype_name,
+    _import,
+    _no_options,
+    _relabel,
+    _segment,
+    _slices,
+    merge_dense,
+    peer_version,
+)
+
+
+@dataclass(frozen=True)
+class _MegatronSide:
+    """One side of one parameter in Megatron's terms."""
+
+    is_tp: bool
+    dim: int
+    stride: int
+    tp_groups: tuple[tuple[int, ...], ...]
+    """Locations per TP group, in TP-rank order (one group per replica)."""
+
+
+class MegatronAdapter(PeerAdapter):
+    """Megatron-Core's refit planner: one source replica per destination rank and parameter.
+
+    Endpoints are Megatron's own world: a refit runs the trainer and the engine on the same global
+    ranks, so a case's processes are the ranks (one shard per rank and parameter and side)."""
+
+    features = frozenset({"multi_parameter", "element_size", "endpoints"})
+    merges_boxes = True
+    collocate = True
+    """Without endpoints, the k-th target location runs on the k-th source rank (a refit inside one
+    world); off (0.19.2), target locations take the ranks after the source's."""
+    one_world = True
+    """Whether a case with targets on ranks outside the source world is ``Inexpressible`` (0.16.1
+    cannot build it). ``refplan bench`` turns it off: it times the planning loop on a scenario's own
+    ranks (trainer -> engine on other ranks), which the loop computes whether or not the front door
+    could have set them up, and says so."""
+
+    def __init__(self, target: str | None = None) -> None:
+        """The 0.16.1 in the virtual environment, called in-process; with ``target`` (a ``pip install
+        --target`` folder holding megatron-core 0.19.2), 0.19.2's ``build_plan_from_rosters`` in a
+        worker subprocess (``megatron_worker.py``) whose ``sys.path`` starts with that folder. The
+        metadata are built with the 0.16.1 classes either way (the fields both releases share)."""
+        self._utils = _import("megatron.core.resharding.utils")
+        self._planner = _import("megatron.core.resharding.planner")
+        self._torch = _import("torch")
+        self._worker: Any = None
+        if target is None:
+            version = peer_version("megatron-core")
+            self.name = f"megatron-core {version}" if version else "megatron-core"
+            return
+        self._worker = _Worker(target)
+        self.name = f"megatron-core {self._worker.version}"
+        # 0.19.2 builds a plan for destination ranks apart from the trainer's (RL refit): without
+        # endpoints, target locations follow the source ranks, as before 0.16.1's world rule.
+        self.one_world = False
+        self.collocate = False
+
+    @staticmethod
+    def _side(m: ParamAffineMap, what: str, other_split: int | None) -> _MegatronSide:
+        logical = m.logical_shape
+        by_loc: dict[int, list[Chunk]] = {}
+        for c in _chunks(m, what):
+            by_loc.setdefault(c.location, []).append(c)
+        if not by_loc:
+            raise Inexpressible(f"{what}: no location holds data")
+        locals_: dict[int, tuple[int, ...]] = {}
+        for loc in by_loc:
+            shard = m.shard_shapes.get(loc)
+            if shard is None:
+                raise Inexpressible(f"{what}: location {loc} declares no shard shape")
+            locals_[loc] = tuple(shard)
+        dims = {d for shard in locals_.values() for d, (a, b) in enumerate(zip(shard, logical)) if a != b}
+        if len(dims) > 1:
+            raise Inexpressible(f"{what}: shards differ from the tensor on several axes {sorted(dims)}")
+        if not dims:
+            if any(len(chunks) != 1 for chunks in by_loc.values()):
+                raise Inexpressible(f"{what}: more than one box on a location holding the whole tensor")
+            holders = tuple(sorted(by_loc))
+            if other_split is None:
+                return _MegatronSide(False, 0, 1, (holders,))
+            # a linear layer's weight at TP=1: marked tensor-parallel with one-rank TP groups
+            return _MegatronSide(True, other_split, 1, tuple((h,) for h in holders))
+        dim = dims.pop()
+        local = {shard[dim] for shard in locals_.values()}
+        if len(local) != 1:
+            raise Inexpressible(f"{what}: uneven TP split (local sizes {sorted(local)} on axis {dim})")
+        size = local.pop()
+        if size == 0 or logical[dim] % size:
+            raise Inexpressible(f"{what}: uneven TP split ({logical[dim]} is not a multiple of {size})")
+        world = logical[dim] // size
+        strides = {len(chunks) for chunks in by_loc.values()}
+        if len(strides) != 1:
+            raise Inexpressible(f"{what}: locations hold different numbers of blocks")
+        stride = strides.pop()
+        if size % stride:
+            raise Inexpressible(f"{what}: {stride} blocks do not divide a local size of {size}")
+        unit = size // stride
+        # TP rank of each location: the position of its first block in the interleave
+        rank_of: dict[int, int] = {}
+        for loc, chunks in by_loc.items():
+            first = min(c.origin[dim] for c in chunks)
+            if first % unit:
+                raise Inexpressible(f"{what}: location {loc} starts a block off the {unit}-element grid")
+            rank_of[loc] = (first // unit) % world
+        by_rank: dict[int, list[int]] = {}
+        for loc in sorted(rank_of):
+            by_rank.setdefault(rank_of[loc], []).append(loc)
+        if sorted(by_rank) != list(range(world)) or len({len(v) for v in by_rank.values()}) != 1:
+            raise Inexpressible(f"{what}: TP ranks are not each held by the same number of replicas")
+        copies = len(by_rank[0])
+        groups = tuple(tuple(by_rank[j][c] for j in range(world)) for c in range(copies))
+        return _MegatronSide(True, dim, stride, groups)
+
+    def translate(self, case: Case) -> dict[str, Any]:
+        _no_options(case, allowed=("endpoints",))
+        names = sorted(case.parameters)
+        cased = _case_maps(case, "the planner matches parameters by name and local shape only")
+        maps = {n: (merge_dense(t), merge_dense(s)) for n, (t, s) in cased.items()}  # one box per rank
+        # Global ranks. megatron-core 0.16.1 refits inside one world: build_centralized_reshard_plan
+        # (planner.py:219-220, 296) gathers both models' metadata from every rank of the world and
+        # plans for dst_rank in range(world_size), and the source model's parallel groups span that
+        # world. So every target rank is a source rank: with endpoints, the processes (a target
+        # process outside the source's cannot be built); without, the k-th target location (in
+        # order) runs on the k-th source rank, collocated as a refit is.
+        ends = case.raw.get("endpoints")
+        src_locs = sorted({loc for _, s in maps.values() for loc in s.shard_shapes})
+        tgt_locs = sorted({loc for t, _ in maps.values() for loc in t.shard_shapes})
+        rank_of: dict[str, dict[int, int]] = {"source": {}, "target": {}}
+        for side_name, locs in (("source", src_locs), ("target", tgt_locs)):
+            for k, loc in enumerate(locs):
+                if ends is not None:
+                    proc = ends.get(side_name, {}).get(str(loc))
+                    if not isinstance(proc, int):
+                        raise Inexpressible(f"{side_name} location {loc} has no process (a rank holds each shard)")
+                    rank_of[side_name][loc] = proc
+                elif side_name == "source":
+                    rank_of[side_name][loc] = loc
+                elif self.collocate and k < len(src_locs):
+                    rank_of[side_name][loc] = src_locs[k]
+                else:  # outside the source world (refused below unless one_world is off)
+                    rank_of[side_name][loc] = max(src_locs, default=-1) + 1 + (k if self.collocate else loc)
+        world = set(rank_of["source"].values())
+        outside = sorted(loc for loc in tgt_locs if rank_of["target"].get(loc) not in world)
+        if outside and self.one_world:
+            raise Inexpressible(
+                f"targets on ranks outside the source world (target location(s) {outside}, source ranks "
+                f"{sorted(world)}): megatron-core 0.16.1 "
+                "refits inside one world where every rank holds both models (planner.py:219-220, 296), so "
+                "destination ranks apart from the trainer's cannot be built")
+        contract: list[tuple[str, str]] = []
+        utils, torch = self._utils, self._torch
+        meta: dict[str, dict[str, dict[int, Any]]] = {"source": {}, "target": {}}
+        loc_of: dict[str, dict[str, dict[int, int]]] = {"source": {}, "target": {}}
+        for name in names:
+            t, s = maps[name]
+            t_dims = {d for loc in t.pieces_by_rank for d, (a, b) in
+                      enumerate(zip(t.shard_shapes.get(loc) or t.logical_shape, t.logical_shape)) if a != b}
+            s_dims = {d for loc in s.pieces_by_rank for d, (a, b) in
+                      enumerate(zip(s.shard_shapes.get(loc) or s.logical_shape, s.logical_shape)) if a != b}
+            sides = {
+                "target": self._side(t, f"parameter {name!r}, target", min(s_dims) if s_dims else None),
+                "source": self._side(s, f"parameter {name!r}, source", min(t_dims) if t_dims else None),
+            }
+            if sides["target"].is_tp and sides["source"].is_tp and sides["target"].dim != sides["source"].dim:
+                contract.append(("refuse", (
+                    f"{self.name}: partition_dim {sides['source'].dim} -> "
+                    f"{sides['target'].dim} (parameter {name!r}); a refit moves weights between two instances of "
+                    "one model, whose layer classes fix partition_dim (ColumnParallelLinear 0, RowParallelLinear "
+                    "1), and _build_descriptors_for_param refuses a change on purpose "
+                    f"(planner.py:{'56-62' if self._worker is not None else '49-55'})")))
+            dtype = getattr(torch, _dtype_name(case, name))
+            for side_name, side in sides.items():
+                m = t if side_name == "target" else s
+                rank = rank_of[side_name]
+                held = [loc for group in side.tp_groups for loc in group]
+                by_rank: dict[int, int] = {}
+                for loc in held:
+                    if rank[loc] in by_rank:
+                        raise Inexpressible(f"parameter {name!r}, {side_name}: locations {by_rank[rank[loc]]} and "
+                                            f"{loc} on one process (Megatron: one shard per rank and parameter)")
+                    by_rank[rank[loc]] = loc
+                loc_of[side_name][name] = by_rank
+                dp_of: dict[int, tuple[int, ...]] = {}
+                for j in range(len(side.tp_groups[0])):
+                    dp = tuple(sorted(rank[g[j]] for g in side.tp_groups))
+                    for g in side.tp_groups:
+                        dp_of[g[j]] = dp
+                per_rank: dict[int, Any] = {}
+                for group in side.tp_groups:
+                    ranks = [rank[loc] for loc in group]
+                    for loc in group:
+                        per_rank[rank[loc]] = utils.ParameterMetadata(
+                            name=name, shape=tuple(m.shard_shapes[loc]), dtype=dtype,
+                            element_size=torch.empty(0, dtype=dtype).element_size(), is_tp=side.is_tp,
+                            partition_dim=side.dim, partition_stride=side.stride, owner_rank=rank[loc],
+                            tensor_parallel_group_ranks=list(ranks) if side.is_tp else None,
+                            data_parallel_group_ranks=list(dp_of[loc]),
+                            pipeline_parallel_group_ranks=None, resolved_name=name,
+                        )
+                meta[side_name][name] = per_rank
+        # What build_centralized_reshard_plan has gathered before its planning loop: per destination
+        # rank the parameters it holds, per parameter the source metadata in rank order.
+        dst_by_rank: dict[int, list[tuple[str, Any]]] = {}
+        for name in names:
+            for r, m in meta["target"][name].items():
+                dst_by_rank.setdefault(r, []).append((name, m))
+        problem = {"names": names, "meta": meta, "loc_of": loc_of, "contract": contract[:1],
+                   "logical": {n: maps[n][1].logical_shape for n in names},
+                   "dst_by_rank": sorted(dst_by_rank.items()),
+                   "src_lists": {n: [meta["source"][n][r] for r in sorted(meta["source"][n])] for n in names}}
+        self._gate(cased, problem)
+        return problem
+
+    def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = problem["contract"]
+        return found
+
+    def rebuild(self, problem: Mapping[str, Any]) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+        """Both sides read back by ``interop.from_megatron`` from the ``ParameterMetadata`` alone
+        (global ranks mapped back to the case's locations), so every translated case also tests it."""
+        from ...interop import from_megatron
+
+        sides: dict[str, dict[str, ParamAffineMap]] = {}
+        for side_name in ("target", "source"):
+            by_rank: dict[int, list[Any]] = {}
+            for name in problem["names"]:
+                for rank, meta in problem["meta"][side_name][name].items():
+                    by_rank.setdefault(rank, []).append(meta)
+            try:
+                maps = from_megatron(by_rank)
+            except (AffineTransferError, TypeError, ValueError) as exc:
+                raise Inexpressible(f"{side_name}: interop.from_megatron refuses the metadata: {exc}") from None
+            sides[side_name] = {n: _relabel(m, problem["loc_of"][side_name][n]) for n, m in maps.items()}
+        return {name: (sides["target"][name], sides["source"][name]) for name in problem["names"]}
+
+    def call_peer(self, problem: Mapping[str, Any]) -> list[tuple[str, int, Any, list[Any]]]:
+        """Rank 0's loop of ``build_centralized_reshard_plan``: (parameter, destination rank,
+        destination metadata, routed ops) for every destination rank and parameter."""
+        if self._worker is not None:
+            planned: list[tuple[str, int, Any, list[Any]]] = self._worker.plan(problem)
+            return planned
+        select = self._utils.select_src_metadata_balanced
+        determine = self._planner._determine_source_ranks_for_dst_param
+        src_lists = problem["src_lists"]
+        out: list[tuple[str, int, Any, list[Any]]] = []
+        for dst_rank, params in problem["dst_by_rank"]:
+            for name, dst in params:
+                chosen = select(src_lists[name], dst, dst_rank)
+                out.append((name, dst_rank, dst, determine(name, chosen, dst, dst_rank)))
+        return out
+
+    def convert(self, problem: Mapping[str, Any], output: list[tuple[str, int, Any, list[Any]]]) -> dict[str, Any]:
+        loc_of = problem["loc_of"]
+        src_meta = problem["meta"]["source"]
+        segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem["names"]}
+        for name, dst_rank, dst, ops in output:
+            for src_rank, src_slice, dst_slice in ops:
+                src_local = tuple(src_meta[name][src_rank].shape)
+                s_start, s_len = _slices(src_slice, src_local)
+                d_start, d_len = _slices(dst_slice, tuple(dst.shape))
+                if s_len != d_len:
+                    raise ValueError(f"{name}: source slice {s_len} and destination slice {d_len} differ")
+                s_off, s_str = _dense_offset(s_start, src_local)
+                d_off, d_str = _dense_offset(d_start, tuple(dst.shape))
+                segments[name].append(_segment(d_len, (loc_of["source"][name][src_rank], s_off, s_str),
+                                               (loc_of["target"][name][dst_rank], d_off, d_str)))
+        return {n: {"logical_shape": list(problem["logical"][n]), "segments": segments[n]} for n in problem["names"]}
+
+
+
+_META_FIELDS = ("name", "element_size", "is_tp", "partition_dim", "partition_stride", "owner_rank",
+                "tensor_parallel_group_ranks", "data_parallel_group_ranks", "pipeline_parallel_group_ranks",
+                "resolved_name")
+
+
+def _meta_doc(meta: Any) -> dict[str, Any]:
+    doc = {f: getattr(meta, f) for f in _META_FIELDS}
+    doc["shape"] = list(meta.shape)
+    doc["dtype"] = str(meta.dtype).removeprefix("torch.")
+    return doc
+
+
+class _Worker:
+    """megatron-core 0.19.2 in a subprocess (``megatron_worker.py``): one JSON request per problem."""
+
+    def __init__(self, target: str) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        script = Path(__file__).with_name("megatron_worker.py")
+        self._proc = subprocess.Popen([sys.executable, "-P", str(script), target], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ready = json.loads(self._read())
+        self.version = str(ready["ready"])
+        self.torch = str(ready["torch"])
+
+    def _read(self) -> str:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise ImportError("the megatron-core 0.19.2 worker exited (is its folder complete? `make peers`)")
+        return line
+
+    def plan(self, problem: Mapping[str, Any]) -> list[tuple[str, int, Any, list[Any]]]:
+        assert self._proc.stdin is not None
+        request = {
+            "dst": {str(rank): [_meta_doc(m) for _, m in params] for rank, params in problem["dst_by_rank"]},
+            "src": {name: [_meta_doc(m) for m in metas] for name, metas in problem["src_lists"].items()},
+        }
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+        answer = json.loads(self._read())
+        if "error" in answer:
+            cls = getattr(builtins, answer["error"], None)
+            if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                cls = type(answer["error"], (Exception,), {})
+            raise cls(answer["message"])
+        dst_meta = problem["meta"]["target"]
+        grouped: dict[tuple[str, int], list[Any]] = {}
+        for name, dst_rank, src_rank, src_slices, dst_slices in answer["ops"]:
+            grouped.setdefault((name, dst_rank), []).append(
+                (src_rank, tuple(slice(*s) for s in src_slices), tuple(slice(*s) for s in dst_slices)))
+        return [(name, rank, dst_meta[name][rank], ops) for (name, rank), ops in grouped.items()]
