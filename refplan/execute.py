@@ -6,11 +6,11 @@ Why the protocol looks the way it does:
   bindings, segment shapes and strides, buffer bounds, aliasing, the schedule's size, the staging
   budget on both the sending and the receiving side, the plan against its maps, staging
   allocation) runs first, on every process, against only what that process can see. Each process
-  then packs its verdict, the device type of its buffers and a digest of the whole schedule
-  (plans, endpoints, budget, dtypes) into one fixed-size int64 tensor, and the processes
-  all-gather it, after a hello whose size never changes (``_HELLO_WORDS``), so that a peer of another
-  protocol or verdict size is a disagreement, never a collective of mismatched tensors (which gloo
-  answers by aborting the process). If any process refused, the digests differ, or the processes
+  then packs its protocol, its verdict, the device type of its buffers and a digest of the whole
+  schedule (plans, endpoints, budget, dtypes) into one int64 tensor whose size never changes
+  (``_HELLO_WORDS``), and the processes all-gather it, so that a peer of another protocol is a
+  disagreement, never a collective of mismatched tensors (which gloo answers by aborting the
+  process). If any process refused, the digests differ, or the processes
   hold buffers on different device types, *every* process raises the same
   ``TransferRejectedError`` naming the processes and their reasons, and no byte has moved. A lone
   raise would strand the peers inside a collective, which is why no check may raise on its own,
@@ -102,20 +102,25 @@ DEFAULT_TIMEOUT = timedelta(seconds=300)
 
 _SCHEMA = "refplan.execute/3"
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
-_PROTOCOL = 3  # the layout of everything exchanged after the hello (verdict, outcome)
-_HELLO_AGREED = 4  # words of the hello every process must have equal: magic, protocol, verdict length, outcome
+_PROTOCOL = 4  # the layout of the verdict message and of the outcome word
+_HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
 _HELLO_WORDS = 37
-"""Words of the hello every call all-gathers first: magic, protocol, this process's verdict length,
-whether it runs the outcome agreement, and its number of rounds (the only word that may differ).
+"""Words of the one message every call all-gathers before any byte moves (its hello and verdict
+together): magic, protocol, this message's length, whether the process runs the outcome
+agreement, its number of rounds, the schedule digest, its refusal flag, its global rank, the
+device type of its buffers, and its reason (the rest).
 
-Fixed for good, so that a peer whose verdict (or anything later) has another size is found by
-comparing hellos instead of by a collective of mismatched tensors, which gloo answers with
-``std::terminate``. 37 is the size of protocol "refplan2"'s verdict, which then met this hello:
-a process of that protocol reads it as a verdict of another magic and disagrees; it never aborts.
+Fixed for good, so that a peer of another protocol meets a message of the same size and is found
+by comparing words instead of by a collective of mismatched tensors, which gloo answers with
+``std::terminate``. 37 is the size of protocol "refplan2"'s verdict and of protocol 3's hello
+(which preceded a separate verdict): a process of either reads this message as one of another
+magic or protocol and disagrees; it never aborts. Protocol 4 merged the hello and the verdict
+into this one all-gather: each is a collective of about 4 ms on 4 processes sharing 2 loaded
+cores, a third of a warm call's fixed cost (issue 26).
 """
-_REASON_BYTES = 256
-_HEADER_WORDS = 5  # magic, digest, rejected flag, global rank, device type of the buffers
-_VERDICT_WORDS = _HEADER_WORDS + _REASON_BYTES // 8
+_HEADER_WORDS = 9  # magic, protocol, length, outcome, rounds, digest, rejected flag, global rank, device type
+_REASON_BYTES = (_HELLO_WORDS - _HEADER_WORDS) * 8  # 224
+_VERDICT_WORDS = _HELLO_WORDS  # the verdict is the hello: one message of this many words
 _SLOTS = 2  # staging slots per queue: round r+1 is packed while round r is in flight
 _DEVICE_CODES = {"cpu": 1, "cuda": 2}
 _TRANSPORTS = {"cpu": "gloo", "cuda": "nccl"}  # the backend the executor drives for each device type
@@ -185,12 +190,21 @@ class StagingBudget:
     instead of spending gigabytes and minutes. A budget that cannot hold one element of some
     parameter is refused the same way. Exhausting ``bytes_per_peer`` makes more rounds, never a
     larger message.
+    ``max_work`` bounds what one process does before the verdict (and the per-piece part of its
+    movement), estimated by arithmetic before anything is built (``_work``): every segment of the
+    batch (each process checks and hashes all of them) costs ``_SEGMENT_WORK`` units, every network
+    chunk of this process ``_CHUNK_WORK`` and every round of its schedule ``_ROUND_WORK``; a unit is
+    about 20 µs on 4 processes sharing 2 cores. The default (2**17, about 2.6 s there; at most 65 536
+    segments in a batch) refuses a schedule of many tiny pieces (10**5 one-element segments, a
+    one-element staging budget) at once, with a message naming this field, instead of spending tens
+    of seconds on every process before any byte moves. Raise it to accept such a schedule.
     """
 
     bytes_per_peer: int = 8 << 20
     total_bytes: int = 256 << 20
     max_chunks: int = 1 << 18
     max_rounds: int = 1 << 16
+    max_work: int = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -204,7 +218,12 @@ class TransferStats:
     it made. Sent and received bytes count payload (chunk elements × element size, not the
     alignment padding between chunks of a message). Per-peer byte counts are
     keyed by the peer's process id in the endpoints' rank space. ``seconds`` is the whole call
-    (checks, verdict, movement); ``move_seconds`` the movement alone.
+    (checks, verdict, movement, outcome); ``move_seconds`` everything after the verdict (movement
+    and outcome). ``phases`` splits the call, in seconds: ``checks`` (everything before the
+    verdict: arguments, plans, buffers, schedule, staging, digest), ``verdict`` (its all-gather,
+    with the packing that overlaps it; absent for one process), ``move`` (the rounds, local copies
+    and, on CUDA, the final wait) and ``outcome`` (the agreement; absent with ``outcome=False`` or one process), so
+    that a caller (and ``refplan bench --sync``) sees what a call's fixed cost is made of.
     """
 
     segments: int = 0
@@ -218,6 +237,7 @@ class TransferStats:
     seconds: float = 0.0
     move_seconds: float = 0.0
     direct_messages: int = 0
+    phases: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def total_sent(self) -> int:
@@ -326,7 +346,7 @@ def schedule_digest(
     doc: dict[str, object] = {
         "schema": _SCHEMA,
         "endpoint_ranks": endpoint_ranks,
-        "budget": [budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds],
+        "budget": [budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work],
         "endpoints": endpoints.to_dict(),
         "parameters": {
             name: {"dtype": str(dtypes.get(name)), "plan": plans[name].to_dict()} for name in sorted(plans)
@@ -431,6 +451,16 @@ class _Refusal(Exception):
 _describe = describe_exception
 
 
+def _ended(started: float, limit: timedelta) -> str:
+    """How a bounded wait that raised ended, by what happened: "timed out after 0:00:15" only when
+    its time was up, else "failed after 0.02 s (timeout 0:00:15)" (a dead peer's closed connection
+    ends a wait at once, and used to be reported as "failed or timed out after" the whole timeout)."""
+    elapsed = time.monotonic() - started
+    if elapsed >= limit.total_seconds() * 0.99:
+        return f"timed out after {limit}"
+    return f"failed after {elapsed:.2f} s (timeout {limit})"
+
+
 @dataclass(frozen=True)
 class _Op:
     """One network chunk with this process on one side."""
@@ -487,6 +517,30 @@ take by setting this (the tagged, out-of-order posting is gloo's alone)."""
 
 _MAX_IN_FLIGHT = 32  # rounds posted and not yet waited on, at most
 _MAX_CHUNKS = 1 << 24  # message tags hold a piece index below this
+
+_SEGMENT_WORK = 2  # every segment of the batch: checked, hashed (and, if it is this process's, chunked)
+_CHUNK_WORK = 1  # every network chunk of this process: built, queued, packed or unpacked
+_ROUND_WORK = 8  # every round of this process: posted and waited for, a gloo exchange (130 µs measured)
+
+
+def _work(segments: int, chunks: int, rounds: int) -> int:
+    """The pre-verdict cost model in work units (``StagingBudget.max_work``): pure arithmetic on
+    counts known before anything is built, so a schedule too costly to start is refused at once.
+
+    Measured on 2 shared cores (issue 26): 10**5 one-element segments cost 25-28 s per process
+    before the verdict, a one-element staging budget 27 s; both were within ``max_chunks``, which
+    bounds what can be tagged, not what it costs.
+    """
+    return segments * _SEGMENT_WORK + chunks * _CHUNK_WORK + rounds * _ROUND_WORK
+
+
+def _too_much_work(what: str, work: int, budget: StagingBudget, detail: str) -> _Refusal:
+    """The knob first: a reason is cut to the verdict's reason field, and the details can wait."""
+    return _Refusal(
+        f"{what} is estimated at {work} work units, above max_work={budget.max_work}: raise "
+        f"StagingBudget(max_work=...) to accept it ({detail}; a unit is about 20 µs)"
+    )
+
 
 _DIRECT_MIN = 64 << 10
 """Chunks this large travel as messages of their own (straight from/into a contiguous shard);
@@ -609,7 +663,7 @@ class _Schedule:
     arenas: list[torch.Tensor] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     digest: int | None = None  # the schedule digest, when the checked batch was remembered with it
-    most_rounds: int = 0  # the most rounds of any process's schedule (from the hellos)
+    most_rounds: int = 0  # the most rounds of any process's schedule (from the verdicts)
     params: Mapping[str, _Param] = field(default_factory=dict)  # every plan, checked (for _written_by)
     endpoints: TransferEndpoints | None = None
 
@@ -798,12 +852,23 @@ def _bound(table: Mapping[int, int], location: int, side: str, name: str, member
 
 
 def _buffers_device(source_buffers: object, target_buffers: object) -> torch.device | None:
-    """The one device every local buffer is on (None: this process holds none)."""
+    """The one device every local buffer is on (None: this process holds none).
+
+    A ``meta`` tensor is refused here, first, for what it is: it has a shape and no data, so
+    there is nothing to move (its ``data_ptr()`` is 0, which later checks read as an overlap in
+    memory, and its device type has no transport, which read as a backend problem).
+    """
     devices: set[torch.device] = set()
-    for buffers in (source_buffers, target_buffers):
+    for side, buffers in (("source", source_buffers), ("target", target_buffers)):
         if isinstance(buffers, Mapping):
-            for per_location in buffers.values():
+            for name, per_location in buffers.items():
                 if isinstance(per_location, Mapping):
+                    for location, t in per_location.items():
+                        if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                            raise _Refusal(
+                                f"parameter {name!r}: {side} buffer for location {location} is a meta tensor, "
+                                "which holds no data to move"
+                            )
                     devices.update(t.device for t in per_location.values() if isinstance(t, torch.Tensor))
     if len(devices) > 1:
         raise _Refusal(f"this process's buffers are on several devices: {sorted(str(d) for d in devices)}")
@@ -1006,7 +1071,7 @@ def _batch_key(ctx: _Context, args: _Arguments, dtypes: object, mode: str) -> tu
             tuple(zip(names, map(id, plans), kinds)),
             tuple(sorted(args.endpoints.source.items())),
             tuple(sorted(args.endpoints.target.items())),
-            (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds),
+            (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work),
             mode,
             ctx.members,
             args.key,
@@ -1063,7 +1128,7 @@ def _check_arguments(
         raise _Refusal(f"key must be a str or None, got {type(call_key).__name__}")
     if not isinstance(budget, StagingBudget) or not all(
         type(v) is int and v >= 1
-        for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds)
+        for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work)
     ):
         raise _Refusal(f"budget must be a StagingBudget of positive ints, got {budget!r}")
     if budget.max_chunks > _MAX_CHUNKS:
@@ -1083,10 +1148,9 @@ def _check_arguments(
     transport = _TRANSPORTS.get(holds.type) if holds is not None else None
     if holds is not None and ctx.backends and (transport is None or ctx.backends.get(holds.type) != transport):
         # The group has no backend the executor drives for this device type.
-        raise _Refusal(
-            f"buffers on {holds} need the {_TRANSPORTS.get(holds.type, 'a supported')} backend for "
-            f"{holds.type} tensors; the process group's backend is {ctx.backend!r}"
-        )
+        needs = (f"need the {transport} backend" if transport is not None else
+                 "cannot be moved: the executor moves CPU tensors over gloo and CUDA tensors over nccl")
+        raise _Refusal(f"buffers on {holds} {needs}; the process group's backend is {ctx.backend!r}")
     assert isinstance(source_buffers, Mapping) and isinstance(target_buffers, Mapping)  # checked above
     key = None if call_key is None else str(call_key)
     return _Arguments(plans, source_buffers, target_buffers, endpoints, budget, key)
@@ -1104,6 +1168,12 @@ def _check_plans(
     ends of a queue, which is what lets both ends cut the same messages.
     """
     budget, endpoints = args.budget, args.endpoints
+    # Before any segment is looked at: every process checks (and hashes) all of them, so their
+    # number alone can exceed the work budget, and is known from the plans' lengths.
+    count = sum(len(p.segments) for p in args.plans.values() if isinstance(p, TransferPlan))
+    if _work(count, 0, 0) > budget.max_work:
+        raise _too_much_work("the batch", _work(count, 0, 0), budget,
+                             f"{count} segments, each checked by every process before the verdict")
     params: dict[str, _Param] = {}
     widest: dict[_Queue, tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
     for name in sorted(args.plans):
@@ -1176,6 +1246,7 @@ def _check_local_segments(
     mine: list[_Mine] = []
     written: dict[_Key, int] = {}
     chunks = 0
+    staged: dict[_Queue, int] = {}  # bytes of each queue whose message limit is below _DIRECT_MIN
     for name, param in params.items():
         for index, seg in enumerate(param.segments):
             s_proc = endpoints.source[seg.source_rank]
@@ -1208,14 +1279,28 @@ def _check_local_segments(
                             f"buffer for location {loc}, which holds {buf.numel()}"
                         )
             if s_proc != t_proc:
-                chunks += chunk_count(seg.shape, limits[(s_proc, t_proc)] // param.dtype.itemsize)
+                limit = limits[(s_proc, t_proc)]
+                chunks += chunk_count(seg.shape, limit // param.dtype.itemsize)
                 if chunks > budget.max_chunks:
                     raise _Refusal(
                         f"the schedule of this process needs more than max_chunks={budget.max_chunks} network "
                         f"chunks (at parameter {name!r}, segment {index}) with bytes_per_peer="
                         f"{budget.bytes_per_peer}: raise the staging budget"
                     )
+                if limit < _DIRECT_MIN:  # every chunk of the queue is staged: bytes / limit rounds at least
+                    staged[(s_proc, t_proc)] = staged.get((s_proc, t_proc), 0) + seg.numel * param.dtype.itemsize
             mine.append(_Mine(name, seg, s_proc, t_proc))
+    # The rounds are known only once messages are packed; ceil(staged bytes / limit) bounds them
+    # from below (a message holds at most ``limit`` staged bytes), which is what tiny budgets cost.
+    rounds = max((-(-nbytes // limits[q]) for q, nbytes in staged.items()), default=0)
+    segments = sum(len(p.segments) for p in params.values())
+    work = _work(segments, chunks, rounds)
+    if work > budget.max_work:
+        raise _too_much_work(
+            "the schedule of this process", work, budget,
+            f"{segments} segments in the batch, {chunks} network chunks, at least {rounds} rounds with "
+            f"bytes_per_peer={budget.bytes_per_peer}; a larger bytes_per_peer makes fewer chunks and rounds",
+        )
     return mine
 
 
@@ -1325,15 +1410,15 @@ def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: object) -> Non
 # The verdict exchange.
 
 
-def _encode_reason(reason: str) -> list[int]:
-    """Fixed-size words of a reason; nothing here can raise (lone surrogates are escaped)."""
+def _encode_reason(reason: str, nbytes: int = _REASON_BYTES) -> list[int]:
+    """``nbytes // 8`` words of a reason; nothing here can raise (lone surrogates are escaped)."""
     try:
         raw = str(reason).encode("utf-8", "backslashreplace")
-        raw = raw[:_REASON_BYTES].decode("utf-8", "ignore").encode("utf-8")
+        raw = raw[:nbytes].decode("utf-8", "ignore").encode("utf-8")
     except Exception:
-        raw = b"(the reason could not be encoded)"
-    raw = raw.ljust(_REASON_BYTES, b"\0")
-    return [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, _REASON_BYTES, 8)]
+        raw = b"(the reason could not be encoded)"[:nbytes]
+    raw = raw.ljust(nbytes, b"\0")
+    return [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, nbytes, 8)]
 
 
 def _decode_reason(words: Sequence[int]) -> str:
@@ -1348,8 +1433,9 @@ def _gather(
     timeout: timedelta,
     meanwhile: Callable[[], int] | None = None,
 ) -> tuple[list[list[int]], int]:
-    """All-gather one int64 word list per process (every process sends as many words, which the
-    hello before any other exchange makes sure of); ``meanwhile`` runs while it is in flight."""
+    """All-gather one int64 word list per process (every process sends as many words: the verdict
+    is ``_HELLO_WORDS`` long in every protocol, the outcome one word after an agreed verdict);
+    ``meanwhile`` runs while it is in flight."""
     mine = torch.tensor(list(words), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in ctx.members]
     work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
@@ -1369,16 +1455,19 @@ def _exchange(
     meanwhile: Callable[[], int] | None = None,
     outcome: bool = True,
     rounds: int = 0,
+    phases: dict[str, float] | None = None,
 ) -> tuple[int, int]:
-    """All-gather a fixed-size hello, then every verdict; raise the same ``TransferRejectedError``
-    everywhere on hellos that differ (another protocol or verdict size), any refusal, digest
-    disagreement, or buffers on different device types.
+    """All-gather every process's verdict, one message of ``_HELLO_WORDS`` words (hello and
+    verdict in one); raise the same ``TransferRejectedError`` everywhere on messages whose
+    agreed words differ (another protocol, or options), any refusal, digest disagreement, or
+    buffers on different device types.
 
-    The hello comes first because a collective of tensors of different sizes is not an error
-    gloo reports: it aborts the process. ``meanwhile`` runs while the hello is in flight (work
+    The size never changes because a collective of tensors of different sizes is not an error
+    gloo reports: it aborts the process. ``meanwhile`` runs while the message is in flight (work
     that only touches this process's own staging: ``_pack_ahead``); its result is returned, 0
     without it, with the most rounds any process's schedule has (``rounds`` is this process's),
-    which bounds how long the outcome agreement may wait for the slowest process.
+    which bounds how long the outcome agreement may wait for the slowest process. ``phases``
+    receives the seconds of the exchange (with ``meanwhile``) as ``verdict``.
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -1392,43 +1481,43 @@ def _exchange(
             )
         return 0, rounds
     code = 0 if holds is None else _DEVICE_CODES.get(holds.type, 99)
-    words = [_MAGIC, digest, int(reason is not None), ctx.global_rank, code, *_encode_reason(reason or "")]
-    hello = [_MAGIC, _PROTOCOL, len(words), int(outcome), rounds]
+    header = [_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), rounds, digest, int(reason is not None),
+              ctx.global_rank, code]
+    # The reason fills what the header leaves of the fixed size, whatever the module's constants
+    # say, so that nothing can make this process's message another size than its peers'.
+    words = header + _encode_reason(reason or "", (_HELLO_WORDS - len(header)) * 8)
+    started = time.monotonic()
     try:
-        hellos, done = _gather(ctx, device, hello + [0] * (_HELLO_WORDS - len(hello)), timeout, meanwhile)
+        rows, done = _gather(ctx, device, words, timeout, meanwhile)
     except Exception as exc:
         raise TransferExecutionError(
-            f"exchanging verdicts failed or timed out after {timeout}; no data moved: {_describe(exc)}"
+            f"exchanging verdicts {_ended(started, timeout)}; no data moved: {_describe(exc)}"
         ) from exc
-    if any(row[:_HELLO_AGREED] != hellos[0][:_HELLO_AGREED] for row in hellos):
+    if phases is not None:
+        phases["verdict"] = time.monotonic() - started
+    if any(row[:_HELLO_AGREED] != rows[0][:_HELLO_AGREED] for row in rows):
         # Built from the gathered rows alone, so every process raises the same text.
         detail = "; ".join(
             f"{name(r, ctx.global_ranks[r])}: magic {row[0] & (2**64 - 1):#018x}, protocol {row[1]}, "
-            f"a verdict of {row[2]} words, outcome agreement {'on' if row[3] else 'off'}"
-            for r, row in enumerate(hellos)
+            f"a message of {row[2]} words, outcome agreement {'on' if row[3] else 'off'}"
+            for r, row in enumerate(rows)
         )
         raise TransferRejectedError(
             "transfer rejected before any data moved: processes run different executor protocols or "
             f"options ({detail})",
             tuple(ctx.members),
         )
-    most_rounds = max(max(row[4], 0) for row in hellos)
-    try:
-        rows, _none = _gather(ctx, device, words, timeout)
-    except Exception as exc:
-        raise TransferExecutionError(
-            f"exchanging verdicts failed or timed out after {timeout}; no data moved: {_describe(exc)}"
-        ) from exc
-    refused = [(r, row) for r, row in enumerate(rows) if row[0] == _MAGIC and row[2]]
+    most_rounds = max(max(row[4], 0) for row in rows)
+    refused = [(r, row) for r, row in enumerate(rows) if row[6]]
     if refused:
-        parts = [f"{name(r, row[3])}: {_decode_reason(row[_HEADER_WORDS:])}" for r, row in refused]
+        parts = [f"{name(r, row[7])}: {_decode_reason(row[_HEADER_WORDS:])}" for r, row in refused]
         raise TransferRejectedError(
             "transfer rejected before any data moved: " + "; ".join(parts),
             tuple(ctx.members[r] for r, _ in refused),
         )
     digests: dict[int, list[int]] = {}
     for r, row in enumerate(rows):
-        digests.setdefault(row[1] if row[0] == _MAGIC else 0, []).append(ctx.members[r])
+        digests.setdefault(row[5], []).append(ctx.members[r])
     if len(digests) > 1:
         detail = ", ".join(f"{d & (2**64 - 1):#018x} on processes {procs}" for d, procs in sorted(digests.items()))
         raise TransferRejectedError(
@@ -1438,8 +1527,8 @@ def _exchange(
         )
     kinds: dict[int, list[int]] = {}
     for r, row in enumerate(rows):
-        if row[4]:
-            kinds.setdefault(row[4], []).append(ctx.members[r])
+        if row[8]:
+            kinds.setdefault(row[8], []).append(ctx.members[r])
     if len(kinds) > 1:
         names = {v: k for k, v in _DEVICE_CODES.items()}
         detail = "; ".join(f"{names.get(k, 'other')} on processes {procs}" for k, procs in sorted(kinds.items()))
@@ -1613,7 +1702,8 @@ def _move(
 
     def finish(rnd: _Round, in_flight: list[_Round]) -> None:
         # A round posted ahead waits behind earlier ones: its timeout runs from this wait.
-        deadline = time.monotonic() + timeout.total_seconds()
+        started = time.monotonic()
+        deadline = started + timeout.total_seconds()
         for i, work in enumerate(rnd.works):
             left = max(deadline - time.monotonic(), 0.001)
             try:
@@ -1626,9 +1716,15 @@ def _move(
                     what = f"{direction} {'from' if direction == 'receive' else 'to'} process {peer}"
                 else:
                     what = "its messages"
+                # Rounds are posted ahead: a peer that died (or stalled) in any round in flight
+                # fails the wait for the oldest one, so that is the earliest round it can have
+                # been, never necessarily the one.
+                last = max(x.index for x in in_flight)
+                which = (f"round {rnd.index} of {rounds}" if last == rnd.index else
+                         f"round {rnd.index} of {rounds} or a later one (rounds {rnd.index}-{last} were in flight)")
                 raise TransferExecutionError(
-                    f"round {rnd.index} of {rounds}: {what} failed or timed out (timeout {timeout}); target "
-                    f"buffers may be partly written: {_describe(exc)}"
+                    f"{which}: {what} {_ended(started, timeout)}; target buffers may be partly written: "
+                    f"{_describe(exc)}"
                 ) from exc
         for message, piece, stage in rnd.landing:
             if stage is not None:
@@ -1745,12 +1841,13 @@ def _outcome(
     fails (a dead peer), nobody can know who failed, so every target of the batch is named.
     """
     own = str(failure) if failure is not None else "this process finished its part"
+    started, limit = time.monotonic(), timeout * (1 + sched.most_rounds)
     try:
-        rows, _none = _gather(ctx, device, [status], timeout * (1 + sched.most_rounds))
+        rows, _none = _gather(ctx, device, [status], limit)
     except Exception as exc:
         targets = _written_by(sched, None)
         raise TransferExecutionError(
-            f"{own}; the outcome agreement failed or timed out ({_describe(exc)}), so any process may have "
+            f"{own}; the outcome agreement {_ended(started, limit)} ({_describe(exc)}), so any process may have "
             f"failed; target buffers may be partly written: every target of the batch: {_describe_targets(targets)}",
             targets,
         ) from (failure or exc)
@@ -1795,7 +1892,7 @@ def _enter(ctx: _Context) -> _Call | None:
 
     Calls on a group are matched in the order each process makes them (as torch.distributed's
     collectives are), so two in flight at once from one process (two threads) would pair their
-    hellos, verdicts and messages with the wrong peers' calls. Both fail: this one at once,
+    verdicts, outcomes and messages with the wrong peers' calls. Both fail: this one at once,
     before it touches the group (a lone raise strands nobody: no peer can be inside this call's
     collectives, which it never posts), and the one in flight through its verdict, if it has not
     been exchanged yet, or else the outcome agreement, so every process of that call raises.
@@ -1920,7 +2017,9 @@ def _execute(
         except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
             reason = f"unexpected {_describe(exc)} while checking"
     try:
-        digest = sched.digest if sched.digest is not None else schedule_digest(
+        # A refusal is reported before any digest is compared, so a refusing process skips the
+        # digest: for a batch refused for its size it would cost as much as the checks it skipped.
+        digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
             plans, endpoints, budget, dtypes, str(endpoint_ranks), key
         )
     except Exception as exc:
@@ -1930,8 +2029,9 @@ def _execute(
         reason = _CONCURRENT_TEXT
     ahead = None if reason is not None or not sched.outgoing else partial(_pack_ahead, sched)
     mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+    phases: dict[str, float] = {"checks": time.perf_counter() - started}
     packed, sched.most_rounds = _exchange(
-        ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine
+        ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases
     )
 
     moving = time.perf_counter()
@@ -1951,9 +2051,12 @@ def _execute(
                 f"moving failed after the verdict; target buffers may be partly written: {_describe(exc)}"
             )
             failure.__cause__ = exc
+    moved = time.perf_counter()
+    phases["move"] = moved - moving
     if outcome is not False and ctx.collective:
         status = _FAILED if failure is not None else _CONCURRENT if call is not None and call.poisoned else _OK
         _outcome(ctx, sched, verdict_device, status, failure, timeout)
+        phases["outcome"] = time.perf_counter() - moved
     if failure is not None:
         if not failure.targets and outcome is not False:
             failure.targets = _written_by(sched, {ctx.me})
@@ -1981,6 +2084,7 @@ def _execute(
         seconds=done - started,
         move_seconds=done - moving,
         direct_messages=sum(1 for q in queues for m in q for p in m.pieces if p.direct is not None),
+        phases=phases,
     )
 
 

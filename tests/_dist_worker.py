@@ -128,6 +128,8 @@ def stats_dict(stats: TransferStats) -> dict[str, Any]:
         "local_copy_bytes": stats.local_copy_bytes,
         "sent": dict(stats.sent_bytes),
         "received": dict(stats.received_bytes),
+        "phases": dict(stats.phases),
+        "seconds": stats.seconds,
     }
 
 
@@ -842,11 +844,11 @@ def s2_pool_bound(me: int, world: int) -> dict[str, Any]:
 
 
 def s2_header(me: int, world: int) -> dict[str, Any]:
-    """A peer whose verdict has another size (process 1 here, its reason field made 8 bytes
-    longer) or another magic: gloo aborted the job on the first (``EnforceNotMet``, then
-    ``std::terminate``), and the second made the two sides raise different texts. Both are now
-    found by the fixed-size hello and refused with the same text everywhere; the group still
-    works afterwards."""
+    """A peer whose verdict had another size (process 1 here, its reason field made 8 bytes
+    longer), another protocol or another magic: gloo aborted the job on the first
+    (``EnforceNotMet``, then ``std::terminate``), and the last made the two sides raise different
+    texts. The verdict now has one size for good, whatever the reason field says, and another
+    protocol or magic is refused with the same text everywhere; the group still works afterwards."""
     from refplan import execute
 
     pairs = {"w": (contiguous_split_map((8, 8), [4, 4], 1), contiguous_split_map((8, 8), [4, 4], 0))}
@@ -862,7 +864,11 @@ def s2_header(me: int, world: int) -> dict[str, Any]:
         )
 
     out: dict[str, Any] = {}
+    # "size": process 1 made its reason field 8 bytes longer, which no longer changes the
+    # message's size (protocol 4 fills the fixed size); "protocol": a peer of protocol 3, whose
+    # hello has this message's size.
     for case, attribute, value in (("size", "_REASON_BYTES", execute._REASON_BYTES + 8),
+                                   ("protocol", "_PROTOCOL", 3),
                                    ("magic", "_MAGIC", execute._MAGIC + 1)):
         original = getattr(execute, attribute)
         if me == 1:
@@ -1048,3 +1054,77 @@ def dead_peer(me: int, world: int) -> dict[str, Any]:
 
 def two_process_scenarios(me: int, world: int) -> dict[str, tuple[str, Any]]:
     return run_scenarios(TWO_SCENARIOS, me, world)
+
+
+def work_bound(me: int, world: int) -> dict[str, Any]:
+    """Issue 26, item 6: a schedule above ``StagingBudget.max_work`` (process 0 sends 2048 float32
+    elements to process 1 in 8-element messages: 256 chunks and at least 256 rounds) is refused on
+    every process with the same error, naming the field; the same schedule under the default
+    bound moves exactly, and so does a bound of exactly its estimate (2 + 256 + 8 x 256 units)."""
+    single = contiguous_split_map((64, 32), [64], 0)
+    pairs = {"w": (single, single)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0}, {0: 1})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    refused = expect_rejection(
+        lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                  budget=StagingBudget(64, max_work=2305), timeout=TIMEOUT),
+        buffers,
+    )
+    return {
+        "refused": refused,
+        "at_estimate": run_exact(pairs, ends, dtypes, me, budget=StagingBudget(64, max_work=2306)),
+        "default": run_exact(pairs, ends, dtypes, me, budget=StagingBudget(64)),
+    }
+
+
+DIES_AT_ROUND = 6
+
+
+def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
+    """Process 1 sends 64 two-row messages to process 0 and dies (``os._exit``) while packing
+    round ``DIES_AT_ROUND``; rounds before it were posted, and may not all have been delivered.
+    Process 0 must say its wait failed (not "failed or timed out after" the whole timeout) and name
+    the round it was waiting for as the earliest one the failure can be in (issue 26)."""
+    import os
+
+    from refplan import execute
+
+    # Columns of a row-major source: every 2-row chunk is strided there, so it is packed.
+    pairs = {"w": (contiguous_split_map((64, 4), [2, 2], 1), contiguous_split_map((64, 4), [64], 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 1}, {0: 0, 1: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    if me == 1:
+        real, packed = execute._pack, [0]
+
+        def pack(*args: Any, **kwargs: Any) -> None:
+            packed[0] += 1  # rounds 0 and 1 are packed during the verdict, then one call per round
+            if packed[0] == DIES_AT_ROUND + 1:
+                os._exit(3)
+            real(*args, **kwargs)
+
+        execute._pack = pack  # type: ignore[assignment]
+    started = time.monotonic()
+    res = _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                              budget=StagingBudget(32), timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
+    return {**res, "seconds": time.monotonic() - started}
+
+
+def died_before_the_hello(me: int, world: int) -> dict[str, Any]:
+    """Process 1 dies before it calls the executor: process 0's hello fails at once, and says so
+    (issue 26: it read "failed or timed out after 0:00:15" for an immediate closed connection)."""
+    import os
+
+    if me == 1:
+        os._exit(3)
+    pairs = {"w": (contiguous_split_map((4, 4), [4], 0), contiguous_split_map((4, 4), [4], 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 1}, {0: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    time.sleep(0.5)  # let the connection close first
+    return _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                               timeout=timedelta(seconds=DEAD_TIMEOUT_S)))

@@ -383,3 +383,60 @@ def test_the_plan_stages_script_times_every_stage() -> None:
     timed = runpy.run_path(str(script))["stages"]("zero2-sync", 1)
     assert list(timed) == ["validate + requests", "policy input", "policy", "check", "emit / reuse plans"]
     assert all(us >= 0.0 for us in timed.values()) and sum(timed.values()) > 0.0
+
+
+def test_bench_times_the_executors_own_small_collectives() -> None:
+    """``--sync`` sets the whole call against raw plus every small all-gather the executor makes
+    per call (the verdict, which is also the hello, and the outcome); their sizes are its own."""
+    pytest.importorskip("torch")
+    from refplan import execute
+    from refplan.cli.bench import CALL_COLLECTIVES, PHASES
+
+    assert CALL_COLLECTIVES == (("verdict", execute._VERDICT_WORDS), ("outcome", 1))
+    assert execute._VERDICT_WORDS == execute._HELLO_WORDS == 37
+    assert PHASES == ("checks", "verdict", "move", "outcome")
+
+
+def test_bench_sync_report_judges_each_executor_target() -> None:
+    """The three executor targets of ``--sync``, each printed MET or NOT MET with its measure."""
+    from refplan.cli.bench import (
+        FIXED_LAYOUT,
+        PHASES,
+        RAW_LAYOUT,
+        WHOLE_LAYOUT,
+        BenchReport,
+        _fixed_target,
+        _raw_target,
+        _whole_call_target,
+        format_report,
+        paired_ratios,
+    )
+
+    def measured(layout: str, call: float, move: float, raw: float, nbytes: int) -> dict[str, Any]:
+        return {
+            "layout": layout, "policy": "balanced", "runs": 3, "move_seconds": move, "call_seconds": call,
+            "after_verdict_seconds": move, "raw_seconds": raw, "best_move_seconds": move,
+            "best_call_seconds": call, "best_raw_seconds": raw, "ratio": move / raw, "call_ratio": call / raw,
+            "ratio_of_medians": move / raw, "move": paired_ratios([move], [raw]), "call": paired_ratios([call], [raw]),
+            "after_verdict": paired_ratios([move], [raw]), "phases": dict.fromkeys(PHASES, call / 4),
+            "collectives_seconds": 0.003, "call_vs_raw_and_collectives": paired_ratios([call], [raw + 0.003]),
+            "checked_elements": 10, "network_bytes": nbytes,
+        }
+
+    model = {"alpha_network_s": 1e-5, "beta_network_Bps": 1e10, "alpha_node_s": 1e-6, "beta_node_Bps": 1e11,
+             "min_split_bytes": 1}
+    report = BenchReport(model=model, deepspeed=None, repeat=1)
+    report.sync_whole = measured(WHOLE_LAYOUT, 1.3, 1.1, 1.0, 300 << 20)
+    report.sync_raw = measured(RAW_LAYOUT, 0.2, 0.12, 0.1, 28 << 20)
+    report.sync_fixed = measured(FIXED_LAYOUT, 0.004, 0.001, 0.001, 8192)
+    targets = [_whole_call_target(report.sync_whole), _raw_target(report.sync_raw), _fixed_target(report.sync_fixed)]
+    assert [t["met"] for t in targets] == [False, True, True]
+    assert "x1.30" in targets[0]["detail"] and "x1.20" in targets[1]["detail"]
+    assert "checks 1.00, verdict 1.00, move 1.00, outcome 1.00 ms" in targets[2]["detail"]
+    report.targets = targets
+    text = format_report(report)
+    assert "[NOT MET] 300.0 MiB sync: the whole call <= 1.25x raw" in text
+    assert "[MET] 28.0 MiB sync: the move <= 1.25x raw" in text
+    assert "[MET] a warm call's fixed cost <= 5 ms" in text
+    assert text.count("phases (median of the slowest process per run): checks") == 3
+    assert "verdict 37, outcome 1" in text

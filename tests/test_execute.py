@@ -188,6 +188,7 @@ def test_stuck_peer_times_out_instead_of_hanging(dist_results: dict[str, list[An
         res = per_process[rank]
         assert res["raised"] == "TransferExecutionError", res
         assert "round 0 of" in res["message"] and "process 3" in res["message"], res["message"]
+        assert f"timed out after {timedelta(seconds=worker.STUCK_TIMEOUT_S)}" in res["message"], res["message"]
         # Ended by the timeout (2 s), not by a closed connection and not much later.
         assert worker.STUCK_TIMEOUT_S * 0.9 <= res["seconds"] < worker.STUCK_TIMEOUT_S + 8
     # Process 3's own (disabled) part "finished": the outcome agreement makes it raise too.
@@ -251,7 +252,8 @@ def test_device_mapped_backend_strings(dist_results: dict[str, list[Any]]) -> No
     for rank, res in enumerate(per_process):
         assert res["backend"] == "cpu:gloo"
         assert_exact(res["moved"], f"cpu:gloo group, process {rank}")
-    assert_same_rejection([r["meta"] for r in per_process], "process 2:", "buffers on meta")
+    # Issue 26: meta buffers are refused for what they are (no data), not as a backend problem.
+    assert_same_rejection([r["meta"] for r in per_process], "process 2:", "is a meta tensor, which holds no data")
 
 
 def test_direct_pieces_and_both_posting_paths(dist_results: dict[str, list[Any]]) -> None:
@@ -368,6 +370,20 @@ def test_queue_limits_keep_two_messages_within_the_budget() -> None:
     assert 2 * sum(limits[q] for q in star if 0 in q) <= 1000
 
 
+def test_buffers_on_a_device_type_without_transport_are_named_in_words() -> None:
+    """Issue 26: "need the a supported backend" for a device type the executor has no transport for."""
+    from refplan import execute as ex
+
+    ctx = ex._Context(None, True, 0, (0, 1), (0, 1), 0, "gloo", {"cpu": "gloo"})
+    with pytest.raises(ex._Refusal) as info:
+        ex._check_arguments(ctx, {}, {}, {}, TransferEndpoints({}, {}), StagingBudget(), "global",
+                            torch.device("xpu"))
+    assert str(info.value) == (
+        "buffers on xpu cannot be moved: the executor moves CPU tensors over gloo and CUDA tensors over nccl; "
+        "the process group's backend is 'gloo'"
+    )
+
+
 def test_parse_backend_reads_torch_backend_strings() -> None:
     assert parse_backend("gloo") == {"cpu": "gloo", "cuda": "gloo"}
     assert parse_backend("nccl") == {"cuda": "nccl"}
@@ -454,6 +470,9 @@ def test_single_process_rejections_leave_targets_untouched() -> None:
     assert "not in the process group [0]" in rejected(endpoints=TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 0}))
     assert "not a contiguous" in rejected(target_buffers={0: torch.zeros(16)[::2], 1: targets[1]})
     assert "overlaps" in rejected(target_buffers={0: sources[0], 1: targets[1]})
+    # A meta tensor's data_ptr() is 0: it used to be refused as overlapping another meta tensor.
+    meta = {0: torch.empty(8, device="meta"), 1: torch.empty(8, device="meta")}
+    assert "target buffer for location 0 is a meta tensor, which holds no data" in rejected(target_buffers=meta)
     assert "cannot stage one element" in rejected(budget=StagingBudget(3))
     assert "positive ints" in rejected(budget=StagingBudget(8, total_bytes=0))
     assert "endpoint_ranks" in rejected(endpoint_ranks="local")

@@ -67,8 +67,11 @@ def _same_rejection(per_process: list[dict[str, Any]], *needles: str) -> str:
 
 def test_verdict_of_another_size_is_a_collective_rejection_not_an_abort(two: dict[str, list[Any]]) -> None:
     per_process = scenario(two, "header")
-    _same_rejection([r["size"] for r in per_process], "different executor protocols",
-                    "process 0: magic", "a verdict of 37 words", "process 1: magic", "a verdict of 38 words")
+    # A longer reason field no longer changes the message's size (it used to abort the job, then
+    # was refused by the hello): the reason fills the fixed size, and the call simply moves.
+    assert all(r["size"]["raised"] is None for r in per_process), per_process
+    _same_rejection([r["protocol"] for r in per_process], "different executor protocols",
+                    "process 0: magic", "protocol 4, a message of 37 words", "process 1: magic", "protocol 3")
     _same_rejection([r["magic"] for r in per_process], "different executor protocols", "0x726566706c616e34")
     for rank, res in enumerate(per_process):
         assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"
@@ -104,8 +107,49 @@ def test_dead_peer_survivors_all_raise_naming_every_target() -> None:
     for res in results:
         assert res["raised"] == "TransferExecutionError", res
         assert res["targets"] == {"w": (0, 1, 2)} and res["processes"] is None, res
-        assert "the outcome agreement failed or timed out" in res["message"], res["message"]
+        assert "the outcome agreement" in res["message"], res["message"]
     assert results[1]["message"].startswith("this process finished its part"), "process 2 had no traffic"
+    # Issue 26: process 1 died at once, so process 0's round failed at once: it did not time out
+    # (it used to read "failed or timed out after 0:00:03" for an immediate closed connection).
+    assert "round 0 of 1: receive from process 1 failed after " in results[0]["message"], results[0]["message"]
+    assert f"(timeout {timedelta(seconds=worker.DEAD_TIMEOUT_S)})" in results[0]["message"]
+
+
+def test_a_survivor_names_the_rounds_its_peer_can_have_died_in() -> None:
+    """Rounds are posted ahead, so the wait that fails is the oldest in flight, which can be
+    earlier than the round the peer died in: the message says "round r or a later one" and the
+    rounds in flight, and the peer's round is among them (issue 26)."""
+    import re
+
+    outcomes = run_ranks(worker.died_mid_rounds, 2, timeout=timedelta(seconds=30), deadline_s=90, grace_s=30)
+    assert not outcomes[1].ok, "process 1 was meant to die"
+    assert outcomes[0].ok, outcomes[0].error
+    res = outcomes[0].value
+    assert res["raised"] == "TransferExecutionError", res
+    found = re.match(r"round (\d+) of 64 or a later one \(rounds (\d+)-(\d+) were in flight\): receive from "
+                     r"process 1 failed after [0-9.]+ s \(timeout 0:00:03\)", res["message"])
+    assert found is not None, res["message"]
+    first, low, high = (int(g) for g in found.groups())
+    assert first == low <= worker.DIES_AT_ROUND <= high, res["message"]
+
+
+def test_a_peer_dead_before_the_hello_is_reported_as_a_failure_not_a_timeout() -> None:
+    outcomes = run_ranks(worker.died_before_the_hello, 2, timeout=timedelta(seconds=30), deadline_s=90, grace_s=30)
+    assert outcomes[0].ok, outcomes[0].error
+    res = outcomes[0].value
+    assert res["raised"] == "TransferExecutionError", res
+    assert res["message"].startswith("exchanging verdicts failed after "), res["message"]
+    assert "(timeout 0:00:03); no data moved" in res["message"], res["message"]
+
+
+def test_a_wait_is_said_to_time_out_only_when_its_time_is_up() -> None:
+    import time
+
+    from refplan.execute import _ended
+
+    assert _ended(time.monotonic() - 16, timedelta(seconds=15)) == "timed out after 0:00:15"
+    assert _ended(time.monotonic(), timedelta(seconds=15)).startswith("failed after 0.0")
+    assert _ended(time.monotonic(), timedelta(seconds=15)).endswith(" s (timeout 0:00:15)")
 
 
 # ---------------------------------------------------------------------------------------------

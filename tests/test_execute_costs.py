@@ -1,0 +1,128 @@
+"""Issue 26, item 6: what a call does before its verdict is bounded in work, not only in count.
+
+``StagingBudget.max_work`` bounds an arithmetic estimate (segments of the batch, network chunks
+and rounds of this process) made before anything is built; a schedule above it is refused like
+every other pre-verdict refusal, collectively, with a message naming the field. Timings are the
+business of ``scripts/executor_costs.py``; these tests check who refuses, when, and what it says.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import _dist_worker as worker
+import pytest
+import torch
+
+from refplan import TransferEndpoints, TransferPlan, TransferSegment
+from refplan import execute as ex
+from refplan.cli.sync import run_ranks
+from refplan.execute import StagingBudget, TransferRejectedError, execute_transfer
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("execute")]
+
+
+def _plan(count: int) -> TransferPlan:
+    """``count`` one-element segments, location 0 to location 0, element i to element i."""
+    segments = tuple(TransferSegment(0, i, (1,), 0, i, (1,), (1,)) for i in range(count))
+    return TransferPlan(segments, (count,), count)
+
+
+def test_the_batch_s_segments_alone_are_refused_before_any_is_checked() -> None:
+    """Every process checks and hashes every segment: their number is weighed first, so a batch
+    of many tiny segments is refused without walking them (the 10**5-segment case took 25-28 s
+    per process before the verdict)."""
+    plan = _plan(3)
+    ends = TransferEndpoints({0: 0}, {0: 0})
+    source, target = torch.arange(3.0), torch.zeros(3)
+
+    def call(max_work: int) -> None:
+        execute_transfer(plan, {0: source}, {0: target}, ends, dtype=torch.float32,
+                         budget=StagingBudget(max_work=max_work))
+
+    with pytest.raises(TransferRejectedError) as info:
+        call(5)  # 3 segments x 2 units
+    message = str(info.value)
+    assert message.endswith(
+        "the batch is estimated at 6 work units, above max_work=5: raise StagingBudget(max_work=...) to accept it "
+        "(3 segments, each checked by every process before the verdict; a unit is about 20 µs)"
+    ), message
+    assert "above max_work=5" in message and "StagingBudget(max_work=...)" in message
+    assert torch.equal(target, torch.zeros(3))
+    call(6)  # exactly the estimate passes
+    assert torch.equal(target, source)
+
+
+def test_the_default_bound_refuses_ten_to_the_five_segments_without_checking_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused by their count, before any per-segment check or the digest runs."""
+    checked: list[int] = []
+    real = ex._check_segment
+
+    def counting(name: str, index: int, seg: object, itemsize: int) -> TransferSegment:
+        checked.append(index)
+        return real(name, index, seg, itemsize)
+
+    monkeypatch.setattr(ex, "_check_segment", counting)
+    monkeypatch.setattr(ex, "schedule_digest", lambda *a, **k: pytest.fail("digest computed for a refusal"))
+    n = 100_000
+    with pytest.raises(TransferRejectedError, match="max_work=131072"):
+        execute_transfer(_plan(n), {0: torch.zeros(n)}, {0: torch.zeros(n)}, TransferEndpoints({0: 0}, {0: 0}),
+                         dtype=torch.float32)
+    assert checked == []
+
+
+def _context(me: int) -> ex._Context:
+    """Process ``me`` of a 2-process group, for the checks alone (no collective is made)."""
+    return ex._Context(None, True, me, (0, 1), (0, 1), me, "gloo", {"cpu": "gloo"})
+
+
+def test_chunks_and_rounds_of_this_process_are_weighed_before_any_chunk_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A one-element staging budget on 4096 elements: 4096 chunks and rounds, within max_chunks and
+    max_rounds, refused by arithmetic (2 + 4096 + 8 x 4096 units) before ``_chunks`` runs; a
+    receiving process weighs its side the same way."""
+    seg = TransferSegment(0, 0, (1,), 0, 0, (1,), (4096,))
+    plan = TransferPlan((seg,), (4096,), 4096)
+    ends = TransferEndpoints({0: 0}, {0: 1})
+    monkeypatch.setattr(ex, "_chunks", lambda *a: pytest.fail("chunks built for a refused schedule"))
+    budget = StagingBudget(8, max_work=2 + 4096 + 8 * 4096 - 1)  # 4 bytes a message: one float32
+    for me, side in ((0, "source"), (1, "target")):
+        buffers: dict[str, dict[int, Any]] = {"w": {0: torch.zeros(4096)}}
+        source, target = (buffers, {}) if side == "source" else ({}, buffers)
+        with pytest.raises(ex._Refusal) as info:
+            ex._prepare(_context(me), {"w": plan}, source, target, ends, {"w": torch.float32}, budget, None,
+                        "global", torch.device("cpu"))
+        message = str(info.value)
+        assert message.startswith(f"the schedule of this process is estimated at {2 + 4096 + 8 * 4096} work units, "
+                                  "above max_work=36865: raise StagingBudget(max_work=...)"), message
+        assert "4096 network chunks, at least 4096 rounds with bytes_per_peer=8" in message, message
+
+
+def test_work_bound_is_collective_and_the_default_lets_small_schedules_through() -> None:
+    outcomes = run_ranks(worker.work_bound, 2, timeout=timedelta(seconds=60), deadline_s=100)
+    errors = [f"process {o.rank}: {o.error}" for o in outcomes if not o.ok]
+    assert not errors, "\n".join(errors)
+    results = [o.value for o in outcomes]
+    refused = [r["refused"] for r in results]
+    assert all(r["raised"] == "TransferRejectedError" and r["unchanged"] for r in refused), refused
+    assert len({r["message"] for r in refused}) == 1, refused
+    message = refused[0]["message"]
+    assert "process 0:" in message and "process 1:" in message and "above max_work=2305" in message
+    for r in results:
+        for case in ("at_estimate", "default"):
+            assert r[case]["exact"] and r[case]["guards"] and r[case]["sources_intact"], (case, r[case])
+        # What a call's time is made of, phase by phase (what ``refplan bench --sync`` prints).
+        phases = r["default"]["phases"]
+        assert list(phases) == ["checks", "verdict", "move", "outcome"], phases
+        assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= r["default"]["seconds"], phases
+
+
+def test_a_single_process_call_has_no_collective_phases() -> None:
+    plan = _plan(4)
+    stats = execute_transfer(plan, {0: torch.arange(4.0)}, {0: torch.zeros(4)}, TransferEndpoints({0: 0}, {0: 0}),
+                             dtype=torch.float32)
+    assert list(stats.phases) == ["checks", "move"]
