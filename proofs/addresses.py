@@ -59,9 +59,18 @@ def in_range(n: int) -> Claim:
     return Claim(
         f"addresses.row_major_range[n={n}]", f"n={n}, symbolic shape",
         {"shape positive": z3.And(*[s >= 1 for s in shape]), "c in shard": _in_shard(c, shape)},
-        z3.And(address >= 0, address < product(shape)),
+        {"the address is >= 0": address >= 0, "the address is < numel": address < product(shape)},
         ["c in shard"], lambda m: show_ints(m, {"shape": shape, "c": c}),
     )
+
+
+def frame_start_model(local_origin: list[z3.ArithRef], logical_origin: list[z3.ArithRef],
+                      sub_origin: list[z3.ArithRef], strides: list[z3.ArithRef]) -> z3.ArithRef:
+    """The shard offset of sub-box X's first element (``Frame.address``, and the offsets
+    ``build_requests`` gives a request and each candidate): the frame's offset, which decodes to
+    its local origin (R14), moved by ``X.origin - G.origin``."""
+    offset = dot(local_origin, strides)
+    return offset + dot([x - g for x, g in zip(sub_origin, logical_origin)], strides)
 
 
 def frame_address(n: int) -> Claim:
@@ -72,8 +81,7 @@ def frame_address(n: int) -> Claim:
     local = SymBox("L", n, extent=logical.extent)
     sub = SymBox("X", n)
     j = ints("j", n)
-    offset = dot(local.origin, strides)  # R14: dest_offset decodes to the local origin
-    start = offset + dot([x - g for x, g in zip(sub.origin, logical.origin)], strides)
+    start = frame_start_model(local.origin, logical.origin, sub.origin, strides)
     element = start + dot(j, strides)
     coord = [lo + x + jj - g for lo, x, jj, g in zip(local.origin, sub.origin, j, logical.origin)]
     return Claim(
@@ -84,9 +92,14 @@ def frame_address(n: int) -> Claim:
             "X inside G": sub.inside(logical),
             "j indexes X": z3.And(*[z3.And(jj >= 0, jj < e) for jj, e in zip(j, sub.extent)]),
         },
-        z3.And(element == dot(coord, strides), _in_shard(coord, shape), local.has(coord)),
+        {
+            "element j is the row-major address of its coordinate": element == dot(coord, strides),
+            "the coordinate lies in the shard": _in_shard(coord, shape),
+            "the coordinate lies in the local box": local.has(coord),
+        },
         ["local box inside shard", "X inside G", "j indexes X"],
         show_boxes(logical, local, sub, shape=shape, j=j),
+        outright=["element j is the row-major address of its coordinate"],
     )
 
 

@@ -23,6 +23,19 @@ from collections.abc import Iterator
 import z3
 from boxes import array_part_model, intersect_model, pair_model
 from kit import Claim, SymBox, count, ints, main, pairwise_disjoint, show_boxes
+from tiling import wlog_fixed
+
+
+def split_checks_model(request: SymBox, parts: list[SymBox]) -> dict[str, z3.BoolRef]:
+    """The geometric checks ``check_answers`` makes of a split answer (``_check_split``), as the
+    premises of ``exact_tiling``: it accepts the parts' geometry exactly when all four hold
+    (``differential.py`` holds the code to this, for the general pairwise form of "disjoint")."""
+    return {
+        "positive extents": z3.And(*[q.positive() for q in parts]),
+        "inside the request": z3.And(*[q.inside(request) for q in parts]),
+        "disjoint": pairwise_disjoint(parts),
+        "volumes sum to the request's": z3.Sum(*[q.volume() for q in parts]) == request.volume(),
+    }
 
 
 def exact_tiling(n: int, k: int) -> Claim:
@@ -35,18 +48,13 @@ def exact_tiling(n: int, k: int) -> Claim:
     request = SymBox("Q", n) if n == 1 else SymBox("Q", n, origin=[z3.IntVal(0)] * n)
     parts = [SymBox(f"P{i}", n) for i in range(k)]
     x = ints("x", n)
-    premises: dict[str, z3.BoolRef] = {
-        "request positive": request.positive(),
-        "positive extents": z3.And(*[q.positive() for q in parts]),
-        "inside the request": z3.And(*[q.inside(request) for q in parts]),
-        "disjoint": pairwise_disjoint(parts),
-        "volumes sum to the request's": z3.Sum(*[q.volume() for q in parts]) == request.volume(),
-    }
+    premises: dict[str, z3.BoolRef] = {"request positive": request.positive(), **split_checks_model(request, parts)}
     if n == 1:
         premises["sorted (wlog)"] = z3.And(*[a.origin[0] <= b.origin[0] for a, b in itertools.pairwise(parts)])
     elif k == 2:
         # WLOG, as in tiling.lemma: the separation case "P0 before P1 on axis 0" stands for all 2n.
         premises["disjoint"] = parts[0].separated(parts[1], 0, True)
+    fixed = wlog_fixed(n) if n >= 2 and k == 2 else {}
     goal = count([q.has(x) for q in parts]) == z3.If(request.has(x), 1, 0)
     essential = ["inside the request", "volumes sum to the request's"]
     if k >= 2:
@@ -56,7 +64,7 @@ def exact_tiling(n: int, k: int) -> Claim:
     return Claim(
         f"answers.exact_tiling[n={n},k={k}]",
         f"n={n}, k={k}" + (", sorted" if n == 1 else ", wlog P0 before P1 on axis 0"),
-        premises, goal, essential, show_boxes(request, *parts, x=x),
+        premises, goal, essential, show_boxes(request, *parts, x=x), fixed=fixed,
     )
 
 

@@ -3,9 +3,10 @@ and the array form of intersection that ``regions.intersections`` runs is ``Box.
 
 Both functions are re-encoded here step for step as z3 terms (``intersect_model``,
 ``subtract_model``), then proved correct for every box with symbolic coordinates, for up to
-``MAX_AXES`` axes. ``tests/test_proofs.py`` evaluates the same encodings on concrete boxes and
-compares them with ``refplan.box`` itself, which is what ties these proofs to the code rather than
-to a paraphrase of it. All claims here are linear, so they are complete proofs at their bounds.
+``MAX_AXES`` axes. ``differential.py`` (run by ``make proofs``) evaluates the same encodings on
+every pair of boxes of small domains and on drawn larger ones and compares them with
+``refplan.box`` itself, which is what ties these proofs to the code rather than to a paraphrase
+of it. All claims here are linear, so they are complete proofs at their bounds.
 """
 
 from __future__ import annotations
@@ -101,13 +102,15 @@ def intersect_claims(n: int) -> Iterator[Claim]:
     yield Claim(
         f"boxes.intersect_complete[n={n}]", f"n={n}",
         {"p in A": a.has(p), "p in B": b.has(p)},
-        z3.And(present, box.has(p)), ["p in A", "p in B"], show_boxes(a, b, p=p),
+        {"the result is a box holding p": z3.And(present, box.has(p))}, ["p in A", "p in B"], show_boxes(a, b, p=p),
     )
     yield Claim(
         f"boxes.intersect_sound[n={n}]", f"n={n}",
         {"result is a box": present, "p in result": box.has(p)},
-        z3.And(a.has(p), b.has(p), box.positive(), box.inside(a), box.inside(b)),
+        {"p in A": a.has(p), "p in B": b.has(p), "the result is positive": box.positive(),
+         "the result lies inside A": box.inside(a), "the result lies inside B": box.inside(b)},
         ["p in result"], show_boxes(a, b, p=p),
+        outright=["the result lies inside A", "the result lies inside B"],
     )
 
 
@@ -127,12 +130,13 @@ def array_pair_claim(n: int) -> Claim:
         f"boxes.array_pair_is_intersect[n={n}]", f"n={n}",
         # The two premises are what the ``live`` filter establishes before the strict test.
         {"A positive": a.positive(), "B positive": b.positive()},
-        z3.And(
-            strict == z3.Not(a.disjoint(b)),
-            strict == present,
-            z3.Implies(strict, part.same(box)),
-        ),
+        {
+            "the pair test is 'not separated'": strict == z3.Not(a.disjoint(b)),
+            "the pair test is intersect's presence": strict == present,
+            "the array part is intersect's box": z3.Implies(strict, part.same(box)),
+        },
         ["A positive"], show_boxes(a, b),
+        outright=["the pair test is 'not separated'", "the array part is intersect's box"],
     )
 
 
@@ -140,16 +144,22 @@ def subtract_claim(n: int) -> Claim:
     a, b = SymBox("A", n), SymBox("B", n)
     p = ints("p", n)
     pieces = subtract_model(a, b)
-    goals = [count([z3.And(g, s.has(p)) for g, s in pieces]) == z3.If(z3.And(a.has(p), z3.Not(b.has(p))), 1, 0)]
-    for g, s in pieces:
-        goals.append(z3.Implies(g, z3.And(s.positive(), s.inside(a))))
-    for (g, s), (h, t) in itertools.combinations(pieces, 2):
-        goals.append(z3.Implies(z3.And(g, h), s.disjoint(t)))
-    goals.append(count([g for g, _ in pieces]) <= 2 * n)
+    # "At most 2n pieces" is no goal: it holds by construction of the encoding (the one entry for
+    # disjoint boxes excludes the 2n slabs), so z3 would find it true of every assignment; the
+    # differential check holds the code's piece list equal to the encoding's, count included.
+    goals = {
+        "p lies in exactly one piece iff p is in A and not in B":
+            count([z3.And(g, s.has(p)) for g, s in pieces]) == z3.If(z3.And(a.has(p), z3.Not(b.has(p))), 1, 0),
+        "every piece is positive and inside A":
+            z3.And(*[z3.Implies(g, z3.And(s.positive(), s.inside(a))) for g, s in pieces]),
+        "the pieces are pairwise separated":
+            z3.And(*[z3.Implies(z3.And(g, h), s.disjoint(t)) for (g, s), (h, t) in itertools.combinations(pieces, 2)]),
+    }
     return Claim(
-        f"boxes.subtract[n={n}]", f"n={n}, at most {2 * n} pieces",
+        f"boxes.subtract[n={n}]", f"n={n}, {2 * n} slabs",
         {"A positive": a.positive(), "B positive": b.positive()},
-        z3.And(*goals), ["A positive"], show_boxes(a, b, p=p),
+        goals, ["A positive"], show_boxes(a, b, p=p),
+        outright=["p lies in exactly one piece iff p is in A and not in B", "the pieces are pairwise separated"],
     )
 
 

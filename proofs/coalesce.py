@@ -35,12 +35,37 @@ def _indexes(j: list[z3.ArithRef], extent: list[z3.ArithRef]) -> z3.BoolRef:
     return z3.And(*[z3.And(x >= 0, x < e) for x, e in zip(j, extent)])
 
 
+def merged_extent(a_ext: list[z3.ArithRef], b_ext: list[z3.ArithRef], axis: int) -> list[z3.ArithRef]:
+    """The merged segment's shape: a's, with b's extent added on ``axis``."""
+    m_ext = list(a_ext)
+    m_ext[axis] = a_ext[axis] + b_ext[axis]
+    return m_ext
+
+
+def adjacency(a_src: z3.ArithRef, a_dst: z3.ArithRef, a_ext: list[z3.ArithRef], b_src: z3.ArithRef,
+              b_dst: z3.ArithRef, b_ext: list[z3.ArithRef], ss: list[z3.ArithRef], ts: list[z3.ArithRef],
+              axis: int) -> dict[str, z3.BoolRef]:
+    """When ``coalesce`` finds b as a's successor on ``axis`` (its fold-key lookup), named as the
+    premises of ``merge_pairs``."""
+    return {
+        "source adjacent": b_src == a_src + a_ext[axis] * ss[axis],
+        "target adjacent": b_dst == a_dst + a_ext[axis] * ts[axis],
+        "other extents equal": z3.And(*[a_ext[d] == b_ext[d] for d in range(len(a_ext)) if d != axis]),
+    }
+
+
+def merge_guard(start: list[z3.ArithRef], m_ext: list[z3.ArithRef], shape: list[z3.ArithRef], axis: int) -> z3.BoolRef:
+    """``coalesce``'s extra guard on one side: the merged extent stays inside that side's shard on
+    ``axis``, from the segment's decoded start coordinate. ``coalesce`` merges exactly when
+    ``adjacency`` holds and this guard holds on the source side *and* on the target side."""
+    return start[axis] + m_ext[axis] <= shape[axis]
+
+
 def merge_pairs(n: int, axis: int) -> Claim:
     ss, ts = ints("ss", n), ints("ts", n)  # source and target strides (shared by a and b)
     a_src, a_dst, b_src, b_dst = z3.Ints("a.src a.dst b.src b.dst")
     a_ext, b_ext = ints("a.e", n), ints("b.e", n)
-    m_ext = list(a_ext)
-    m_ext[axis] = a_ext[axis] + b_ext[axis]
+    m_ext = merged_extent(a_ext, b_ext, axis)
     shift = [a_ext[axis] if d == axis else z3.IntVal(0) for d in range(n)]
 
     def pair(src: z3.ArithRef, dst: z3.ArithRef, j: list[z3.ArithRef]) -> tuple[z3.ArithRef, z3.ArithRef]:
@@ -53,26 +78,23 @@ def merge_pairs(n: int, axis: int) -> Claim:
     back = [x - s for x, s in zip(j, shift)]
     fwd = [x + s for x, s in zip(jb, shift)]
     # m keeps a's offsets, so m's pair at index j is pair(a_src, a_dst, j) over m's larger index box.
-    goal = z3.And(
-        # every element of m is an element of a or of b, with the same (read, write) pair
-        z3.Implies(_indexes(j, m_ext), z3.Or(
+    goal = {
+        "every element of m is one of a or of b, with its (read, write) pair": z3.Implies(_indexes(j, m_ext), z3.Or(
             _indexes(j, a_ext),
             z3.And(_indexes(back, b_ext), same(pair(a_src, a_dst, j), pair(b_src, b_dst, back))),
         )),
-        # every element of a and of b is an element of m, with the same pair ...
-        z3.Implies(_indexes(ja, a_ext), _indexes(ja, m_ext)),
-        z3.Implies(_indexes(jb, b_ext), z3.And(_indexes(fwd, m_ext),
-                                               same(pair(b_src, b_dst, jb), pair(a_src, a_dst, fwd)))),
-        # ... and no element of m is claimed by both (so multiplicities are kept)
-        z3.Implies(z3.And(_indexes(ja, a_ext), _indexes(jb, b_ext)), z3.Or(*[x != y for x, y in zip(ja, fwd)])),
-    )
+        "every element of a is one of m": z3.Implies(_indexes(ja, a_ext), _indexes(ja, m_ext)),
+        "every element of b is one of m, with its pair": z3.Implies(_indexes(jb, b_ext), z3.And(
+            _indexes(fwd, m_ext), same(pair(b_src, b_dst, jb), pair(a_src, a_dst, fwd)))),
+        # so multiplicities are kept
+        "no element of m is claimed by both a and b":
+            z3.Implies(z3.And(_indexes(ja, a_ext), _indexes(jb, b_ext)), z3.Or(*[x != y for x, y in zip(ja, fwd)])),
+    }
     others = [d for d in range(n) if d != axis]
     premises = {
         "a positive": z3.And(*[e >= 1 for e in a_ext]),
         "b positive": z3.And(*[e >= 1 for e in b_ext]),
-        "source adjacent": b_src == a_src + a_ext[axis] * ss[axis],
-        "target adjacent": b_dst == a_dst + a_ext[axis] * ts[axis],
-        "other extents equal": z3.And(*[a_ext[d] == b_ext[d] for d in others]),
+        **adjacency(a_src, a_dst, a_ext, b_src, b_dst, b_ext, ss, ts, axis),
     }
     essential = ["source adjacent", "target adjacent"] + (["other extents equal"] if others else [])
     names = {"ss": ss, "ts": ts, "a.src": a_src, "a.dst": a_dst, "a.shape": a_ext, "b.src": b_src,
@@ -80,6 +102,8 @@ def merge_pairs(n: int, axis: int) -> Claim:
     return Claim(
         f"coalesce.merge_pairs[n={n},axis={axis}]", f"n={n}, axis {axis}, symbolic strides",
         premises, goal, essential, lambda m: show_ints(m, names),
+        # a's indexes on ``axis`` stay below a.shape[axis], b's shifted ones start there
+        outright=["no element of m is claimed by both a and b"],
     )
 
 
@@ -100,18 +124,22 @@ def merge_stays_box(n: int, axis: int) -> Claim:
         "start in shard": z3.And(*[z3.And(c >= 0, c < s) for c, s in zip(start, shape)]),
         "merged extents positive": z3.And(*[e >= 1 for e in ext]),
         "other axes inside shard": z3.And(*[start[d] + ext[d] <= shape[d] for d in others]),
-        "merge guard": start[axis] + ext[axis] <= shape[axis],
+        "merge guard": merge_guard(start, ext, shape, axis),
         "j, k index m": z3.And(_indexes(j, ext), _indexes(k, ext)),
     }
-    goal = z3.And(
-        z3.Implies(z3.Or(*[x != y for x, y in zip(j, k)]), address(j) != address(k)),
-        address(j) >= 0, address(j) < product(shape),
-    )
+    goal = {
+        "distinct indexes of m have distinct addresses": z3.Implies(
+            z3.Or(*[x != y for x, y in zip(j, k)]), address(j) != address(k)),
+        "every address of m is >= 0": address(j) >= 0,
+        "every address of m is < numel(shard)": address(j) < product(shape),
+    }
     essential = ["merge guard", *(["other axes inside shard"] if n >= 2 else [])]
     named = {"shape": shape, "start": start, "m.shape": ext, "j": j, "k": k}
     return Claim(
         f"coalesce.merge_stays_box[n={n},axis={axis}]", f"n={n}, axis {axis}, symbolic shard shape",
         premises, goal, essential, lambda m: show_ints(m, named),
+        # at n = 1 the address is start + j itself
+        outright=["distinct indexes of m have distinct addresses"] if n == 1 else [],
     )
 
 

@@ -9,12 +9,21 @@ are z3 queries, nonlinear (products of extents) but small, and the induction rul
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 
 import z3
 from kit import Claim, SymBox, ints, main, product, show_boxes
 
 MAX_AXES = 8
+
+
+def slab_model(parts: Sequence[SymBox], axis: int) -> z3.BoolRef:
+    """``axis`` separates every pair of parts: the premise of a slab tiling. Sorted along that
+    axis, it is the sweep's "starts after the previous end on axis 0" (axis 0 wlog);
+    ``box.separated`` decides whether some axis does (``differential.py`` holds it to this)."""
+    return z3.And(*[z3.Or(a.separated(b, axis, True), a.separated(b, axis, False))
+                    for a, b in itertools.combinations(parts, 2)])
 
 
 def sweep(n: int) -> Iterator[Claim]:

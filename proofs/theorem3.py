@@ -40,6 +40,24 @@ def _diff(a: Sequence[z3.ArithRef], b: Sequence[z3.ArithRef]) -> list[z3.ArithRe
     return [x - y for x, y in zip(a, b)]
 
 
+def emit_model(request_origin: Sequence[z3.ArithRef], target_offset: z3.ArithRef, target_strides: Sequence[z3.ArithRef],
+               read_offset: z3.ArithRef, read_strides: Sequence[z3.ArithRef],
+               part_origin: Sequence[z3.ArithRef]) -> tuple[z3.ArithRef, z3.ArithRef]:
+    """``planner._emit`` for one part: (source offset, target offset) of its segment, the request's
+    and the chosen candidate's offsets moved to the part's origin along their own strides. The
+    segment's shape is the part's extent, its locations the candidate's and the request's, its
+    strides the candidate's and the request's (``differential.py`` checks all of these)."""
+    delta = _diff(part_origin, request_origin)
+    return read_offset + dot(delta, read_strides), target_offset + dot(delta, target_strides)
+
+
+def candidate_offset_model(holder_offset: z3.ArithRef, region_origin: Sequence[z3.ArithRef],
+                           request_origin: Sequence[z3.ArithRef], strides: Sequence[z3.ArithRef]) -> z3.ArithRef:
+    """A candidate's read offset for request Q (``build_requests``): its offset for the region's
+    origin moved to Q's origin along its own strides."""
+    return holder_offset + dot(_diff(request_origin, region_origin), strides)
+
+
 def identical_data(n: int, k: int, candidates: int) -> Claim:
     truth = z3.Function("truth", *([z3.IntSort()] * n), Value)
     mem = z3.Function("mem", z3.IntSort(), z3.IntSort(), Value)
@@ -83,17 +101,15 @@ def identical_data(n: int, k: int, candidates: int) -> Claim:
         premises[f"{tag} covers x exactly once (Lemma Q)"] = count([p.has(x) for p in parts]) == 1
         premises[f"{tag}: layout of the chosen candidate"] = z3.And(*[
             z3.Implies(source[i] == loc[c], z3.And(
-                read_off[i] == off[c] + dot(_diff(request.origin, region.origin), ss[c]),
+                read_off[i] == candidate_offset_model(off[c], region.origin, request.origin, ss[c]),
                 *[a == b for a, b in zip(read_strides[i], ss[c])],
             ))
             for i in range(k) for c in range(candidates)
         ])
+        emitted = [emit_model(request.origin, target_address(request.origin), ts, read_off[i], read_strides[i],
+                              parts[i].origin) for i in range(k)]
         premises[f"{tag}: offsets moved to each part's origin"] = z3.And(*[
-            z3.And(
-                seg_src[i] == read_off[i] + dot(_diff(parts[i].origin, request.origin), read_strides[i]),
-                seg_dst[i] == target_address(request.origin) + dot(_diff(parts[i].origin, request.origin), ts),
-            )
-            for i in range(k)
+            z3.And(seg_src[i] == emitted[i][0], seg_dst[i] == emitted[i][1]) for i in range(k)
         ])
         value: z3.ExprRef = old(target_address(x))
         address: z3.ArithRef = target_address(x)
@@ -105,8 +121,12 @@ def identical_data(n: int, k: int, candidates: int) -> Claim:
 
     value_a, address_a, parts_a = answer("A")
     value_b, address_b, parts_b = answer("B")
-    goal = z3.And(value_a == truth(*x), value_b == value_a,
-                  address_a == target_address(x), address_b == address_a)
+    goal = {
+        "A writes truth(x)": value_a == truth(*x),
+        "B writes what A writes": value_b == value_a,
+        "A writes at the target frame's address of x": address_a == target_address(x),
+        "B writes where A writes": address_b == address_a,
+    }
     return Claim(
         f"theorem3.identical_data[n={n},k={k},candidates={candidates}]",
         f"n={n}, {k} parts per answer, {candidates} candidates, two answers",

@@ -54,9 +54,21 @@ def disjoint_iff_no_common_point(n: int) -> Iterator[Claim]:
     yield Claim(
         f"tiling.unseparated_has_common_point[n={n}]", f"n={n}",
         {"A positive": a.positive(), "B positive": b.positive(), "not separated": z3.Not(a.disjoint(b))},
-        z3.And(a.has(witness), b.has(witness)),
+        {"max of the origins lies in A": a.has(witness), "max of the origins lies in B": b.has(witness)},
         ["A positive", "not separated"], show_boxes(a, b),
     )
+
+
+def split_model(box: SymBox, axis: int, at: z3.ArithRef) -> tuple[SymBox, SymBox]:
+    """``Box.split(axis, at)``: the halves ``[lo, at)`` and ``[at, hi)`` on ``axis``."""
+    lo, hi = box.origin[axis], box.origin[axis] + box.extent[axis]
+    left_extent = list(box.extent)
+    left_extent[axis] = at - lo
+    right_origin = list(box.origin)
+    right_origin[axis] = at
+    right_extent = list(box.extent)
+    right_extent[axis] = hi - at
+    return SymBox("L", box.ndim, box.origin, left_extent), SymBox("R", box.ndim, right_origin, right_extent)
 
 
 def guillotine_split(n: int, axis: int) -> Claim:
@@ -69,23 +81,19 @@ def guillotine_split(n: int, axis: int) -> Claim:
     p = ints("p", n)
     at = z3.Int("cut")
     lo, hi = box.origin[axis], box.origin[axis] + box.extent[axis]
-    left_extent = list(box.extent)
-    left_extent[axis] = at - lo
-    right_origin = list(box.origin)
-    right_origin[axis] = at
-    right_extent = list(box.extent)
-    right_extent[axis] = hi - at
-    left = SymBox("L", n, box.origin, left_extent)
-    right = SymBox("R", n, right_origin, right_extent)
-    goal = z3.And(
-        left.positive(), right.positive(), left.inside(box), right.inside(box), left.disjoint(right),
-        count([left.has(p), right.has(p)]) == z3.If(box.has(p), 1, 0),
-        left.volume() + right.volume() == box.volume(),
-    )
+    left, right = split_model(box, axis, at)
+    goal = {
+        "both halves positive": z3.And(left.positive(), right.positive()),
+        "both halves inside B": z3.And(left.inside(box), right.inside(box)),
+        "the halves are separated": left.disjoint(right),
+        "p lies in exactly one half iff in B": count([left.has(p), right.has(p)]) == z3.If(box.has(p), 1, 0),
+        "the volumes add up to vol(B)": left.volume() + right.volume() == box.volume(),
+    }
     return Claim(
         f"tiling.guillotine_split[n={n},axis={axis}]", f"n={n}, cut on axis {axis} only",
         {"B positive": box.positive(), "cut strictly inside on the axis": z3.And(lo < at, at < hi)},
         goal, ["cut strictly inside on the axis"], show_boxes(box, cut=at, p=p),
+        outright=["the halves are separated", "the volumes add up to vol(B)"],
     )
 
 
@@ -112,7 +120,7 @@ def order_1d() -> Claim:
         "tiling.sorted_order_1d", "n=1, adjacent parts",
         {"sorted": a.origin[0] <= b.origin[0], "disjoint": a.disjoint(b), "positive": b.positive()},
         a.end[0] <= b.origin[0],
-        ["sorted", "disjoint", "positive"], show_boxes(a, b),
+        ["sorted", "disjoint", "positive"], show_boxes(a, b), pins={"n": 1},
     )
 
 
@@ -133,7 +141,7 @@ def sweep_1d() -> Iterator[Claim]:
     yield Claim(
         "tiling.sweep_1d_base", "n=1, i=0",
         {"B positive": size >= 1}, inv(z3.IntVal(0), b, z3.BoolVal(False)),
-        ["B positive"], lambda m: show_ints(m, names),
+        ["B positive"], lambda m: show_ints(m, names), pins={"n": 1},
     )
     gap = pos - b - total
     new_total, new_pos = total + e, o + e
@@ -146,7 +154,7 @@ def sweep_1d() -> Iterator[Claim]:
             "inside B": o + e <= b + size,
         },
         inv(new_pos - b - new_total, new_pos, z3.Or(cov, z3.And(o <= x, x < o + e))),
-        ["invariant", "starts after previous end", "inside B"], lambda m: show_ints(m, names),
+        ["invariant", "starts after previous end", "inside B"], lambda m: show_ints(m, names), pins={"n": 1},
     )
     yield Claim(
         "tiling.sweep_1d_end", "n=1, i=k, any k",
@@ -156,7 +164,7 @@ def sweep_1d() -> Iterator[Claim]:
             "x in B": z3.And(b <= x, x < b + size),
         },
         cov,
-        ["invariant", "volumes sum to vol(B)"], lambda m: show_ints(m, names),
+        ["invariant", "volumes sum to vol(B)"], lambda m: show_ints(m, names), pins={"n": 1},
     )
 
 
@@ -185,6 +193,7 @@ def lemma(n: int, k: int, *, sorted_1d: bool = False) -> Claim:
         essential.append("positive extents")  # two negative extents multiply to a positive volume
     split = None if sorted_1d or k < 2 else "disjoint"
     bounds = f"n={n}, k={k}" + (", sorted" if sorted_1d else "")
+    fixed: dict[str, str] = {}
     if k == 2 and n >= 2:
         # WLOG P0 ends before P1 starts on axis 0: the statement is invariant under renaming the
         # axes and swapping the parts, and each of the other 2n - 1 separation cases is this query
@@ -192,11 +201,19 @@ def lemma(n: int, k: int, *, sorted_1d: bool = False) -> Claim:
         premises["disjoint"] = parts[0].separated(parts[1], 0, True)
         split = None
         bounds += ", wlog P0 before P1 on axis 0"
+        fixed = wlog_fixed(n)
     return Claim(
         f"tiling.lemma[n={n},k={k}]", bounds,
         premises, z3.Or(*[q.has(p) for q in parts]), essential, show_boxes(whole, *parts, p=p),
-        split=split, cases=separation_cases(parts) if split else [],
+        split=split, cases=separation_cases(parts) if split else [], fixed=fixed,
     )
+
+
+def wlog_fixed(n: int) -> dict[str, str]:
+    """What two parts tiling B at the origin, P0 before P1 on axis 0, must start at (the
+    hidden-bound probe leaves these out): P0 holds B's origin, and P1 spans B's other axes."""
+    why = "0: the two parts tile B, which sits at the origin (wlog)"
+    return {**{f"P0.o{d}": why for d in range(n)}, **{f"P1.o{d}": why for d in range(1, n)}}
 
 
 def claims() -> Iterator[Claim]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import random
 import re
 import subprocess
@@ -29,25 +30,36 @@ z3 = pytest.importorskip("z3")
 ROOT = Path(__file__).resolve().parent.parent
 PROOFS = ROOT / "proofs"
 DOC = PROOFS / "theorem3.md"
+CLAIMS = PROOFS / "claims.json"
 
 
 def test_every_claim_is_proved_and_non_vacuous() -> None:
-    """The one slow test here (about a minute on 2 cores): ``make proofs`` inside the suite."""
+    """The one slow test here (about a minute on 2 cores): ``make proofs`` inside the suite. Every
+    claim pinned in ``proofs/claims.json`` is proved with its bounds, each one's non-vacuity
+    results are there, and every differential check agrees with the code."""
     done = subprocess.run(
-        [sys.executable, str(PROOFS / "run_all.py")], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, str(PROOFS / "run_all.py"), "-q"], cwd=ROOT, capture_output=True, text=True,
         timeout=480, check=False,
     )
     code, out = done.returncode, done.stdout + done.stderr
     lines = out.splitlines()
     assert code == 0, out[-4000:]
-    assert not [line for line in lines if line.startswith(("NOT PROVED", "VACUOUS"))], out[-4000:]
-    proved = [re.match(r"proved (\S+) \((.*)\) in [0-9.]+ s$", line) for line in lines if line.startswith("proved")]
-    assert all(proved), [line for line in lines if line.startswith("proved")]
-    names = [m.group(1) for m in proved if m]
-    assert len(names) >= 90 and len(set(names)) == len(names)
-    for name in names:
-        assert any(line.startswith(f"non-vacuous {name}: dropping ") for line in lines), name
-    assert re.search(r"^proofs: \d+ claims proved, \d+ non-vacuity counterexamples, all proved", out, re.M)
+    assert not [line for line in lines if line.startswith(("NOT PROVED", "VACUOUS", "MISMATCH", "TABLE"))], out[-4000:]
+    pinned = json.loads(CLAIMS.read_text(encoding="utf-8"))
+    proved = [m for m in map(_run_all().PROVED.match, lines) if m]
+    assert sorted(m.group(1) for m in proved) == sorted(c["name"] for c in pinned["claims"])
+    for claim in pinned["claims"]:
+        name = claim["name"]
+        assert any(line.startswith(f"non-vacuous {name}: unbounded: ") for line in lines), name
+        for label in claim["goal"]:
+            assert any(line.startswith(f'non-vacuous {name}: goal "{label}" ') for line in lines), (name, label)
+        for premise in claim["dropped"]:
+            assert f"non-vacuous {name}: dropping {premise} gives counterexample" in out, (name, premise)
+    for check in pinned["differential"]:
+        assert any(line.startswith(f"agrees {check['name']} ") for line in lines), check["name"]
+    assert re.search(r"^claims table: \d+ claims and \d+ differential checks match proofs/claims.json$", out, re.M)
+    assert re.search(r"^proofs: \d+ claims proved, \d+ non-vacuity results, \d+ differential checks agree, "
+                     r"all proved", out, re.M)
 
 
 def _doc() -> str:
@@ -104,12 +116,21 @@ def _import_proofs(*names: str) -> list[Any]:
         sys.path.remove(str(PROOFS))
 
 
+def _run_all() -> Any:
+    return _import_proofs("run_all")[0]
+
+
 def test_every_claim_the_theorem_cites_exists() -> None:
-    """Claim names only (building the formulas is cheap; proving them is the test above)."""
+    """Claim and encoding names only (building the formulas is cheap; proving them is the test
+    above)."""
     prefixes = "|".join(SCRIPTS)
     cited = set(re.findall(rf"`((?:{prefixes})\.\w+)(?:\[[^`]*\])?`", _doc()))
     assert cited
-    defined = {claim.name.split("[")[0] for module in _import_proofs(*SCRIPTS) for claim in module.claims()}
+    modules = _import_proofs(*SCRIPTS)
+    defined = {claim.name.split("[")[0] for module in modules for claim in module.claims()}
+    # an encoding the text names (``coalesce.merge_guard``) is a function of its script
+    defined |= {f"{name}.{attr}" for name, module in zip(SCRIPTS, modules) for attr in vars(module)
+                if callable(getattr(module, attr)) and not attr.startswith("_")}
     assert cited <= defined, sorted(cited - defined)
     run_all = (PROOFS / "run_all.py").read_text(encoding="utf-8")
     assert all(f'"{name}.py"' in run_all for name in SCRIPTS)
@@ -267,20 +288,26 @@ def test_intersections_on_every_pair_of_small_tilings(shape: tuple[int, ...]) ->
     on its own location), ``regions.intersections`` returns, in (location, origin) order, one
     part per (frame, region) pair that shares a point, and that part's points are exactly the
     common points. That is Premise C for the arithmetic the code runs, on this domain
-    (``answers.premise_c_arrays`` is its z3 form for n <= 3 and 4 regions)."""
+    (``answers.premise_c_arrays`` is its z3 form for n <= 3 and 4 regions).
+
+    ``intersections`` has two paths, and a few boxes never reach the array one by default (every
+    pair here is below ``limits.ARRAY_MIN_PIECES``, and on F = (5) the slab join always applies).
+    So each pair runs both: the int64 array arithmetic with every fast path taken
+    (``limits.fast_paths(True)``), and the slab join (``_small_intersections``) wherever it
+    applies; each F must reach both."""
+    from refplan import limits
     from refplan.box import WorkCounter
     from refplan.frames import normalize
-    from refplan.regions import intersections, source_regions
+    from refplan.regions import _small_intersections, intersections, source_regions
 
     tilings = _tilings(shape)
     assert len(tilings) == {(5,): 16, (2, 3): 34, (2, 2, 2): 154}[shape]  # counted by hand for 5 and 2x3
     targets = [normalize(_tiled_map(shape, tiles), "target", "w") for tiles in tilings]
+    sources = [source_regions(normalize(_tiled_map(shape, tiles), "source", "w"), WorkCounter()) for tiles in tilings]
     cells = {tile: points(tile) for tiles in tilings for tile in tiles}
-    checked = 0
-    for s_tiles in tilings:
-        regions = source_regions(normalize(_tiled_map(shape, s_tiles), "source", "w"), WorkCounter())
+    paths = {"array": 0, "slab": 0}
+    for regions in sources:
         for target in targets:
-            got = intersections(target, regions, WorkCounter())
             want = []
             for frame in target.frames:  # one frame per location, so location order is frame order
                 for region in regions:
@@ -288,10 +315,122 @@ def test_intersections_on_every_pair_of_small_tilings(shape: tuple[int, ...]) ->
                     if common:
                         want.append((frame.location, region.box, common))
             want.sort(key=lambda w: (w[0], min(w[2])))
-            assert [(x.target.location, x.region.box, points(x.box)) for x in got] == want, (s_tiles, target)
-            checked += 1
-    assert checked == len(tilings) ** 2
+            with limits.fast_paths(True):
+                got = intersections(target, regions, WorkCounter())
+            paths["array"] += 1
+            assert [(x.target.location, x.region.box, points(x.box)) for x in got] == want, (regions, target)
+            small = _small_intersections(target, regions, WorkCounter())
+            if small is not None:
+                paths["slab"] += 1
+                assert [(x.target.location, x.region.box, points(x.box)) for x in small] == want, (regions, target)
+    assert paths["array"] == len(tilings) ** 2
+    assert paths["slab"] > 0, paths
 
 
 def points(box: Box) -> set[tuple[int, ...]]:
     return set(itertools.product(*(range(o, o + e) for o, e in zip(box.origin, box.extent))))
+
+
+# ---------------------------------------------------------------------------------------------
+# The pinned claims table (proofs/claims.json) and what it catches.
+
+TABLE_START = "<!-- claims table: generated from proofs/claims.json by `python proofs/run_all.py --table` -->"
+TABLE_END = "<!-- end of claims table -->"
+
+
+def test_theorem3_md_carries_the_claims_json_table() -> None:
+    """The table of claims, bounds and modelled code in ``theorem3.md`` is ``claims.json``'s."""
+    doc = _doc()
+    assert doc.count(TABLE_START) == 1 and doc.count(TABLE_END) == 1
+    shown = doc.split(TABLE_START)[1].split(TABLE_END)[0].strip("\n") + "\n"
+    done = subprocess.run([sys.executable, str(PROOFS / "run_all.py"), "--table"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert shown == done.stdout
+
+
+def test_claims_json_names_real_code_and_every_modelled_function_is_checked() -> None:
+    pinned = json.loads(CLAIMS.read_text(encoding="utf-8"))
+    checked = {m for c in pinned["differential"] for m in c["models"]}
+    modelled = {m for c in pinned["claims"] for m in c["models"]}
+    for name in sorted(checked | modelled):
+        assert callable(_resolve(name)), name
+    assert modelled <= checked, sorted(modelled - checked)
+    for family in ("refplan.planner._emit", "refplan.plan.coalesce", "refplan.check.check_answers",
+                   "refplan.box.Box.intersect", "refplan.box.Box.subtract", "refplan.regions.intersections"):
+        assert family in modelled, family
+    assert not _run_all().compare(pinned, _perfect_run(pinned))
+
+
+def _perfect_run(pinned: dict[str, Any]) -> dict[str, Any]:
+    """What ``run_all.observed`` makes of a run that does exactly what ``claims.json`` pins."""
+    claims = {c["name"]: {**c, "fixed": list(c["fixed"]), "probe": pinned["probe"]} for c in pinned["claims"]}
+    checks = {c["name"]: dict(c) for c in pinned["differential"]}
+    return json.loads(json.dumps({"claims": claims, "checks": checks}))
+
+
+def test_the_pins_catch_smaller_bounds_a_lost_goal_conjunct_and_a_weaker_check() -> None:
+    """The reviewer's cases: boxes.py cut to n = 1 (the n >= 2 claims vanish), a goal that lost a
+    conjunct (its names and fingerprint change), a bound lowered in place, a premise no longer
+    shown to matter, and a differential check that ran fewer cases."""
+    run_all = _run_all()
+    pinned = json.loads(CLAIMS.read_text(encoding="utf-8"))
+
+    def errors(change: Any) -> list[str]:
+        seen = _perfect_run(pinned)
+        change(seen)
+        return list(run_all.compare(pinned, seen))
+
+    def cut_boxes(seen: dict[str, Any]) -> None:
+        for name in [n for n in seen["claims"] if n.startswith("boxes.") and not n.endswith("[n=1]")]:
+            del seen["claims"][name]
+
+    assert any("boxes.subtract[n=8]: pinned in claims.json but not proved" in e for e in errors(cut_boxes))
+
+    def lose_conjunct(seen: dict[str, Any]) -> None:
+        claim = seen["claims"]["theorem3.identical_data[n=3,k=2,candidates=3]"]
+        claim["goal"].remove("A writes at the target frame's address of x")
+        claim["fingerprint"] = "0" * 16
+
+    found = errors(lose_conjunct)
+    assert any(": goal [" in e for e in found) and any(": fingerprint " in e for e in found), found
+
+    def lower_bound(seen: dict[str, Any]) -> None:
+        seen["claims"]["answers.premise_c[n=3,regions=4]"]["bounds"]["regions"] = 2
+
+    assert any("bounds" in e for e in errors(lower_bound))
+
+    def lose_premise(seen: dict[str, Any]) -> None:
+        seen["claims"]["coalesce.merge_stays_box[n=2,axis=1]"]["dropped"].remove("merge guard")
+
+    assert any(": dropped [" in e for e in errors(lose_premise))
+
+    def fewer_cases(seen: dict[str, Any]) -> None:
+        seen["checks"]["differential.coalesce"]["cases"] = 10
+
+    assert any("differential.coalesce: 10 cases" in e for e in errors(fewer_cases))
+
+    def extra_claim(seen: dict[str, Any]) -> None:
+        seen["claims"]["boxes.subtract[n=9]"] = dict(seen["claims"]["boxes.subtract[n=8]"])
+
+    assert any("proved but not pinned" in e for e in errors(extra_claim))
+
+
+def test_a_hidden_bound_and_a_goal_weakened_in_place_are_reported() -> None:
+    """``exact_tiling`` with a premise capping the extents at 2 (the reviewer's example) fails the
+    hidden-bound probe, and a goal conjunct replaced by a tautology fails the goal check; the
+    shipped claim passes both."""
+    kit, answers = _import_proofs("kit", "answers")
+
+    def verdict(claim: Any) -> tuple[bool, bool]:
+        bounded, goal = kit.Report(), kit.Report()
+        kit.no_hidden_bound(claim, bounded)
+        kit.goal_parts_matter(claim, goal)
+        return bounded.ok, goal.ok
+
+    assert verdict(answers.exact_tiling(1, 2)) == (True, True)
+    capped = answers.exact_tiling(1, 2)
+    capped.premises["small extents"] = z3.And(*[e <= 2 for e in z3.Ints("P0.e0 P1.e0")])
+    assert verdict(capped) == (False, True)
+    weakened = answers.exact_tiling(1, 2)
+    weakened.goal = {"goal": z3.BoolVal(True)}
+    assert verdict(weakened) == (True, False)
