@@ -87,6 +87,7 @@ nightly: $(VENV)/.test
 	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n 2 --dist loadgroup tests
 	$(PIP) install -q 'hypothesis-crosshair==0.0.31'
 	HYPOTHESIS_PROFILE=crosshair $(PY) -m pytest -n 2 tests/test_properties.py -k core
+	rc=0; for p in dcp dcp-lowest megatron megatron-0.16 awex deepspeed; do $(PY) -m refplan.conformance.runner --planner $$p --explore 2000 --seed $$(date +%Y%m%d) || rc=1; done; exit $$rc
 
 FUZZ_SECONDS ?= 180
 

@@ -927,6 +927,16 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
                             k for k in INPUT_KEYS if k not in ALWAYS_INPUT_KEYS) + "); a case whose input "
                         "carries any other is unsupported, naming it, and is not run (default: every key, or a "
                         "Python planner's own 'supports' attribute)")
+    parser.add_argument("--explore", type=int, metavar="N",
+                        help="instead of the corpus, draw N configurations from the peer's own domain (hypothesis), "
+                             "run each like a corpus case and shrink the first fail and the first quality result "
+                             "to minimal cases (dcp, "
+                             "dcp-lowest, megatron, megatron-0.16, awex, deepspeed)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="--explore's seed (default 0): the same seed draws the same configurations")
+    parser.add_argument("--explore-out", metavar="FILE",
+                        help="write --explore's shrunk case's input (refplan.conformance-input/1) to FILE: the "
+                             "fail's, else the quality finding's")
     parser.add_argument("--dump", metavar="CASE",
                         help="write CASE's planner input (refplan.conformance-input/1, as a cmd: planner reads it) "
                              "to stdout and exit")
@@ -954,6 +964,8 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
     verbose = bool(getattr(args, "verbose", False))
     min_supported = int(getattr(args, "min_supported", 1))
+    if getattr(args, "explore", None) is not None:
+        return _explore_cli(args, prog)
     try:
         cases = load_cases(args.cases)
         if getattr(args, "dump", None):
@@ -1019,6 +1031,45 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
               "the results so far are reported as incomplete", file=sys.stderr)
         return 130
     return code
+
+
+def _explore_cli(args: argparse.Namespace, prog: str) -> int:
+    """``--explore N``: 0 nothing failed, 1 a ``fail`` or adapter error (its shrunk case printed), 2 bad input."""
+    from .explore import DOMAINS, explore
+
+    if args.explore < 1:
+        print(f"{prog}: --explore needs a positive number of configurations", file=sys.stderr)
+        return 2
+    if args.planner not in DOMAINS:
+        print(f"{prog}: --explore: no domain for planner {args.planner!r}; one of {', '.join(DOMAINS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        adapter = make_adapter(args.planner, timeout=args.timeout)
+    except ValueError as exc:
+        print(_one_line(f"{prog}: {exc}"), file=sys.stderr)
+        return 2
+    try:
+        report = explore(args.planner, adapter, args.explore, args.seed)
+    except ModuleNotFoundError as exc:
+        if exc.name != "hypothesis":
+            raise
+        print(f"{prog}: --explore draws its configurations with hypothesis, which is not installed "
+              "(pip install hypothesis)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; nothing written", file=sys.stderr)
+        return 130
+    found = report.shrunk.get("fail") or report.shrunk.get("quality")
+    if args.explore_out and found is not None:
+        try:
+            Path(args.explore_out).write_text(
+                json.dumps(found[1].input_doc(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(_one_line(f"{prog}: cannot write {args.explore_out}: {exc.strerror or exc}"), file=sys.stderr)
+            return 2
+    print(json.dumps(report.to_dict(), indent=1, sort_keys=True) if args.json else report.text())
+    return 0 if report.ok else 1
 
 
 def _report_out(

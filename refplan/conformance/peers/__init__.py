@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ __all__ = [
     "Inexpressible",
     "MegatronAdapter",
     "PeerAdapter",
+    "WorkerTimed",
     "bench_contender",
     "check_tiled",
     "make_peer_adapter",
@@ -171,6 +173,17 @@ def make_peer_adapter(spec: str) -> Adapter:
     raise ValueError(f"planner {spec!r}: not a peer ({', '.join(PEER_SPECS)})")
 
 
+@dataclass(frozen=True)
+class WorkerTimed:
+    """A peer's planning output from a worker subprocess (megatron-core 0.19.2), with the (CPU, wall)
+    seconds of its planning calls as the worker timed them: ``refplan bench`` reports
+    ``planning_seconds`` instead of its own clock, which would count the subprocess round trip
+    (encoding, pipes, decoding)."""
+
+    output: Any
+    planning_seconds: tuple[float, float]
+
+
 def bench_contender(
     spec: str,
     pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
@@ -182,14 +195,14 @@ def bench_contender(
 
     Translation (and its exactness check, minus the element-level memory check) happens here, not
     timed; the zero-argument call runs only the peer's own planning routine, and the conversion
-    turns its output into plan dicts afterwards (not timed either). Endpoints
+    turns its output into plan dicts afterwards (not timed either). ``megatron`` (0.19.2) plans in
+    a worker subprocess: its call returns ``WorkerTimed``, the seconds the worker measured around
+    ``build_plan_from_rosters`` alone; ``megatron-0.16`` is timed in-process. Endpoints
     reach only the peer whose planner reads them (Megatron's global ranks); DCP and Awex plan
     without them, and the bench accounts loads per process from the plans as for every contender.
     """
     try:
-        # megatron-core 0.19.2 plans in a subprocess, whose round trips a timing would count: the
-        # bench times the in-process 0.16.1 loop.
-        adapter: Any = make_peer_adapter("megatron-0.16" if spec == "megatron" else spec)
+        adapter: Any = make_peer_adapter(spec)
     except ValueError as exc:
         return str(exc)
     adapter.check_memory = False
@@ -212,11 +225,18 @@ def bench_contender(
     except Inexpressible as exc:
         return f"unsupported: {exc}"
 
+    worker = getattr(adapter, "_worker", None)
+
     def run() -> Any:
         with _quiet():
-            return adapter.call_peer(problem)
+            output = adapter.call_peer(problem)
+        if worker is not None:  # megatron-core 0.19.2: the seconds its worker timed, not the round trip
+            return WorkerTimed(output, worker.seconds)
+        return output
 
     def convert(output: Any) -> dict[str, Any]:
+        if isinstance(output, WorkerTimed):
+            output = output.output
         plans: dict[str, Any] = adapter.convert(problem, output)
         return plans
 

@@ -146,7 +146,43 @@ class DCPAdapter(PeerAdapter):
                 out.append(("quality", f"torch {torch}: DCP writes each saved chunk whole from one rank "
                                        f"(_dedup_save_plans.py:44-53); a chunk of {largest} exceeds the bound "
                                        f"{bound}, which no item-granular save can meet"))
+            else:
+                read = self._most_read_chunk(case, problem)
+                if read is not None and read[0] > bound:
+                    out.append(("quality", f"torch {torch}: a checkpoint holds one copy of each chunk "
+                                           "(_dedup_save_plans.py:44-53 keeps one writer per chunk) and every load "
+                                           "reads it from that copy (planner_helpers.py:254); the chunk at "
+                                           f"{read[1]} is read {read[0]} in all, more than the bound {bound}"))
         return out
+
+    @staticmethod
+    def _most_read_chunk(case: Case, problem: _DCPProblem) -> tuple[int, tuple[int, ...]] | None:
+        """(bytes, origin) of the saved chunk the target locations read most in all: whichever rank DCP
+        keeps as its one writer sends all of it, so no DCP save meets a bound below it. ``None`` when
+        there are too many chunk pairs to count."""
+        sizes = case.raw.get("element_size") or {}
+        boxes: dict[tuple[str, tuple[int, ...], tuple[int, ...]], None] = {}
+        for plan in problem.save_plans:
+            for item in plan.items:
+                chunk = item.tensor_data.chunk
+                boxes[(item.index.fqn, tuple(chunk.offsets), tuple(chunk.sizes))] = None
+        best: tuple[int, tuple[int, ...]] | None = None
+        pairs = 0
+        for name, origin, shape in boxes:
+            reads = [c for cs in problem.targets.get(name, {}).values() for c in cs]
+            pairs += len(reads)
+            if pairs > 1 << 20:
+                return None
+            total = 0
+            for c in reads:
+                overlap = 1
+                for o, e, to, te in zip(origin, shape, c.origin, c.shape):
+                    overlap *= max(0, min(o + e, to + te) - max(o, to))
+                total += overlap
+            total *= int(sizes.get(name, 1))
+            if best is None or total > best[0]:
+                best = (total, origin)
+        return best
 
     def rebuild(self, problem: _DCPProblem) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
         out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}

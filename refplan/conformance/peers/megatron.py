@@ -314,6 +314,8 @@ class _Worker:
         self._proc = subprocess.Popen([sys.executable, "-P", str(script), target], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         ready = json.loads(self._read())
+        self.seconds = (0.0, 0.0)
+        """CPU and wall seconds of the last request's planning calls, timed inside the worker."""
         self.version = str(ready["ready"])
         self.torch = str(ready["torch"])
 
@@ -333,6 +335,7 @@ class _Worker:
         self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
         answer = json.loads(self._read())
+        self.seconds = (float(answer.get("seconds", 0.0)), float(answer.get("wall_seconds", 0.0)))
         if "error" in answer:
             cls = getattr(builtins, answer["error"], None)
             if not (isinstance(cls, type) and issubclass(cls, Exception)):

@@ -7,9 +7,10 @@ stays as it is, for ``--planner megatron-0.16``). It reads one JSON request per 
 rosters ``build_plan_from_rosters`` takes, each ``ParameterMetadata`` as a dict of its fields; for
 every destination rank it calls ``build_plan_from_rosters(dst_rosters, src_rosters, rank)`` (0.19.2's
 pure, collective-free entry point) and answers one JSON line: the receive ops as (parameter,
-destination rank, source rank, source slices, destination slices), or the exception's class and
-message. Run as ``python -P megatron_worker.py FOLDER`` (``-P``: its own folder, which holds
-refplan's ``megatron.py``, stays off ``sys.path``).
+destination rank, source rank, source slices, destination slices) with the CPU and wall seconds of
+the planning calls alone (``seconds``, ``wall_seconds``, what ``refplan bench`` reports), or the
+exception's class and message. Run as ``python -P megatron_worker.py FOLDER`` (``-P``: its own
+folder, which holds refplan's ``megatron.py``, stays off ``sys.path``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import io
 import json
 import logging
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -53,12 +55,18 @@ def main() -> int:
             dst = {int(r): {m["resolved_name"]: meta(m) for m in ms} for r, ms in request["dst"].items()}
             src = {name: [meta(m) for m in ms] for name, ms in request["src"].items()}
             ops = []
+            plans = []
             with contextlib.redirect_stdout(io.StringIO()):
+                # Only the planning calls are timed (CPU and wall), not the request's decoding nor the
+                # answer's encoding: `refplan bench` reports these seconds, not the round trip.
+                wall, cpu = time.perf_counter(), time.process_time()
                 for rank in sorted(dst):
-                    plan = build_plan_from_rosters(dst, src, rank)
-                    for op in plan.recv_ops:
-                        ops.append([op.param_name, rank, op.peer_rank, _slices(op.peer_slice), _slices(op.my_slice)])
-            answer: dict[str, Any] = {"ops": ops}
+                    plans.append((rank, build_plan_from_rosters(dst, src, rank)))
+                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            for rank, plan in plans:
+                for op in plan.recv_ops:
+                    ops.append([op.param_name, rank, op.peer_rank, _slices(op.peer_slice), _slices(op.my_slice)])
+            answer: dict[str, Any] = {"ops": ops, "seconds": cpu, "wall_seconds": wall}
         except Exception as exc:  # reported to the adapter, which judges refusal or crash by class
             answer = {"error": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}
         print(json.dumps(answer), flush=True)
