@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -27,10 +28,36 @@ __all__ = [
     "BatchVerdict",
     "Verdict",
     "run_verify_cli",
+    "segment_counterexamples",
     "verify_plan",
     "verify_plans",
     "verify_stream",
 ]
+
+
+SEGMENT_COUNTEREXAMPLES = 20
+"""How many wrong segments ``segment_counterexamples`` (and ``refplan verify --all``) lists per parameter."""
+SEGMENTS_SCANNED = 10_000
+"""How many of a plan's segments it judges one by one, at most (the first ones, in plan order)."""
+
+
+def segment_counterexamples(
+    target_map: Any, source_map: Any, plan: Any, *, limit: int = SEGMENT_COUNTEREXAMPLES,
+    scan: int = SEGMENTS_SCANNED,
+) -> tuple[list[tuple[int, Verdict]], int]:
+    """Every segment of ``plan`` that is wrong on its own, with the oracle's judgement of it, up to
+    ``limit`` among the first ``scan``; and how many segments were judged.
+
+    The oracle stops at a plan's first counterexample, which is what a verdict needs and not what
+    someone fixing a planner with five bugs wants. What a segment does by itself (stay inside both
+    shards, write each target address once, read the logical element each target address needs
+    from a source address that holds it) does not depend on the other segments, so each is judged
+    alone by the same oracle, only the gap check left out; an address written by two segments or
+    by none is the plan's verdict's business. Each verdict names its segment as ``segment 0``.
+    """
+    from .oracle.judge import segment_errors
+
+    return segment_errors(target_map, source_map, plan, limit=limit, scan=scan)
 
 
 def run_verify_cli(
@@ -107,7 +134,8 @@ def run_verify_cli(
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     elif not quiet:
         offending = _cli_offending(result, plans, plans_path) if verbose else {}
-        print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=offending))
+        more = _cli_more(result, batch, plans, plans_path) if all_failures else {}
+        print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=offending, more=more))
     for name in sorted(result.verdicts):
         verdict = result.verdicts[name]
         if verdict.status == "invalid_map":
@@ -153,7 +181,8 @@ def _cli_summary(result: BatchVerdict) -> str:
 
 
 def _cli_report(
-    result: BatchVerdict, *, verbose: bool, all_failures: bool, offending: Mapping[str, list[dict[str, Any]]]
+    result: BatchVerdict, *, verbose: bool, all_failures: bool, offending: Mapping[str, list[dict[str, Any]]],
+    more: Mapping[str, list[str]] | None = None,
 ) -> str:
     """The text report: summary, then the parameters that failed (a map error is left to the
     stderr line, so that it is printed once), bounded unless ``all_failures``."""
@@ -168,10 +197,38 @@ def _cli_report(
         lines.append(f"  {verdict}")
         for index, segment in zip(verdict.segments, offending.get(name, ())):
             lines.append(f"    segment {index}: {json.dumps(segment, sort_keys=True)}")
+        lines.extend(f"    also: {text}" for text in (more or {}).get(name, ()))
     if len(failing) > len(shown):
         lines.append(f"  ... and {len(failing) - len(shown)} more parameter(s) not ok (--all lists every one, "
                      "--json gives them all)")
     return "\n".join(lines)
+
+
+def _cli_more(
+    result: BatchVerdict, batch: MapsBatch, plans: Mapping[str, TransferPlan] | None, plans_path: str
+) -> dict[str, list[str]]:
+    """``--all``: under each invalid parameter, every other segment that is wrong on its own
+    (``segment_counterexamples``), bounded, and a line saying when the bound cut the list."""
+    wanted = {n for n, v in result.verdicts.items() if v.status == "invalid" and n in batch.pairs}
+    if not wanted:
+        return {}
+    out: dict[str, list[str]] = {}
+    source: Any = plans.items() if plans is not None else PlansStream(plans_path)
+    for name, plan in source:
+        if name not in wanted:
+            continue
+        first = set(result.verdicts[name].segments)
+        target, src = batch.pairs[name]
+        found, scanned = segment_counterexamples(target, src, plan, limit=SEGMENT_COUNTEREXAMPLES + len(first) + 1)
+        rest = [(k, v) for k, v in found if k not in first]
+        # A one-segment plan's verdict calls its segment "segment 0": name it as the plan does.
+        lines = [re.sub(r"\bsegment 0\b", f"segment {k}", v.reason) for k, v in rest[:SEGMENT_COUNTEREXAMPLES]]
+        if len(rest) > SEGMENT_COUNTEREXAMPLES:
+            lines.append(f"... (at most {SEGMENT_COUNTEREXAMPLES} wrong segments listed per parameter)")
+        if scanned < len(plan.segments):
+            lines.append(f"... (the first {scanned} of {len(plan.segments)} segments were judged one by one)")
+        out[name] = lines
+    return out
 
 
 def _cli_offending(

@@ -151,8 +151,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                         help="also write a JUnit XML report: one testcase per parameter, an invalid plan a failure "
                              "with the verdict's text, a map error an error, unverifiable skipped")
     verify.add_argument("--all", action="store_true",
-                        help="list every parameter that is not ok (default: the first 20). The oracle stops at the "
-                             "first counterexample it finds in a parameter, so each lists one")
+                        help="list every parameter that is not ok (default: the first 20) and, under each invalid "
+                             "one, every other segment that is wrong on its own (at most 20 per parameter, judging "
+                             "its first 10 000 segments one by one); an address written twice or never is reported "
+                             "by the parameter's verdict, first found")
     streaming = verify.add_mutually_exclusive_group()
     streaming.add_argument("--stream", dest="stream", action="store_const", const=True, default=None,
                            help="read the plans file one parameter at a time (default: only from "

@@ -57,7 +57,7 @@ row runs go through the same box checks), so it is kept for small odd segments o
 
 
 def check_plan(
-    segments: Sequence[TransferSegment], src: Layout, tgt: Layout, fallback_elements: int
+    segments: Sequence[TransferSegment], src: Layout, tgt: Layout, fallback_elements: int, *, gaps: bool = True
 ) -> Verdict:
     """Judge segments against validated maps, in the order of the module docstring.
 
@@ -178,7 +178,7 @@ def check_plan(
         np.concatenate(parts_r),
         np.concatenate(parts_e),
     )
-    verdict = _check_exactly_once(rows, segments, tgt, check_gaps=pending is None)
+    verdict = _check_exactly_once(rows, segments, tgt, check_gaps=gaps and pending is None)
     if verdict is None:
         verdict = _check_values(rows, segments, src, tgt)
     if verdict is None:
@@ -586,6 +586,41 @@ def _judge(
     if earlier is None:
         earlier = judged[key] = (src, tgt, check_plan(segments, src, tgt, fallback_elements))
     return earlier[2].with_parameter(parameter)
+
+
+def segment_errors(
+    target_map: MapLike, source_map: MapLike, plan: PlanLike, *, limit: int, scan: int,
+    fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+) -> tuple[list[tuple[int, Verdict]], int]:
+    """Segments of ``plan`` that are wrong on their own, each with the judgement of that segment
+    alone, up to ``limit``, among the first ``scan``; and how many were judged.
+
+    ``check_plan`` stops at a plan's first counterexample. What one segment does by itself —
+    stay inside both shards, write each target address once, read the logical element each
+    target address needs from a source address that holds it — does not depend on the others,
+    so each segment is judged as a plan of its own, by ``check_plan`` with only the gap check
+    left out (one segment never covers a shard; a gap or a double write *between* segments is the
+    whole plan's verdict's business). Never an ``ok``: only ``invalid`` judgements are returned,
+    and an empty list when the maps or the plan cannot be read (the plan's verdict says why).
+    """
+    try:
+        target = as_map(target_map, "target")
+        source = as_map(source_map, "source")
+        src = validated(source, "source", None)
+        tgt = validated(target, "target", None)
+        segments, _shape = parse_plan(plan)
+    except (AffineTransferError, TooLarge):
+        return [], 0
+    found: list[tuple[int, Verdict]] = []
+    judged = 0
+    for index, segment in enumerate(segments[: max(scan, 0)]):
+        judged += 1
+        verdict = check_plan([segment], src, tgt, fallback_elements, gaps=False)
+        if verdict.status == "invalid":
+            found.append((index, verdict))
+            if len(found) >= limit:
+                break
+    return found, judged
 
 
 _segment_content = attrgetter(*[f.name for f in fields(TransferSegment)])
