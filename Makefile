@@ -106,11 +106,17 @@ fuzz: $(VENV)/.fuzz
 gpu-check:
 	scripts/gpu-check.sh
 
-# Mutation testing of the checker and the oracle (configuration: [tool.mutmut] in pyproject.toml).
-# Not part of `make test`: it takes minutes. mutmut 3.8.1 works on Python 3.11 and pytest 9 here
-# (3.3.1 does not: it reads a pytest attribute that pytest 9 removed); it writes its
-# mutants and results under mutants/ (fresh each run), then tests/mutation_score.py prints
-# `mutation score: N% (K of M mutants killed)` per module. MUTATION_FAIL_UNDER makes it a gate.
+# Mutation testing of the checker, the oracle and the planner's core (configuration: [tool.mutmut]
+# in pyproject.toml; docs/mutation.md). Not part of `make test`: it takes minutes (40 min here under
+# other sessions' load, ~29 CPU-minutes; one module group a few minutes).
+# mutmut 3.8.1 works on Python 3.11 and pytest 9 here (3.3.1 does not: it reads a pytest attribute
+# that pytest 9 removed). tests/mutation_run.py runs it once per group of modules (the checker and
+# the oracle; then each core module with its own tests), each in a scratch copy under
+# mutants/.work/ (fresh each run), and gathers the results under mutants/; then
+# tests/mutation_score.py prints `mutation score: N% (K of M mutants killed)` per module.
+# MODULES picks modules (`make mutation MODULES="refplan/plan.py refplan/frames.py"`; empty: all);
+# MUTATION_FAIL_UNDER makes it a gate.
+MODULES ?=
 MUTATION_CHILDREN ?= 2
 MUTATION_FAIL_UNDER ?= 90
 
@@ -119,9 +125,7 @@ $(VENV)/.mutation: $(VENV)/.test
 	touch $@
 
 mutation: $(VENV)/.mutation
-	rm -rf mutants
-	HYPOTHESIS_PROFILE=mutation PYTHONHASHSEED=0 $(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) > mutants.log 2>&1 \
-		|| (tail -40 mutants.log; exit 1)
+	$(PY) tests/mutation_run.py --max-children $(MUTATION_CHILDREN) $(MODULES) || (tail -40 mutants.log; exit 1)
 	$(PY) tests/mutation_score.py --fail-under $(MUTATION_FAIL_UNDER)
 
 clean:

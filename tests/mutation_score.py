@@ -5,6 +5,8 @@ of the test run of every mutant. A mutant counts as killed when its tests failed
 and 3, or a kill signal) or ran past mutmut's time limit (a mutant that makes the code loop is
 caught, just not by an assertion); survived, "no tests" (no selected test reaches the function),
 crashes and anything not checked count against the score. Files without mutants are not listed.
+``tests/mutation_run.py`` runs mutmut per group of modules in scratch copies under
+``mutants/.work/`` and copies each mutated module's ``.meta`` to ``mutants/``; only those count.
 
 Usage: ``python tests/mutation_score.py [--fail-under PERCENT] [--survivors] [--doc FILE]``; exits 1
 when a module scores under ``--fail-under``. With ``--doc`` (``docs/mutation.md``) it also lists
@@ -27,6 +29,8 @@ def scores(root: Path) -> dict[str, tuple[int, int, list[str]]]:
     """Per module: (killed, total, surviving mutant names)."""
     out: dict[str, tuple[int, int, list[str]]] = {}
     for meta in sorted(root.rglob("*.py.meta")):
+        if ".work" in meta.relative_to(root).parts:  # tests/mutation_run.py's scratch copies
+            continue
         codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
         if not codes:
             continue
