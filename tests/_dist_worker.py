@@ -1128,3 +1128,11 @@ def died_before_the_hello(me: int, world: int) -> dict[str, Any]:
     time.sleep(0.5)  # let the connection close first
     return _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
                                                timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
+
+
+def scenario(results: dict[str, list[Any]], name: str) -> list[Any]:
+    """The per-process values of a scenario, failing with the traceback of any process that raised."""
+    per_process = results[name]
+    errors = [f"process {rank}: {value}" for rank, (status, value) in enumerate(per_process) if status != "ok"]
+    assert not errors, "\n".join(errors)
+    return [value for _status, value in per_process]

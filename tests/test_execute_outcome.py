@@ -29,11 +29,7 @@ def two() -> dict[str, list[Any]]:
     return {name: [o.value[name] for o in outcomes] for name in outcomes[0].value}
 
 
-def scenario(results: dict[str, list[Any]], name: str) -> list[Any]:
-    per_process = results[name]
-    errors = [f"process {rank}: {value}" for rank, (status, value) in enumerate(per_process) if status != "ok"]
-    assert not errors, "\n".join(errors)
-    return [value for _status, value in per_process]
+scenario = worker.scenario
 
 
 # ---------------------------------------------------------------------------------------------
