@@ -246,24 +246,11 @@ def test_overlapping_pair_array_on_a_whole_small_domain_at_once(ndim: int, origi
 
 
 def _tilings(shape: tuple[int, ...]) -> list[list[Box]]:
-    """Every tiling of the box ``[0, shape)`` by boxes, each listed once (a box per step covers
-    the first free cell in row-major order)."""
-    cells = list(itertools.product(*(range(s) for s in shape)))
-    out: list[list[Box]] = []
-
-    def fill(free: frozenset[tuple[int, ...]], chosen: list[Box]) -> None:
-        if not free:
-            out.append(list(chosen))
-            return
-        first = min(free)
-        for extent in itertools.product(*(range(1, s - c + 1) for s, c in zip(shape, first))):
-            box = Box(first, extent)
-            pts = set(itertools.product(*(range(o, o + e) for o, e in zip(first, extent))))
-            if pts <= free:
-                fill(free - pts, [*chosen, box])
-
-    fill(frozenset(cells), [])
-    return out
+    """Every tiling of the box ``[0, shape)`` by boxes, each listed once: the enumeration the
+    differential checks of ``make proofs`` use (``proofs/differential.py``), not a second copy."""
+    (differential,) = _import_proofs("differential")
+    tiles: list[list[Box]] = differential.tilings(shape)
+    return tiles
 
 
 def _tiled_map(shape: tuple[int, ...], tiles: list[Box], first_location: int = 0) -> Any:
