@@ -545,7 +545,7 @@ def s_direct_and_ordered(me: int, world: int) -> dict[str, Any]:
     """Chunks of 64 KiB and more travel alone, straight from/into the shard where contiguous
     there; the rest is staged. Both posting paths: gloo's tagged one (direct sends first, staged
     ones as packed) and the one ordered batch per round that NCCL needs (forced here on CPU)."""
-    from refplan import execute
+    from refplan.execute import transport
 
     shape = (256, 512)
     source = replicate(contiguous_split_map(shape, [128, 128], 0), 2)
@@ -555,12 +555,28 @@ def s_direct_and_ordered(me: int, world: int) -> dict[str, Any]:
     dtypes = {"a_cols": torch.float32, "b_rows": torch.float32, "c_cols": torch.float32, "rows": torch.bfloat16,
               "cols": torch.int64}
     ends = TransferEndpoints({0: 0, 1: 1, 2: 2, 3: 3}, {0: 1, 1: 2, 2: 3, 3: 0})
-    out = {"tagged": run_exact(pairs, ends, dtypes, me, budget=StagingBudget(1 << 18))}
-    execute._ORDERED_BATCHES = True
+    batches: list[int] = []
+    real_batch = dist.batch_isend_irecv
+
+    def counting_batch(ops: Any) -> Any:
+        batches.append(len(ops))
+        return real_batch(ops)
+
+    dist.batch_isend_irecv = counting_batch  # type: ignore[assignment]
     try:
-        out["ordered"] = run_exact(pairs, ends, dtypes, me, budget=StagingBudget(1 << 18))
+        out = {"tagged": {**run_exact(pairs, ends, dtypes, me, budget=StagingBudget(1 << 18)),
+                          "batches": len(batches)}}
+        batches.clear()
+        # Set where it is read (transport._move), so that the ordered path really runs: its one
+        # batch_isend_irecv per round is counted.
+        transport._ORDERED_BATCHES = True
+        try:
+            out["ordered"] = {**run_exact(pairs, ends, dtypes, me, budget=StagingBudget(1 << 18)),
+                              "batches": len(batches)}
+        finally:
+            transport._ORDERED_BATCHES = False
     finally:
-        execute._ORDERED_BATCHES = False
+        dist.batch_isend_irecv = real_batch
     return out
 
 
@@ -602,9 +618,10 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     the sender stages it (4 rounds at this budget). ``ahead``: how many rounds each process
     packed during the verdict. If packing there fails (forced on process 0), ``_move`` packs
     those rounds itself and the transfer is still exact; if a peer refuses, the processes that
-    packed ahead raise the same rejection and no shard changed.
+    packed ahead raise the same rejection and no shard changed. ``_pack_ahead`` is replaced where
+    the call uses it (``call``), ``_pack`` where the transport does (``transport``).
     """
-    from refplan import execute
+    from refplan.execute import call, transport
 
     shape = (256, 512)
     pairs = {"w": (contiguous_split_map(shape, [128] * 4, 1), contiguous_split_map(shape, [64] * 4, 0))}
@@ -612,7 +629,7 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
     budget = StagingBudget(1 << 14)
     ahead: list[int] = []
-    original_ahead, original_pack = execute._pack_ahead, execute._pack
+    original_ahead, original_pack = call._pack_ahead, transport._pack
 
     def spy(sched: Any) -> int:
         ahead.append(original_ahead(sched))
@@ -626,14 +643,14 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
             raise RuntimeError("injected packing failure")
         original_pack(*args)
 
-    execute._pack_ahead = spy  # type: ignore[assignment]
+    call._pack_ahead = spy  # type: ignore[assignment]
     out: dict[str, Any] = {}
     try:
         out["clean"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead)}
         ahead.clear()
-        execute._pack = failing_pack  # type: ignore[assignment]
+        transport._pack = failing_pack  # type: ignore[assignment]
         out["failed_ahead"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead)}
-        execute._pack = original_pack  # type: ignore[assignment]
+        transport._pack = original_pack  # type: ignore[assignment]
         ahead.clear()
         plans = plan(pairs, ends, dtypes, "balanced")
         buffers = make_buffers(pairs, ends, me, dtypes)
@@ -650,7 +667,7 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
             "ahead": list(ahead),
         }
     finally:
-        execute._pack_ahead, execute._pack = original_ahead, original_pack  # type: ignore[assignment]
+        call._pack_ahead, transport._pack = original_ahead, original_pack  # type: ignore[assignment]
     return out
 
 
@@ -666,9 +683,9 @@ def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
     plans = plan(pairs, COLOCATED, dtypes, "balanced")
     buffers = make_buffers(pairs, COLOCATED, me, dtypes)
     if me == 3:  # posts nothing: every round goes through one (disabled) batch call
-        from refplan import execute
+        from refplan.execute import transport
 
-        execute._ORDERED_BATCHES = True
+        transport._ORDERED_BATCHES = True
         dist.batch_isend_irecv = lambda ops: []  # type: ignore[assignment]
     started = time.monotonic()
     try:
@@ -810,9 +827,9 @@ POOL_CALLS = 200
 
 
 def _pooled_bytes() -> int:
-    from refplan import execute
+    from refplan.execute import schedule
 
-    return sum(arena.numel() for free in execute._POOL.free.values() for arena in free)
+    return sum(arena.numel() for free in schedule._POOL.free.values() for arena in free)
 
 
 def s2_pool_bound(me: int, world: int) -> dict[str, Any]:
@@ -821,6 +838,7 @@ def s2_pool_bound(me: int, world: int) -> dict[str, Any]:
     the budget's total_bytes after every call (issue 26, item 4: 8 arenas per distinct size were
     kept forever). Row-split sources into column-split targets: the sender stages every chunk."""
     from refplan import execute
+    from refplan.execute import schedule
 
     execute.release_staging()
     pairs = {"w": (contiguous_split_map((64, 64), [32, 32], 1), contiguous_split_map((64, 64), [32, 32], 0))}
@@ -836,8 +854,8 @@ def s2_pool_bound(me: int, world: int) -> dict[str, Any]:
                           budget=StagingBudget(2048 + 64 * call, total_bytes=POOL_BOUND))
         exact = exact and all(verdict(buffers).values())
         most = max(most, _pooled_bytes())
-        sizes.update(size for _device, size in execute._POOL.free)
-    held, actual = execute._POOL.held, _pooled_bytes()
+        sizes.update(size for _device, size in schedule._POOL.free)
+    held, actual = schedule._POOL.held, _pooled_bytes()
     execute.release_staging()
     return {"most": most, "exact": exact, "sizes": len(sizes), "held": held, "actual": actual,
             "after": _pooled_bytes()}
@@ -848,8 +866,9 @@ def s2_header(me: int, world: int) -> dict[str, Any]:
     longer), another protocol or another magic: gloo aborted the job on the first
     (``EnforceNotMet``, then ``std::terminate``), and the last made the two sides raise different
     texts. The verdict now has one size for good, whatever the reason field says, and another
-    protocol or magic is refused with the same text everywhere; the group still works afterwards."""
-    from refplan import execute
+    protocol or magic is refused with the same text everywhere; the group still works afterwards.
+    The constants are replaced in ``verdict``, the module that reads them."""
+    from refplan.execute import verdict as verdict_phase
 
     pairs = {"w": (contiguous_split_map((8, 8), [4, 4], 1), contiguous_split_map((8, 8), [4, 4], 0))}
     dtypes = {"w": torch.float32}
@@ -867,16 +886,16 @@ def s2_header(me: int, world: int) -> dict[str, Any]:
     # "size": process 1 made its reason field 8 bytes longer, which no longer changes the
     # message's size (protocol 4 fills the fixed size); "protocol": a peer of protocol 3, whose
     # hello has this message's size.
-    for case, attribute, value in (("size", "_REASON_BYTES", execute._REASON_BYTES + 8),
+    for case, attribute, value in (("size", "_REASON_BYTES", verdict_phase._REASON_BYTES + 8),
                                    ("protocol", "_PROTOCOL", 3),
-                                   ("magic", "_MAGIC", execute._MAGIC + 1)):
-        original = getattr(execute, attribute)
+                                   ("magic", "_MAGIC", verdict_phase._MAGIC + 1)):
+        original = getattr(verdict_phase, attribute)
         if me == 1:
-            setattr(execute, attribute, value)
+            setattr(verdict_phase, attribute, value)
         try:
             out[case] = call()
         finally:
-            setattr(execute, attribute, original)
+            setattr(verdict_phase, attribute, original)
     out["after"] = run_exact(pairs, ends, dtypes, me)
     return out
 
@@ -899,15 +918,16 @@ def _error_of(call: Callable[[], Any]) -> dict[str, Any]:
 def s2_outcome(me: int, world: int) -> dict[str, Any]:
     """Process 1's part fails after the verdict (forced), and process 0 has no traffic to it: every
     segment is a local copy. With the outcome agreement both raise, naming the same targets
-    (process 1's); without it (``outcome=False``) process 0 returns normally."""
-    from refplan import execute
+    (process 1's); without it (``outcome=False``) process 0 returns normally. ``_move`` is
+    replaced where the call uses it (``call``)."""
+    from refplan.execute import call as call_phase
 
     rows = contiguous_split_map((4, 6), [2, 2], 0)
     pairs = {"a": (rows, rows), "b": (rows, rows)}
     dtypes = {"a": torch.float32, "b": torch.int64}
     ends = TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 1})
     plans = plan(pairs, ends, dtypes, "balanced")
-    original = execute._move
+    original = call_phase._move
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise TransferExecutionError("round 0 of 1: injected transport failure")
@@ -916,12 +936,12 @@ def s2_outcome(me: int, world: int) -> dict[str, Any]:
     for case, outcome in (("agreed", True), ("alone", False)):
         buffers = make_buffers(pairs, ends, me, dtypes)
         if me == 1:
-            execute._move = failing  # type: ignore[assignment]
+            call_phase._move = failing  # type: ignore[assignment]
         try:
             out[case] = _error_of(partial(execute_transfers, plans, buffers.sources, buffers.targets, ends,
                                           dtypes=dtypes, timeout=TIMEOUT, outcome=outcome))
         finally:
-            execute._move = original  # type: ignore[assignment]
+            call_phase._move = original  # type: ignore[assignment]
     out["after"] = run_exact(pairs, ends, dtypes, me)
     return out
 
@@ -946,7 +966,7 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
                      ends: TransferEndpoints) -> dict[str, Any]:
     import threading
 
-    from refplan import execute
+    from refplan.execute import call as call_phase  # where _execute looks up _move, _outcome and _prepare
 
     dtypes = {"w": torch.float32, "v": torch.float32}
     plans = plan(first_pairs, ends, {"w": dtypes["w"]}, "balanced")
@@ -960,7 +980,7 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
     # Held right after the verdict, or ("late") right after its outcome agreement went through, or
     # ("early") before its checks, so that it learns of the second call before its verdict.
     where = {"late": "_outcome", "early": "_prepare"}.get(case, "_move")
-    original = getattr(execute, where)
+    original = getattr(call_phase, where)
 
     def held(*args: Any, **kwargs: Any) -> Any:
         if where == "_outcome":
@@ -969,7 +989,7 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
         go.wait(10)
         return None if where == "_outcome" else original(*args, **kwargs)
 
-    setattr(execute, where, held)
+    setattr(call_phase, where, held)
     thread = threading.Thread(target=lambda: first.update(_error_of(first_call)))
     try:
         thread.start()
@@ -989,7 +1009,7 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
     finally:
         go.set()
         thread.join(30)
-        setattr(execute, where, original)
+        setattr(call_phase, where, original)
     return {"first": first, "second": refused, "entered": entered.is_set()}
 
 
@@ -1036,7 +1056,7 @@ def dead_peer(me: int, world: int) -> dict[str, Any]:
     every target of the batch (nobody can know who failed)."""
     import os
 
-    from refplan import execute
+    from refplan.execute import call as call_phase  # where _execute looks up _move
 
     rows = contiguous_split_map((6, 4), [2, 2, 2], 0)
     pairs = {"w": (rows, rows)}
@@ -1045,7 +1065,7 @@ def dead_peer(me: int, world: int) -> dict[str, Any]:
     plans = plan(pairs, ends, dtypes, "balanced")
     buffers = make_buffers(pairs, ends, me, dtypes)
     if me == 1:
-        execute._move = lambda *args, **kwargs: os._exit(3)  # type: ignore[assignment]
+        call_phase._move = lambda *args, **kwargs: os._exit(3)  # type: ignore[assignment]
     started = time.monotonic()
     res = _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
                                               timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
@@ -1089,7 +1109,7 @@ def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
     the round it was waiting for as the earliest one the failure can be in (issue 26)."""
     import os
 
-    from refplan import execute
+    from refplan.execute import transport as transport_phase  # where _move and _pack_ahead look up _pack
 
     # Columns of a row-major source: every 2-row chunk is strided there, so it is packed.
     pairs = {"w": (contiguous_split_map((64, 4), [2, 2], 1), contiguous_split_map((64, 4), [64], 0))}
@@ -1098,7 +1118,7 @@ def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
     plans = plan(pairs, ends, dtypes, "balanced")
     buffers = make_buffers(pairs, ends, me, dtypes)
     if me == 1:
-        real, packed = execute._pack, [0]
+        real, packed = transport_phase._pack, [0]
 
         def pack(*args: Any, **kwargs: Any) -> None:
             packed[0] += 1  # rounds 0 and 1 are packed during the verdict, then one call per round
@@ -1106,7 +1126,7 @@ def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
                 os._exit(3)
             real(*args, **kwargs)
 
-        execute._pack = pack  # type: ignore[assignment]
+        transport_phase._pack = pack  # type: ignore[assignment]
     started = time.monotonic()
     res = _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
                                               budget=StagingBudget(32), timeout=timedelta(seconds=DEAD_TIMEOUT_S)))

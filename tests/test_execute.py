@@ -260,6 +260,11 @@ def test_direct_pieces_and_both_posting_paths(dist_results: dict[str, list[Any]]
         assert max(r[path]["rounds"] for r in per_process) >= 2, "two rounds in flight at once"
         assert sum(r[path]["direct"] for r in per_process) > 0, "no piece went straight from/into a shard"
         assert any(r[path]["direct"] < r[path]["messages"] for r in per_process), "no staged piece"
+    for rank, res in enumerate(per_process):
+        # The ordered path really ran: one batch_isend_irecv per round with messages (gloo's tagged
+        # path makes none), so the flag reached the module that reads it.
+        assert res["tagged"]["batches"] == 0, f"process {rank}: {res['tagged']}"
+        assert 0 < res["ordered"]["batches"] <= res["ordered"]["rounds"], f"process {rank}: {res['ordered']}"
 
 
 def test_chunks_contiguous_at_both_ends_are_not_cut_into_rounds_by_staging(
@@ -300,7 +305,7 @@ def test_small_chunks_share_one_message_between_large_ones(dist_results: dict[st
 
 
 def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
-    from refplan.execute import _FREE_FACTOR
+    from refplan.execute.schedule import _FREE_FACTOR
 
     free = [False, True, False, True]
     assert pack_messages([8, 100, 8, 100], 16, [8, 1, 8, 1], free) == [[(0, 0), (1, -1), (2, 8), (3, -1)]]
@@ -340,7 +345,7 @@ def test_contiguity_is_decided_from_the_segment_as_torch_decides_it() -> None:
     """Both ends decide "in place at both ends" from the plan alone (``_contiguous``); it must be
     exactly torch's ``is_contiguous`` of the same view, or one end would stage what the other
     sends in place."""
-    from refplan.execute import _contiguous
+    from refplan.execute.schedule import _contiguous
 
     rng = random.Random(11)
     base = torch.empty(4096)
@@ -355,7 +360,7 @@ def test_contiguity_is_decided_from_the_segment_as_torch_decides_it() -> None:
 def test_queue_limits_keep_two_messages_within_the_budget() -> None:
     """Two messages of a queue are staged at once, so each gets half of bytes_per_peer (one
     element where half holds none), and total_bytes is shared by the busier end's queues."""
-    from refplan.execute import _queue_limits
+    from refplan.execute.schedule import _queue_limits
 
     assert _queue_limits({(0, 1): 4}, StagingBudget(20)) == {(0, 1): 10}
     assert _queue_limits({(0, 1): 4}, StagingBudget(6)) == {(0, 1): 4}  # one element, the least that works
@@ -367,12 +372,13 @@ def test_queue_limits_keep_two_messages_within_the_budget() -> None:
 
 def test_buffers_on_a_device_type_without_transport_are_named_in_words() -> None:
     """Issue 26: "need the a supported backend" for a device type the executor has no transport for."""
-    from refplan import execute as ex
+    from refplan.execute.checks import _check_arguments
+    from refplan.execute.common import _Context, _Refusal
 
-    ctx = ex._Context(None, True, 0, (0, 1), (0, 1), 0, "gloo", {"cpu": "gloo"})
-    with pytest.raises(ex._Refusal) as info:
-        ex._check_arguments(ctx, {}, {}, {}, TransferEndpoints({}, {}), StagingBudget(), "global",
-                            torch.device("xpu"))
+    ctx = _Context(None, True, 0, (0, 1), (0, 1), 0, "gloo", {"cpu": "gloo"})
+    with pytest.raises(_Refusal) as info:
+        _check_arguments(ctx, {}, {}, {}, TransferEndpoints({}, {}), StagingBudget(), "global",
+                         torch.device("xpu"))
     assert str(info.value) == (
         "buffers on xpu cannot be moved: the executor moves CPU tensors over gloo and CUDA tensors over nccl; "
         "the process group's backend is 'gloo'"
@@ -634,6 +640,7 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     plan checks and the digest's serialization for those (frozen) plan objects, and nothing that
     can change between calls (endpoints, budget, dtypes, buffers) is taken from the first."""
     from refplan import execute as ex
+    from refplan.execute import checks
     from refplan.plan import TransferPlan
 
     source_map = contiguous_split_map((4, 4), [2, 2], 0)
@@ -643,13 +650,13 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     sources = {0: torch.arange(8.0), 1: torch.arange(8.0, 16.0)}
     full = torch.arange(16.0).view(4, 4)
     checked: list[int] = []
-    real = ex._check_plans
+    real = checks._check_plans
 
     def counting(*args: Any) -> Any:
         checked.append(1)
         return real(*args)
 
-    monkeypatch.setattr(ex, "_check_plans", counting)
+    monkeypatch.setattr(checks, "_check_plans", counting)  # where _prepare looks it up
     ex.release_staging()
 
     def run(the_plan: Any = plan, **kwargs: Any) -> None:
@@ -660,7 +667,7 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     run()
     run()
     assert len(checked) == 1, "the same plan objects were checked twice"
-    (entry,) = ex._CHECKED.values()
+    (entry,) = checks._CHECKED.values()
     assert entry[3] == schedule_digest({ex.SINGLE: plan}, endpoints, StagingBudget(), {ex.SINGLE: torch.float32})
     run(budget=StagingBudget(1 << 12))
     assert len(checked) == 2, "another budget reused the first budget's checks"
@@ -677,7 +684,7 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     run(listed)
     assert len(checked) == before + 2, "a plan with a mutable segment list was remembered"
     ex.release_staging()
-    assert not ex._CHECKED
+    assert not checks._CHECKED
 
 
 def test_paired_ratios_of_the_bench() -> None:

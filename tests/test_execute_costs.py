@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from refplan import TransferEndpoints, TransferPlan, TransferSegment
-from refplan import execute as ex
 from refplan.cli.sync import run_ranks
-from refplan.execute import StagingBudget, TransferRejectedError, execute_transfer
+from refplan.execute import StagingBudget, TransferRejectedError, call, checks, execute_transfer, schedule
+from refplan.execute.common import _Context, _Refusal
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("execute")]
 
@@ -57,26 +57,49 @@ def test_the_batch_s_segments_alone_are_refused_before_any_is_checked() -> None:
 def test_the_default_bound_refuses_ten_to_the_five_segments_without_checking_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Refused by their count, before any per-segment check or the digest runs."""
+    """Refused by their count, before any per-segment check or the digest runs.
+
+    Each name is replaced in every module that calls it (the digest: ``checks`` for a remembered
+    batch, ``call`` otherwise), and a small accepted batch afterwards shows that the counters do
+    see those calls, so an empty count means "not called", not "replaced where nobody looks"."""
     checked: list[int] = []
-    real = ex._check_segment
+    digests: list[str] = []
+    real, real_digest = checks._check_segment, checks.schedule_digest
+    refusing = [True]
 
     def counting(name: str, index: int, seg: object, itemsize: int) -> TransferSegment:
         checked.append(index)
         return real(name, index, seg, itemsize)
 
-    monkeypatch.setattr(ex, "_check_segment", counting)
-    monkeypatch.setattr(ex, "schedule_digest", lambda *a, **k: pytest.fail("digest computed for a refusal"))
+    def digest_in(where: str) -> Any:
+        def digest(*args: Any, **kwargs: Any) -> int:
+            if refusing[0]:
+                pytest.fail(f"digest computed for a refusal (in {where})")
+            digests.append(where)
+            return real_digest(*args, **kwargs)
+
+        return digest
+
+    monkeypatch.setattr(checks, "_check_segment", counting)  # called by checks._check_plans
+    monkeypatch.setattr(checks, "schedule_digest", digest_in("checks"))  # by checks._remember
+    monkeypatch.setattr(call, "schedule_digest", digest_in("call"))  # by call._execute
     n = 100_000
     with pytest.raises(TransferRejectedError, match="max_work=131072"):
         execute_transfer(_plan(n), {0: torch.zeros(n)}, {0: torch.zeros(n)}, TransferEndpoints({0: 0}, {0: 0}),
                          dtype=torch.float32)
     assert checked == []
+    refusing[0] = False
+    small = _plan(3)
+    listed = TransferPlan(list(small.segments), small.logical_shape, small.moved_elements)  # type: ignore[arg-type]
+    for accepted in (small, listed):  # remembered (digest in checks), then not (digest in call)
+        execute_transfer(accepted, {0: torch.arange(3.0)}, {0: torch.zeros(3)}, TransferEndpoints({0: 0}, {0: 0}),
+                         dtype=torch.float32)
+    assert checked == [0, 1, 2, 0, 1, 2] and digests == ["checks", "call"], (checked, digests)
 
 
-def _context(me: int) -> ex._Context:
+def _context(me: int) -> _Context:
     """Process ``me`` of a 2-process group, for the checks alone (no collective is made)."""
-    return ex._Context(None, True, me, (0, 1), (0, 1), me, "gloo", {"cpu": "gloo"})
+    return _Context(None, True, me, (0, 1), (0, 1), me, "gloo", {"cpu": "gloo"})
 
 
 def test_chunks_and_rounds_of_this_process_are_weighed_before_any_chunk_is_built(
@@ -88,18 +111,23 @@ def test_chunks_and_rounds_of_this_process_are_weighed_before_any_chunk_is_built
     seg = TransferSegment(0, 0, (1,), 0, 0, (1,), (4096,))
     plan = TransferPlan((seg,), (4096,), 4096)
     ends = TransferEndpoints({0: 0}, {0: 1})
-    monkeypatch.setattr(ex, "_chunks", lambda *a: pytest.fail("chunks built for a refused schedule"))
+    # Replaced where _build_queues looks it up; the accepted schedule at the end shows it is.
+    monkeypatch.setattr(schedule, "_chunks", lambda *a: pytest.fail("chunks built for a refused schedule"))
     budget = StagingBudget(8, max_work=2 + 4096 + 8 * 4096 - 1)  # 4 bytes a message: one float32
     for me, side in ((0, "source"), (1, "target")):
         buffers: dict[str, dict[int, Any]] = {"w": {0: torch.zeros(4096)}}
         source, target = (buffers, {}) if side == "source" else ({}, buffers)
-        with pytest.raises(ex._Refusal) as info:
-            ex._prepare(_context(me), {"w": plan}, source, target, ends, {"w": torch.float32}, budget, None,
-                        "global", torch.device("cpu"))
+        with pytest.raises(_Refusal) as info:
+            checks._prepare(_context(me), {"w": plan}, source, target, ends, {"w": torch.float32}, budget, None,
+                            "global", torch.device("cpu"))
         message = str(info.value)
         assert message.startswith(f"the schedule of this process is estimated at {2 + 4096 + 8 * 4096} work units, "
                                   "above max_work=36865: raise StagingBudget(max_work=...)"), message
         assert "4096 network chunks, at least 4096 rounds with bytes_per_peer=8" in message, message
+    # The same schedule under the default budget is accepted and does reach the replaced _chunks.
+    with pytest.raises(pytest.fail.Exception, match="chunks built"):
+        checks._prepare(_context(0), {"w": plan}, {"w": {0: torch.zeros(4096)}}, {}, ends, {"w": torch.float32},
+                        StagingBudget(), None, "global", torch.device("cpu"))
 
 
 def test_work_bound_is_collective_and_the_default_lets_small_schedules_through() -> None:

@@ -83,11 +83,11 @@ def test_byte_limits_follow_the_dtype() -> None:
 
 def test_failures_after_the_verdict_say_targets_may_be_partly_written(monkeypatch: pytest.MonkeyPatch) -> None:
     """A failure while moving (here forced in a local copy) says what the caller must assume."""
-    from refplan import execute as ex
+    from refplan.execute import TransferExecutionError, call
 
     def broken(*args: object, **kwargs: object) -> tuple[int, int, dict[int, int], dict[int, int]]:
         raise RuntimeError("forced")
 
-    monkeypatch.setattr(ex, "_move", broken)
-    with pytest.raises(ex.TransferExecutionError, match="target buffers may be partly written"):
+    monkeypatch.setattr(call, "_move", broken)  # where _execute looks it up
+    with pytest.raises(TransferExecutionError, match="target buffers may be partly written"):
         _run(TransferSegment(0, 0, (1,), 0, 0, (1,), (4,)), torch.float32)

@@ -141,7 +141,7 @@ def test_a_peer_dead_before_the_hello_is_reported_as_a_failure_not_a_timeout() -
 def test_a_wait_is_said_to_time_out_only_when_its_time_is_up() -> None:
     import time
 
-    from refplan.execute import _ended
+    from refplan.execute.common import _ended
 
     assert _ended(time.monotonic() - 16, timedelta(seconds=15)) == "timed out after 0:00:15"
     assert _ended(time.monotonic(), timedelta(seconds=15)).startswith("failed after 0.0")
@@ -202,7 +202,7 @@ def test_keys_refuse_same_shaped_syncs_issued_in_different_orders(two: dict[str,
 
 
 def test_pool_releases_least_recently_used_sizes_first() -> None:
-    from refplan.execute import _Pool
+    from refplan.execute.schedule import _Pool
 
     pool = _Pool()
     cpu = torch.device("cpu")
@@ -226,7 +226,8 @@ def test_targets_named_are_those_a_failed_process_writes_or_reads_for() -> None:
     """Every segment with a failed process on either side names its target location; a
     process with none of them named nothing; an unknown failed set names every target."""
     from refplan import TransferEndpoints, TransferSegment
-    from refplan.execute import _Param, _Schedule, _written_by
+    from refplan.execute.outcome import _written_by
+    from refplan.execute.schedule import _Param, _Schedule
     from refplan.plan import TransferPlan
 
     def seg(source: int, target: int) -> TransferSegment:

@@ -151,7 +151,7 @@ def test_bench_sync_compares_with_raw_all_to_all() -> None:
 
 
 def test_bench_times_the_executors_own_verdict_size() -> None:
-    from refplan import execute
     from refplan.cli.bench import VERDICT_WORDS
+    from refplan.execute import verdict
 
-    assert VERDICT_WORDS == execute._VERDICT_WORDS
+    assert VERDICT_WORDS == verdict._VERDICT_WORDS

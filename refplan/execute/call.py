@@ -1,0 +1,301 @@
+"""The entry points: ``execute_transfers`` runs the phases in order (checks, verdict, transport,
+outcome) for a call registered on its group, so that two calls in flight at once on one group in
+one process are detected and both fail; ``release_staging`` frees what calls keep between them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from ..maps import ParamAffineMap
+from ..plan import TransferPlan
+from ..requests import TransferEndpoints
+from . import checks, schedule
+from .checks import _buffers_device, _prepare, schedule_digest
+from .common import (
+    _RETAINED,
+    DEFAULT_TIMEOUT,
+    EndpointRanks,
+    StagingBudget,
+    TransferExecutionError,
+    TransferRejectedError,
+    TransferStats,
+    _Context,
+    _context,
+    _describe,
+    _Refusal,
+)
+from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
+from .schedule import _recycle, _Schedule
+from .transport import _drain, _move, _pack_ahead
+from .verdict import _exchange, _verdict_device
+
+
+@dataclass
+class _Call:
+    """A call in flight on a process group in this process; ``poisoned`` once another call on the
+    same group starts before it ends (``_enter``)."""
+
+    group: object  # held, so that its id stays this group's while the call is registered
+    poisoned: bool = False
+
+
+_IN_FLIGHT: dict[int, _Call] = {}
+
+
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+_CONCURRENT_TEXT = (
+    "another execute_transfers call on this process group started in this process while this one was in flight; "
+    "calls on a group are matched in the order each process makes them, so two at once would mix their "
+    "messages: both fail"
+)
+
+
+def _enter(ctx: _Context) -> _Call | None:
+    """Register a call on its group; refuse it if another call on the group is in flight here.
+
+    Calls on a group are matched in the order each process makes them (as torch.distributed's
+    collectives are), so two in flight at once from one process (two threads) would pair their
+    verdicts, outcomes and messages with the wrong peers' calls. Both fail: this one at once,
+    before it touches the group (a lone raise strands nobody: no peer can be inside this call's
+    collectives, which it never posts), and the one in flight through its verdict, if it has not
+    been exchanged yet, or else the outcome agreement, so every process of that call raises.
+    A single process (no collective) has nothing to mix and is not registered.
+    """
+    if not ctx.collective:
+        return None
+    group = ctx.group if ctx.group is not None else dist.group.WORLD
+    with _IN_FLIGHT_LOCK:
+        running = _IN_FLIGHT.get(id(group))
+        if running is not None:
+            running.poisoned = True
+            raise TransferRejectedError(
+                f"transfer rejected before any data moved: process {ctx.me}: {_CONCURRENT_TEXT}", (ctx.me,)
+            )
+        call = _IN_FLIGHT[id(group)] = _Call(group)
+    return call
+
+
+def _leave(call: _Call | None) -> None:
+    if call is not None:
+        with _IN_FLIGHT_LOCK:
+            if _IN_FLIGHT.get(id(call.group)) is call:
+                del _IN_FLIGHT[id(call.group)]
+
+
+def execute_transfers(
+    plans: Mapping[str, TransferPlan],
+    source_buffers: Mapping[str, Mapping[int, torch.Tensor]],
+    target_buffers: Mapping[str, Mapping[int, torch.Tensor]],
+    endpoints: TransferEndpoints,
+    *,
+    dtypes: Mapping[str, torch.dtype],
+    budget: StagingBudget = StagingBudget(),  # noqa: B008  # frozen, so a shared default is safe
+    group: dist.ProcessGroup | None = None,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    maps: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]] | None = None,
+    endpoint_ranks: EndpointRanks = "global",
+    outcome: bool = True,
+    key: str | None = None,
+) -> TransferStats:
+    """Move a whole batch (parameter name → plan) as one collective over ``group``.
+
+    Every process of ``group`` must call this with the same plans, endpoints, budget, dtypes and
+    ``endpoint_ranks`` (checked by digest); buffers hold only what this process owns, keyed by
+    parameter and then by map location (a process may own none). Shard buffers must be
+    contiguous tensors of the declared dtype, all on one device of this process, and all processes'
+    buffers on one device type (CPU over gloo, CUDA over NCCL; the group's backend string may map
+    both); they are written in place, never resized. ``maps`` (parameter → (target map, source
+    map)) makes each process judge the plans with ``refplan.verify.verify_plan`` first. Without
+    ``torch.distributed`` initialized (and no ``group``) this is a single process: every endpoint
+    must be process 0.
+
+    Raises ``TransferRejectedError`` on every process, before any byte moves, if any process's
+    checks fail or the processes disagree about the schedule; ``TransferExecutionError`` if the
+    transport fails or a round exceeds ``timeout`` afterwards. With ``outcome`` (the default)
+    the processes then agree on the outcome, so that every surviving process raises it, naming
+    the same targets that may be partly written, even one with no traffic to the process that
+    failed; ``outcome=False`` skips that agreement (one small all-gather) for callers that
+    combine outcomes themselves, and then only the processes whose own part failed raise.
+
+    Calls on a group are matched in the order each process makes them. ``key`` (any string, the
+    same on every process, e.g. ``"weights"``) is folded into the digest, so two syncs of the same
+    shape issued in different orders on different processes are refused before any byte moves.
+    Two calls in flight at once on one group in one process (two threads) both fail: the later
+    one at once with ``TransferRejectedError``, the earlier one on every process of its call.
+    """
+    started = time.perf_counter()
+    ctx = _context(group, endpoint_ranks if endpoint_ranks in ("global", "group") else "global")
+    call = _enter(ctx)
+    try:
+        return _execute(
+            ctx, call, started, plans, source_buffers, target_buffers, endpoints, dtypes, budget, timeout, maps,
+            endpoint_ranks, outcome, key,
+        )
+    finally:
+        _leave(call)
+
+
+def _execute(
+    ctx: _Context,
+    call: _Call | None,
+    started: float,
+    plans: Mapping[str, TransferPlan],
+    source_buffers: Mapping[str, Mapping[int, torch.Tensor]],
+    target_buffers: Mapping[str, Mapping[int, torch.Tensor]],
+    endpoints: TransferEndpoints,
+    dtypes: Mapping[str, torch.dtype],
+    budget: StagingBudget,
+    timeout: timedelta,
+    maps: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]] | None,
+    endpoint_ranks: EndpointRanks,
+    outcome: bool,
+    key: str | None,
+) -> TransferStats:
+    """``execute_transfers`` once its call is registered on the group (``_enter``)."""
+    reason: str | None = None
+    sched = _Schedule()
+    holds: torch.device | None = None
+    try:
+        holds = _buffers_device(source_buffers, target_buffers)
+    except _Refusal as exc:
+        reason = str(exc)
+    except Exception as exc:
+        reason = f"unexpected {_describe(exc)} while checking buffers"
+    try:
+        verdict_device = _verdict_device(ctx, holds) if ctx.collective else torch.device("cpu")
+    except Exception as exc:  # CUDA unusable here; the verdict goes out on CPU and may not match
+        verdict_device = torch.device("cpu")
+        reason = reason or f"cannot select a CUDA device for the verdict: {_describe(exc)}"
+    if reason is None:
+        try:
+            sched = _prepare(
+                ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks, holds, key
+            )
+        except _Refusal as exc:
+            reason = str(exc)
+        except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
+            reason = f"unexpected {_describe(exc)} while checking"
+    try:
+        # A refusal is reported before any digest is compared, so a refusing process skips the
+        # digest: for a batch refused for its size it would cost as much as the checks it skipped.
+        digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
+            plans, endpoints, budget, dtypes, str(endpoint_ranks), key
+        )
+    except Exception as exc:
+        digest = 0
+        reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
+    if call is not None and call.poisoned and reason is None:
+        reason = _CONCURRENT_TEXT
+    ahead = None if reason is not None or not sched.outgoing else partial(_pack_ahead, sched)
+    mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+    phases: dict[str, float] = {"checks": time.perf_counter() - started}
+    packed, sched.most_rounds = _exchange(
+        ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases
+    )
+
+    moving = time.perf_counter()
+    failure: TransferExecutionError | None = None
+    rounds, local_bytes = 0, 0
+    sent: dict[int, int] = {}
+    received: dict[int, int] = {}
+    with torch.no_grad():
+        try:
+            rounds, local_bytes, sent, received = _move(ctx, sched, timeout, packed)
+            _drain(sched.device, timeout, sched)
+        except TransferExecutionError as exc:
+            failure = exc
+        except Exception as exc:  # every input was checked; what is left is the transport's
+            _RETAINED.append(sched.slots)
+            failure = TransferExecutionError(
+                f"moving failed after the verdict; target buffers may be partly written: {_describe(exc)}"
+            )
+            failure.__cause__ = exc
+    moved = time.perf_counter()
+    phases["move"] = moved - moving
+    if outcome is not False and ctx.collective:
+        status = _FAILED if failure is not None else _CONCURRENT if call is not None and call.poisoned else _OK
+        _outcome(ctx, sched, verdict_device, status, failure, timeout)
+        phases["outcome"] = time.perf_counter() - moved
+    if failure is not None:
+        if not failure.targets and outcome is not False:
+            failure.targets = _written_by(sched, {ctx.me})
+        raise failure
+    if call is not None and call.poisoned:  # started after this call's status went out (or outcome=False)
+        raise TransferExecutionError(
+            f"{_CONCURRENT_TEXT}; this process's part finished, but the call cannot count as done",
+            _written_by(sched, {ctx.me}) if outcome is not False else None,
+            (ctx.me,),
+        )
+    _recycle(sched, budget.total_bytes)
+    done = time.perf_counter()
+    queues = (*sched.incoming.values(), *sched.outgoing.values())
+    chunks = sum(len(m.parts) for q in queues for m in q)
+    messages = sum(len(m.pieces) for q in queues for m in q)
+    return TransferStats(
+        segments=sched.segments,
+        chunks=chunks,
+        messages=messages,
+        rounds=rounds,
+        local_copies=len(sched.local),
+        local_copy_bytes=local_bytes,
+        sent_bytes=dict(sorted(sent.items())),
+        received_bytes=dict(sorted(received.items())),
+        seconds=done - started,
+        move_seconds=done - moving,
+        direct_messages=sum(1 for q in queues for m in q for p in m.pieces if p.direct is not None),
+        phases=phases,
+    )
+
+
+SINGLE = "param"
+"""The parameter name ``execute_transfer`` uses for its one plan (as ``plan_transfer`` does)."""
+
+
+def execute_transfer(
+    plan: TransferPlan,
+    source_buffers: Mapping[int, torch.Tensor],
+    target_buffers: Mapping[int, torch.Tensor],
+    endpoints: TransferEndpoints,
+    *,
+    dtype: torch.dtype,
+    budget: StagingBudget = StagingBudget(),  # noqa: B008  # frozen, so a shared default is safe
+    group: dist.ProcessGroup | None = None,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    maps: tuple[ParamAffineMap, ParamAffineMap] | None = None,
+    endpoint_ranks: EndpointRanks = "global",
+    outcome: bool = True,
+    key: str | None = None,
+) -> TransferStats:
+    """The one-parameter case of ``execute_transfers``; ``maps`` is (target map, source map)."""
+    return execute_transfers(
+        {SINGLE: plan},
+        {SINGLE: source_buffers},
+        {SINGLE: target_buffers},
+        endpoints,
+        dtypes={SINGLE: dtype},
+        budget=budget,
+        group=group,
+        timeout=timeout,
+        maps=None if maps is None else {SINGLE: maps},
+        endpoint_ranks=endpoint_ranks,
+        outcome=outcome,
+        key=key,
+    )
+
+
+def release_staging() -> None:
+    """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase),
+    and forget the batches whose checks were remembered (which keeps their plans alive)."""
+    schedule._POOL.clear()
+    checks._CHECKED.clear()

@@ -1,0 +1,616 @@
+"""The pre-verdict checks: the caller's arguments, the plans, this process's buffers and segments.
+
+Each check raises ``_Refusal`` (this process's verdict), never an error of its own, because a lone
+raise would strand the peers inside a collective. ``_prepare`` runs them in order and then builds
+the schedule (``schedule.py``); nothing here costs more than the number of segments, buffers and
+(bounded) chunks. The remembered checks of recent batches (``_CHECKED``) live here and only here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+
+import torch
+
+from ..maps import ParamAffineMap
+from ..plan import TransferPlan, TransferSegment
+from ..requests import TransferEndpoints
+from .common import StagingBudget, _Context, _describe, _Refusal
+from .schedule import (
+    _DIRECT_MIN,
+    _MAX_CHUNKS,
+    _allocate_staging,
+    _build_queues,
+    _Key,
+    _Mine,
+    _Param,
+    _Queue,
+    _queue_limits,
+    _reach,
+    _Schedule,
+    chunk_count,
+)
+
+_SCHEMA = "refplan.execute/3"
+
+
+def schedule_digest(
+    plans: Mapping[str, TransferPlan],
+    endpoints: TransferEndpoints,
+    budget: StagingBudget,
+    dtypes: Mapping[str, torch.dtype],
+    endpoint_ranks: str = "global",
+    key: str | None = None,
+) -> int:
+    """A signed 64-bit digest of everything the schedule is derived from (never buffer contents).
+
+    SHA-256 of a canonical JSON document (sorted keys, no whitespace), so equal inputs give equal
+    digests in every process and any difference in a plan, a binding, the budget, a dtype, the
+    rank space or the caller's ``key`` changes it. The key tells apart calls whose schedules are
+    otherwise the same (weights and gradients of one shape): calls on a group are matched in
+    the order each process makes them, so two such syncs issued in different orders would
+    otherwise move each other's bytes.
+    """
+    doc: dict[str, object] = {
+        "schema": _SCHEMA,
+        "endpoint_ranks": endpoint_ranks,
+        "budget": [budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work],
+        "endpoints": endpoints.to_dict(),
+        "parameters": {
+            name: {"dtype": str(dtypes.get(name)), "plan": plans[name].to_dict()} for name in sorted(plans)
+        },
+    }
+    if key is not None:  # absent rather than null, so the digests of calls without a key stay as they were
+        doc["key"] = key
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "backslashreplace")).digest()[:8], "big", signed=True)
+
+
+_TRANSPORTS = {"cpu": "gloo", "cuda": "nccl"}  # the backend the executor drives for each device type
+
+
+_SEGMENT_WORK = 2  # every segment of the batch: checked, hashed (and, if it is this process's, chunked)
+
+
+_CHUNK_WORK = 1  # every network chunk of this process: built, queued, packed or unpacked
+
+
+_ROUND_WORK = 8  # every round of this process: posted and waited for, a gloo exchange (130 µs measured)
+
+
+def _work(segments: int, chunks: int, rounds: int) -> int:
+    """The pre-verdict cost model in work units (``StagingBudget.max_work``): pure arithmetic on
+    counts known before anything is built, so a schedule too costly to start is refused at once.
+
+    Measured on 2 shared cores (issue 26): 10**5 one-element segments cost 25-28 s per process
+    before the verdict, a one-element staging budget 27 s; both were within ``max_chunks``, which
+    bounds what can be tagged, not what it costs.
+    """
+    return segments * _SEGMENT_WORK + chunks * _CHUNK_WORK + rounds * _ROUND_WORK
+
+
+def _too_much_work(what: str, work: int, budget: StagingBudget, detail: str) -> _Refusal:
+    """The knob first: a reason is cut to the verdict's reason field, and the details can wait."""
+    return _Refusal(
+        f"{what} is estimated at {work} work units, above max_work={budget.max_work}: raise "
+        f"StagingBudget(max_work=...) to accept it ({detail}; a unit is about 20 µs)"
+    )
+
+
+# Same-width carriers: copies move bits (NaN payloads, sub-byte and float8 types alike).
+_CARRIERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
+
+
+def _quantized(dtype: torch.dtype) -> bool:
+    """Quantized dtypes carry scales outside their bytes: moving the bytes alone is not a copy."""
+    return str(dtype).removeprefix("torch.").startswith(("qint", "quint"))
+
+
+def _dtype_of(dtypes: object, name: str) -> torch.dtype:
+    dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else None
+    if not isinstance(dtype, torch.dtype):
+        raise _Refusal(f"parameter {name!r}: dtypes gives {dtype!r}, not a torch.dtype")
+    if _quantized(dtype) or dtype.itemsize not in _CARRIERS:
+        raise _Refusal(f"parameter {name!r}: dtype {dtype} cannot be moved as plain bytes (quantized or unsized)")
+    return dtype
+
+
+def _ints(value: object, where: str, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or not all(type(v) is int for v in value):
+        raise _Refusal(f"{where}: {what} {value!r} is not a tuple of ints")
+    return value
+
+
+def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """No two indices of the box reach the same address: sorted by stride, each axis steps past
+    the whole span of the finer axes (what a box of a row-major shard satisfies)."""
+    span = 0
+    for stride, extent in sorted((s, e) for s, e in zip(strides, shape) if e > 1):
+        if stride <= span:
+            return False
+        span += (extent - 1) * stride
+    return True
+
+
+_INT64_BYTES = 1 << 63
+"""Byte offsets, strides and extents must stay below this: ``torch.as_strided`` takes int64 element
+counts and multiplies them by the element size (C ``int64_t``); past it, it raises after the verdict."""
+
+
+def _check_numbers(where: str, seg: TransferSegment, itemsize: int) -> None:
+    """Every number of a segment, in bytes of its dtype, inside what torch's int64 arithmetic holds.
+
+    Checked on every process, by arithmetic, before the verdict: every stride, extent-1 axes
+    included (the range checks multiply a stride by extent − 1, so a stride of 2**63 there passes
+    them and overflowed in ``torch.as_strided`` only while moving: the sender failed to post and
+    its receiver waited out the whole timeout), and each side's last byte (``(offset + Σ(extent−1)
+    ·stride + 1) × itemsize``), which bounds the segment's offset, extents and size too.
+    """
+    for side, offset, strides in (
+        ("source", seg.source_offset, seg.source_strides),
+        ("target", seg.target_offset, seg.target_strides),
+    ):
+        for axis, stride in enumerate(strides):
+            if stride * itemsize >= _INT64_BYTES:
+                raise _Refusal(
+                    f"{where}: {side} stride {stride} on axis {axis} is {stride * itemsize} bytes of "
+                    f"{itemsize}-byte elements, not below 2**63"
+                )
+        end = (_reach(offset, seg.shape, strides) + 1) * itemsize
+        if end > _INT64_BYTES:
+            raise _Refusal(
+                f"{where}: the {side} side ends at byte {end} (offset {offset}, {itemsize}-byte elements), "
+                "past 2**63"
+            )
+
+
+def _check_segment(name: str, index: int, seg: object, itemsize: int) -> TransferSegment:
+    where = f"parameter {name!r}, segment {index}"
+    if not isinstance(seg, TransferSegment):
+        raise _Refusal(f"{where}: not a TransferSegment")
+    shape = _ints(seg.shape, where, "shape")
+    ndim = len(shape)
+    s_str = _ints(seg.source_strides, where, "source strides")
+    t_str = _ints(seg.target_strides, where, "target strides")
+    if len(s_str) != ndim or len(t_str) != ndim:
+        raise _Refusal(f"{where}: stride vectors do not match shape {shape}")
+    for value, what in ((seg.source_rank, "source location"), (seg.target_rank, "target location"),
+                        (seg.source_offset, "source offset"), (seg.target_offset, "target offset")):
+        if type(value) is not int:
+            raise _Refusal(f"{where}: {what} {value!r} is not an int")
+    if any(e <= 0 for e in shape):
+        raise _Refusal(f"{where}: shape {shape} has an extent below 1")
+    if any(s < 0 for s in s_str + t_str) or min(seg.source_offset, seg.target_offset) < 0:
+        raise _Refusal(f"{where}: negative offset or stride")
+    for side, strides in (("source", s_str), ("target", t_str)):
+        if not _injective(shape, strides):
+            raise _Refusal(
+                f"{where}: shape {shape} with {side} strides {strides} reaches some {side} element more than once"
+            )
+    _check_numbers(where, seg, itemsize)
+    return seg
+
+
+def _bound(table: Mapping[int, int], location: int, side: str, name: str, members: tuple[int, ...]) -> int:
+    if location not in table:
+        raise _Refusal(f"parameter {name!r}: endpoints bind no process to {side} location {location}")
+    process = table[location]
+    if process not in members:
+        raise _Refusal(
+            f"parameter {name!r}: endpoints bind {side} location {location} to process {process}, "
+            f"which is not in the process group {list(members)}"
+        )
+    return process
+
+
+def _buffers_device(source_buffers: object, target_buffers: object) -> torch.device | None:
+    """The one device every local buffer is on (None: this process holds none).
+
+    A ``meta`` tensor is refused here, first, for what it is: it has a shape and no data, so
+    there is nothing to move (its ``data_ptr()`` is 0, which later checks read as an overlap in
+    memory, and its device type has no transport, which read as a backend problem).
+    """
+    devices: set[torch.device] = set()
+    for side, buffers in (("source", source_buffers), ("target", target_buffers)):
+        if isinstance(buffers, Mapping):
+            for name, per_location in buffers.items():
+                if isinstance(per_location, Mapping):
+                    for location, t in per_location.items():
+                        if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                            raise _Refusal(
+                                f"parameter {name!r}: {side} buffer for location {location} is a meta tensor, "
+                                "which holds no data to move"
+                            )
+                    devices.update(t.device for t in per_location.values() if isinstance(t, torch.Tensor))
+    if len(devices) > 1:
+        raise _Refusal(f"this process's buffers are on several devices: {sorted(str(d) for d in devices)}")
+    return devices.pop() if devices else None
+
+
+def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: torch.dtype) -> torch.Tensor:
+    """The buffer as a flat carrier view (same bytes, an integer type of the same width)."""
+    where = f"parameter {name!r}: {side} buffer for location {location}"
+    if not isinstance(tensor, torch.Tensor):
+        raise _Refusal(f"{where} is a {type(tensor).__name__}, not a torch.Tensor")
+    if tensor.dtype != dtype:
+        raise _Refusal(f"{where} has dtype {tensor.dtype}, the transfer is declared {dtype}")
+    if tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
+        # Plan offsets address the shard in row-major order: only a contiguous buffer means that.
+        raise _Refusal(f"{where} is not a contiguous strided tensor")
+    try:
+        return tensor.detach().reshape(-1).view(_CARRIERS[dtype.itemsize])
+    except Exception as exc:
+        raise _Refusal(f"{where}: cannot view its bytes: {_describe(exc)}") from None
+
+
+def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
+    start = tensor.data_ptr()
+    return start, start + tensor.numel() * tensor.element_size()
+
+
+def _check_aliasing(
+    sources: list[tuple[str, int, torch.Tensor]], targets: list[tuple[str, int, torch.Tensor]]
+) -> None:
+    """Targets pairwise disjoint, and no source overlapping a target (byte ranges in memory).
+
+    Views of one allocation are fine as long as their bytes do not overlap: guard regions and
+    packed flat buffers are common, and only an overlap can corrupt a read or double a write.
+    """
+    spans = sorted((*_byte_range(t), name, loc) for name, loc, t in targets if t.numel())
+    for (_a_lo, a_hi, a_name, a_loc), (b_lo, _b_hi, b_name, b_loc) in pairwise(spans):
+        if b_lo < a_hi:
+            raise _Refusal(
+                f"target buffers overlap in memory: parameter {a_name!r} location {a_loc} and "
+                f"parameter {b_name!r} location {b_loc}"
+            )
+    starts = [s[0] for s in spans]
+    for name, loc, tensor in sources:
+        if not tensor.numel():
+            continue
+        lo, hi = _byte_range(tensor)
+        i = bisect.bisect_right(starts, lo) - 1
+        for j in (i, i + 1):
+            if 0 <= j < len(spans) and spans[j][0] < hi and lo < spans[j][1]:
+                raise _Refusal(
+                    f"source buffer of parameter {name!r} location {loc} overlaps the target buffer of "
+                    f"parameter {spans[j][2]!r} location {spans[j][3]} in memory"
+                )
+
+
+@dataclass(frozen=True)
+class _Arguments:
+    """The caller's containers once their types are known; what they hold is checked later."""
+
+    plans: Mapping[str, object]
+    sources: Mapping[str, Mapping[int, object]]
+    targets: Mapping[str, Mapping[int, object]]
+    endpoints: TransferEndpoints
+    budget: StagingBudget
+    key: str | None = None
+
+
+def _prepare(
+    ctx: _Context,
+    plans: object,
+    source_buffers: object,
+    target_buffers: object,
+    endpoints: object,
+    dtypes: object,
+    budget: object,
+    maps: object,
+    mode: str,
+    holds: torch.device | None,
+    call_key: object = None,
+) -> _Schedule:
+    """Every check, then this process's schedule and staging. Raises ``_Refusal`` only.
+
+    The steps run in this order, and the first failure is the refusal a caller reads: the shapes
+    of the arguments, the plans (checks every process makes identically), this process's
+    buffers, the segments that touch them, the plans against ``maps``; then the schedule is built
+    and its staging allocated (a failure there is a refusal too). Nothing here costs more than
+    the number of segments, buffers and (bounded) chunks: extents enter only through arithmetic,
+    and chunks are built only after their count is known to fit.
+    """
+    args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds, call_key)
+    key = _batch_key(ctx, args, dtypes, mode)
+    remembered = _CHECKED.get(key) if key is not None else None
+    digest: int | None
+    if remembered is not None:  # the same plan objects passed these checks before: they cannot fail now
+        _kept, params, limits, digest = remembered
+    else:
+        params, limits = _check_plans(ctx, args, dtypes)
+        digest = _remember(key, args, params, limits, dtypes, mode)
+    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest, params=params, endpoints=args.endpoints)
+    _check_buffers(ctx, args, params, sched)
+    mine = _check_local_segments(ctx, args, params, limits, sched)
+    if maps is not None:
+        _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
+    _build_queues(ctx, mine, params, limits, args.budget, sched)
+    _allocate_staging(sched, args.budget.total_bytes)
+    return sched
+
+
+_CHECKED: dict[tuple[object, ...], tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = {}
+"""Batches whose global checks passed, with their limits and digest, keyed by ``_batch_key``."""
+
+
+_CHECKED_LIMIT = 4
+
+
+def _batch_key(ctx: _Context, args: _Arguments, dtypes: object, mode: str) -> tuple[object, ...] | None:
+    """What the global checks and the digest depend on: the plan *objects* (by identity), and the
+    values of the endpoints, budget, dtypes, rank mode and group members. None when some plan is
+    not deeply immutable (a ``TransferPlan`` whose segments are not a tuple), so is not remembered.
+
+    A sync loop calls the executor with the same plans step after step; their segments are frozen
+    and were checked on the first call, so later calls skip ``_check_plans`` and the digest's
+    serialization. Buffers, bounds and everything else that can change are checked every call.
+    The remembered entry holds the plans themselves, so no id in a key can be reused by another
+    object while the entry exists.
+    """
+    try:
+        if not isinstance(dtypes, Mapping):
+            return None
+        names = sorted(args.plans)
+        plans = [args.plans[name] for name in names]
+        if not all(type(p) is TransferPlan and type(p.segments) is tuple for p in plans):
+            return None
+        kinds = tuple(dtypes.get(name) for name in names)
+        if not all(type(k) is torch.dtype for k in kinds):
+            return None
+        budget = args.budget
+        return (
+            tuple(zip(names, map(id, plans), kinds)),
+            tuple(sorted(args.endpoints.source.items())),
+            tuple(sorted(args.endpoints.target.items())),
+            (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work),
+            mode,
+            ctx.members,
+            args.key,
+        )
+    except Exception:  # an odd key or value: checked the long way, every call
+        return None
+
+
+def _remember(
+    key: tuple[object, ...] | None,
+    args: _Arguments,
+    params: dict[str, _Param],
+    limits: dict[_Queue, int],
+    dtypes: object,
+    mode: str,
+) -> int | None:
+    """The digest of a batch whose global checks just passed, remembered with them (at most
+    ``_CHECKED_LIMIT`` batches, the oldest forgotten first). None when not remembered; then the
+    caller computes the digest itself, and reports its failure as before."""
+    if key is None or not isinstance(dtypes, Mapping):
+        return None
+    try:
+        digest = schedule_digest(
+            {n: p.plan for n, p in params.items()}, args.endpoints, args.budget, dtypes, mode, args.key
+        )
+    except Exception:
+        return None
+    while len(_CHECKED) >= _CHECKED_LIMIT:
+        del _CHECKED[next(iter(_CHECKED))]
+    _CHECKED[key] = (tuple(p.plan for p in params.values()), params, limits, digest)
+    return digest
+
+
+def _check_arguments(
+    ctx: _Context,
+    plans: object,
+    source_buffers: object,
+    target_buffers: object,
+    endpoints: object,
+    budget: object,
+    mode: str,
+    holds: torch.device | None,
+    call_key: object = None,
+) -> _Arguments:
+    """The containers the later checks walk: their types, the budget's fields, every buffer
+    naming a planned parameter, and a transport for the buffers' device type.
+
+    First, because every later step indexes these containers: a wrong type here is named as
+    what it is instead of surfacing as an odd exception deep inside a later check.
+    """
+    if mode not in ("global", "group"):
+        raise _Refusal(f"endpoint_ranks must be 'global' or 'group', got {mode!r}")
+    if call_key is not None and type(call_key) is not str:
+        raise _Refusal(f"key must be a str or None, got {type(call_key).__name__}")
+    if not isinstance(budget, StagingBudget) or not all(
+        type(v) is int and v >= 1
+        for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work)
+    ):
+        raise _Refusal(f"budget must be a StagingBudget of positive ints, got {budget!r}")
+    if budget.max_chunks > _MAX_CHUNKS:
+        raise _Refusal(f"max_chunks={budget.max_chunks} is above {_MAX_CHUNKS}, the most one process can tag")
+    if not isinstance(endpoints, TransferEndpoints):
+        raise _Refusal(f"endpoints must be a TransferEndpoints, got {type(endpoints).__name__}")
+    if not isinstance(plans, Mapping) or not all(isinstance(k, str) for k in plans):
+        raise _Refusal("plans must map parameter name -> TransferPlan")
+    for side, buffers in (("source", source_buffers), ("target", target_buffers)):
+        if not isinstance(buffers, Mapping):
+            raise _Refusal(f"{side}_buffers must map parameter name -> {{location: tensor}}")
+        for name, per_location in buffers.items():
+            if name not in plans:
+                raise _Refusal(f"{side}_buffers name parameter {name!r}, which has no plan")
+            if not isinstance(per_location, Mapping):
+                raise _Refusal(f"{side}_buffers[{name!r}] must map location -> tensor")
+    transport = _TRANSPORTS.get(holds.type) if holds is not None else None
+    if holds is not None and ctx.backends and (transport is None or ctx.backends.get(holds.type) != transport):
+        # The group has no backend the executor drives for this device type.
+        needs = (f"need the {transport} backend" if transport is not None else
+                 "cannot be moved: the executor moves CPU tensors over gloo and CUDA tensors over nccl")
+        raise _Refusal(f"buffers on {holds} {needs}; the process group's backend is {ctx.backend!r}")
+    assert isinstance(source_buffers, Mapping) and isinstance(target_buffers, Mapping)  # checked above
+    key = None if call_key is None else str(call_key)
+    return _Arguments(plans, source_buffers, target_buffers, endpoints, budget, key)
+
+
+def _check_plans(
+    ctx: _Context, args: _Arguments, dtypes: object
+) -> tuple[dict[str, _Param], dict[_Queue, int]]:
+    """The checks every process makes identically, and each queue's message limit.
+
+    Every process holds the same plans, endpoints, dtypes and budget (the digest proves it), so
+    these verdicts agree everywhere: each plan and segment well formed (``_check_segment``), a
+    movable dtype, every location bound to a member of the group, and a budget that can stage
+    one element of every queue's widest dtype. The limits derived here are the same at both
+    ends of a queue, which is what lets both ends cut the same messages.
+    """
+    budget, endpoints = args.budget, args.endpoints
+    # Before any segment is looked at: every process checks (and hashes) all of them, so their
+    # number alone can exceed the work budget, and is known from the plans' lengths.
+    count = sum(len(p.segments) for p in args.plans.values() if isinstance(p, TransferPlan))
+    if _work(count, 0, 0) > budget.max_work:
+        raise _too_much_work("the batch", _work(count, 0, 0), budget,
+                             f"{count} segments, each checked by every process before the verdict")
+    params: dict[str, _Param] = {}
+    widest: dict[_Queue, tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
+    for name in sorted(args.plans):
+        plan = args.plans[name]
+        if not isinstance(plan, TransferPlan):
+            raise _Refusal(f"parameter {name!r}: plan is a {type(plan).__name__}, not a TransferPlan")
+        dtype = _dtype_of(dtypes, name)
+        segments = [_check_segment(name, i, s, dtype.itemsize) for i, s in enumerate(plan.segments)]
+        if segments and budget.bytes_per_peer < dtype.itemsize:
+            raise _Refusal(
+                f"parameter {name!r}: bytes_per_peer={budget.bytes_per_peer} cannot stage one element "
+                f"({dtype}, {dtype.itemsize} bytes)"
+            )
+        for seg in segments:
+            s_proc = _bound(endpoints.source, seg.source_rank, "source", name, ctx.members)
+            t_proc = _bound(endpoints.target, seg.target_rank, "target", name, ctx.members)
+            if s_proc != t_proc and widest.get((s_proc, t_proc), (0, "", dtype))[0] < dtype.itemsize:
+                widest[(s_proc, t_proc)] = (dtype.itemsize, name, dtype)
+        params[name] = _Param(plan, segments, dtype)
+    limits = _queue_limits({q: w[0] for q, w in widest.items()}, budget)
+    for (sender, receiver), (size, name, dtype) in sorted(widest.items()):
+        if limits[(sender, receiver)] < size:
+            raise _Refusal(
+                f"parameter {name!r}: the staging budget (bytes_per_peer={budget.bytes_per_peer}, "
+                f"total_bytes={budget.total_bytes}) leaves {limits[(sender, receiver)]} bytes per message from "
+                f"process {sender} to process {receiver}, which cannot stage one element ({dtype}, {size} bytes)"
+            )
+    return params, limits
+
+
+def _check_buffers(ctx: _Context, args: _Arguments, params: Mapping[str, _Param], sched: _Schedule) -> None:
+    """This process's buffers: each bound to this process, of its parameter's dtype, contiguous,
+    and no two overlapping in memory where a write could land on a read or another write.
+
+    The flat carrier views made here are kept in ``sched`` and are all the movement ever
+    touches, so a mapping that changes after the checks cannot make it touch anything unchecked.
+    """
+    for side, buffers, table, out in (
+        ("source", args.sources, args.endpoints.source, sched.sources),
+        ("target", args.targets, args.endpoints.target, sched.targets),
+    ):
+        for name in sorted(buffers):
+            dtype = params[name].dtype
+            for location in sorted(buffers[name]):
+                if location not in table:
+                    raise _Refusal(
+                        f"parameter {name!r}: {side} buffer for location {location}, which endpoints do not bind"
+                    )
+                if table[location] != ctx.me:
+                    raise _Refusal(
+                        f"parameter {name!r}: {side} buffer for location {location}, which endpoints bind to "
+                        f"process {table[location]}, not to this process ({ctx.me})"
+                    )
+                out[(name, location)] = _check_buffer(name, side, location, buffers[name][location], dtype)
+    _check_aliasing([(n, loc, t) for (n, loc), t in sched.sources.items()],
+                    [(n, loc, t) for (n, loc), t in sched.targets.items()])
+
+
+def _check_local_segments(
+    ctx: _Context, args: _Arguments, params: Mapping[str, _Param], limits: Mapping[_Queue, int], sched: _Schedule
+) -> list[_Mine]:
+    """The segments that touch this process: each one's buffer present, every address inside it
+    (``offset + Σ(extent−1)·stride < numel``), no target written more often than it has elements,
+    and the number of network chunks within ``max_chunks``.
+
+    All of it is arithmetic on extents, so a hostile extent (2**50) is refused at the cost of a
+    multiplication, before anything proportional to it is built.
+    """
+    endpoints, budget = args.endpoints, args.budget
+    mine: list[_Mine] = []
+    written: dict[_Key, int] = {}
+    chunks = 0
+    staged: dict[_Queue, int] = {}  # bytes of each queue whose message limit is below _DIRECT_MIN
+    for name, param in params.items():
+        for index, seg in enumerate(param.segments):
+            s_proc = endpoints.source[seg.source_rank]
+            t_proc = endpoints.target[seg.target_rank]
+            if ctx.me not in (s_proc, t_proc):
+                continue
+            for side, proc, store, loc, off, strides in (
+                ("source", s_proc, sched.sources, seg.source_rank, seg.source_offset, seg.source_strides),
+                ("target", t_proc, sched.targets, seg.target_rank, seg.target_offset, seg.target_strides),
+            ):
+                if proc != ctx.me:
+                    continue
+                buf = store.get((name, loc))
+                if buf is None:
+                    raise _Refusal(
+                        f"parameter {name!r}: no {side} buffer for location {loc}, which segment {index} uses"
+                    )
+                reach = _reach(off, seg.shape, strides)
+                if reach >= buf.numel():
+                    raise _Refusal(
+                        f"parameter {name!r}: {side} buffer for location {loc} holds {buf.numel()} elements, "
+                        f"segment {index} reaches element {reach}"
+                    )
+                if side == "target":
+                    total = written.get((name, loc), 0) + seg.numel
+                    written[(name, loc)] = total
+                    if total > buf.numel():
+                        raise _Refusal(
+                            f"parameter {name!r}: segments up to {index} write {total} elements into the target "
+                            f"buffer for location {loc}, which holds {buf.numel()}"
+                        )
+            if s_proc != t_proc:
+                limit = limits[(s_proc, t_proc)]
+                chunks += chunk_count(seg.shape, limit // param.dtype.itemsize)
+                if chunks > budget.max_chunks:
+                    raise _Refusal(
+                        f"the schedule of this process needs more than max_chunks={budget.max_chunks} network "
+                        f"chunks (at parameter {name!r}, segment {index}) with bytes_per_peer="
+                        f"{budget.bytes_per_peer}: raise the staging budget"
+                    )
+                if limit < _DIRECT_MIN:  # every chunk of the queue is staged: bytes / limit rounds at least
+                    staged[(s_proc, t_proc)] = staged.get((s_proc, t_proc), 0) + seg.numel * param.dtype.itemsize
+            mine.append(_Mine(name, seg, s_proc, t_proc))
+    # The rounds are known only once messages are packed; ceil(staged bytes / limit) bounds them
+    # from below (a message holds at most ``limit`` staged bytes), which is what tiny budgets cost.
+    rounds = max((-(-nbytes // limits[q]) for q, nbytes in staged.items()), default=0)
+    segments = sum(len(p.segments) for p in params.values())
+    work = _work(segments, chunks, rounds)
+    if work > budget.max_work:
+        raise _too_much_work(
+            "the schedule of this process", work, budget,
+            f"{segments} segments in the batch, {chunks} network chunks, at least {rounds} rounds with "
+            f"bytes_per_peer={budget.bytes_per_peer}; a larger bytes_per_peer makes fewer chunks and rounds",
+        )
+    return mine
+
+
+def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: object) -> None:
+    """Judge each plan against its (target map, source map) with the independent oracle."""
+    from ..verify import verify_plan
+
+    if not isinstance(maps, Mapping):
+        raise _Refusal("maps must map parameter name -> (target map, source map)")
+    for name in sorted(plans):
+        pair = maps.get(name)
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(m, ParamAffineMap) for m in pair)):
+            raise _Refusal(f"parameter {name!r}: maps give no (target map, source map) pair")
+        verdict = verify_plan(pair[0], pair[1], plans[name], parameter=name)
+        if not verdict.ok:
+            raise _Refusal(f"parameter {name!r}: the plan does not verify against its maps: {verdict}")

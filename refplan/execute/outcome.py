@@ -1,0 +1,94 @@
+"""The collective outcome: after the last round, every process's status word, all-gathered.
+
+So that a process with no traffic to a failed peer does not return normally while that peer's
+targets are partly written: every surviving process raises, naming the same targets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+
+import torch
+
+from .common import TransferExecutionError, _Context, _describe, _ended
+from .schedule import _Schedule
+from .verdict import _gather
+
+_OK, _FAILED, _CONCURRENT = 0, 1, 2  # status words of the outcome agreement
+
+
+_STATUS_TEXT = {_FAILED: "failed after the verdict", _CONCURRENT: "had another call on this group start meanwhile"}
+
+
+_LISTED_PARAMETERS = 16  # parameters an error message lists targets of (``targets`` holds them all)
+
+
+def _written_by(sched: _Schedule, failed: set[int] | None) -> dict[str, tuple[int, ...]]:
+    """Parameter → target locations that a failed process's queues or local copies write: every
+    segment with a failed process on either side (``None``: any process may have failed).
+
+    A pure function of the plans, the endpoints and the failed set, which the agreement makes
+    the same on every process, so every process names the same targets.
+    """
+    out: dict[str, set[int]] = {}
+    ends = sched.endpoints
+    for name, param in sched.params.items():
+        for seg in param.segments:
+            if failed is None or ends is None or {
+                ends.source.get(seg.source_rank), ends.target.get(seg.target_rank)
+            } & failed:
+                out.setdefault(name, set()).add(seg.target_rank)
+    return {name: tuple(sorted(locs)) for name, locs in sorted(out.items())}
+
+
+def _describe_targets(targets: Mapping[str, tuple[int, ...]]) -> str:
+    if not targets:
+        return "none"
+    items = list(targets.items())
+    text = "; ".join(f"{name!r} locations {list(locs)}" for name, locs in items[:_LISTED_PARAMETERS])
+    if len(items) > _LISTED_PARAMETERS:
+        text += f"; and {len(items) - _LISTED_PARAMETERS} more parameters (see the error's targets)"
+    return text
+
+
+def _outcome(
+    ctx: _Context,
+    sched: _Schedule,
+    device: torch.device,
+    status: int,
+    failure: BaseException | None,
+    timeout: timedelta,
+) -> None:
+    """After the last round: every process all-gathers its status word, and if any process failed
+    every surviving one raises ``TransferExecutionError`` naming the same targets.
+
+    Without it, a process with no traffic to a dead or stuck peer returned normally while the
+    peer's targets were partly written. The wait is bounded by ``timeout`` for each round of the
+    longest schedule (each of its rounds may wait that long) plus one; if the agreement itself
+    fails (a dead peer), nobody can know who failed, so every target of the batch is named.
+    """
+    own = str(failure) if failure is not None else "this process finished its part"
+    started, limit = time.monotonic(), timeout * (1 + sched.most_rounds)
+    try:
+        rows, _none = _gather(ctx, device, [status], limit)
+    except Exception as exc:
+        targets = _written_by(sched, None)
+        raise TransferExecutionError(
+            f"{own}; the outcome agreement {_ended(started, limit)} ({_describe(exc)}), so any process may have "
+            f"failed; target buffers may be partly written: every target of the batch: {_describe_targets(targets)}",
+            targets,
+        ) from (failure or exc)
+    failed = {ctx.members[r]: row[0] for r, row in enumerate(rows) if row[0] != _OK}
+    if not failed:
+        return
+    targets = _written_by(sched, set(failed))
+    who = ", ".join(
+        f"process {p} {_STATUS_TEXT.get(code, f'reported status {code}')}" for p, code in sorted(failed.items())
+    )
+    raise TransferExecutionError(
+        f"{own}; the processes agree: {who}; target buffers that may be partly written: {_describe_targets(targets)}",
+        targets,
+        tuple(sorted(failed)),
+    ) from failure
