@@ -884,7 +884,7 @@ def s2_header(me: int, world: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     # "size": process 1 made its reason field 8 bytes longer, which no longer changes the
-    # message's size (protocol 4 fills the fixed size); "protocol": a peer of protocol 3, whose
+    # message's size (protocols 4 and 5 fill the fixed size); "protocol": a peer of protocol 3, whose
     # hello has this message's size.
     for case, attribute, value in (("size", "_REASON_BYTES", verdict_phase._REASON_BYTES + 8),
                                    ("protocol", "_PROTOCOL", 3),

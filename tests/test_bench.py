@@ -386,13 +386,13 @@ def test_the_plan_stages_script_times_every_stage() -> None:
 
 
 def test_bench_times_the_executors_own_small_collectives() -> None:
-    """``--sync`` sets the whole call against raw plus every small all-gather the executor makes
+    """``--sync`` sets the whole call against raw plus every small collective the executor makes
     per call (the verdict, which is also the hello, and the outcome); their sizes are its own."""
     pytest.importorskip("torch")
     from refplan import execute
     from refplan.cli.bench import CALL_COLLECTIVES, PHASES
 
-    assert CALL_COLLECTIVES == (("verdict", execute._VERDICT_WORDS), ("outcome", 1))
+    assert CALL_COLLECTIVES == (("verdict", "all_gather", execute._VERDICT_WORDS), ("outcome", "all_reduce", 1))
     assert execute._VERDICT_WORDS == execute._HELLO_WORDS == 37
     assert PHASES == ("checks", "verdict", "move", "outcome")
 

@@ -67,7 +67,7 @@ def test_verdict_of_another_size_is_a_collective_rejection_not_an_abort(two: dic
     # was refused by the hello): the reason fills the fixed size, and the call simply moves.
     assert all(r["size"]["raised"] is None for r in per_process), per_process
     _same_rejection([r["protocol"] for r in per_process], "different executor protocols",
-                    "process 0: magic", "protocol 4, a message of 37 words", "process 1: magic", "protocol 3")
+                    "process 0: magic", "protocol 5, a message of 37 words", "process 1: magic", "protocol 3")
     _same_rejection([r["magic"] for r in per_process], "different executor protocols", "0x726566706c616e34")
     for rank, res in enumerate(per_process):
         assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"

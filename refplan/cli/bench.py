@@ -906,14 +906,15 @@ def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str
 TARGET_EXECUTOR_VS_RAW = 1.25
 TARGET_FIXED_SECONDS = 0.005
 """A warm call's fixed cost (``FIXED_LAYOUT``, a few KiB moved): checks, verdict, move, outcome."""
-CALL_COLLECTIVES = (("verdict", 37), ("outcome", 1))
-"""The small all-gathers an executor call makes with ``outcome=True``, with their int64 words per
-process: the verdict (``execute._VERDICT_WORDS``, protocol 4's one message before any byte moves:
-hello and verdict in one) and the outcome status word. Written out here because the bench's
+CALL_COLLECTIVES = (("verdict", "all_gather", 37), ("outcome", "all_reduce", 1))
+"""The small collectives an executor call makes with ``outcome=True``, with their kind and int64
+words per process: the verdict (``execute._VERDICT_WORDS``, the one all-gathered message before
+any byte moves: hello and verdict in one) and the outcome status word (protocol 5: an all-reduce
+of the maximum; the all-gather that names who failed follows only on failure). Written out here because the bench's
 CPU-only parts must not import torch (a test holds them equal to the executor's). Raw
 ``all_to_all_single`` makes neither, so the whole call is also set against raw plus these two,
 timed alone."""
-VERDICT_WORDS = dict(CALL_COLLECTIVES)["verdict"]
+VERDICT_WORDS = {name: words for name, _kind, words in CALL_COLLECTIVES}["verdict"]
 """The verdict's words alone (``execute._VERDICT_WORDS``; tests/test_sync_launch.py holds them equal)."""
 PHASES = ("checks", "verdict", "move", "outcome")
 """The phases of ``TransferStats.phases``, in call order."""
@@ -981,10 +982,18 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     dist.all_to_all_single(out_buf, in_buf, receives, sends)  # warm, like the executor above
     # The executor's small collectives (verdict, outcome), timed alone after the pairs, so that
     # the whole call can be set against raw + what the protocol adds to it.
-    small = [(torch.zeros(words, dtype=torch.int64), [torch.empty(words, dtype=torch.int64) for _ in range(world)])
-             for _name, words in CALL_COLLECTIVES]
-    for mine, gathered in small:
-        dist.all_gather(gathered, mine)
+    small = [(kind, torch.zeros(words, dtype=torch.int64),
+              [torch.empty(words, dtype=torch.int64) for _ in range(world)])
+             for _name, kind, words in CALL_COLLECTIVES]
+
+    def collectives_once() -> None:
+        for kind, mine, gathered in small:
+            if kind == "all_reduce":
+                dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+            else:
+                dist.all_gather(gathered, mine)
+
+    collectives_once()
     call: list[float] = []
     move: list[float] = []
     raw: list[float] = []
@@ -1013,8 +1022,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     for _ in range(runs):
         dist.barrier()
         started = time.perf_counter()
-        for mine, gathered in small:
-            dist.all_gather(gathered, mine)
+        collectives_once()
         collectives.append(time.perf_counter() - started)
     return {"call": call, "move": move, "raw": raw, "phases": phases, "collectives": collectives,
             "checked": checked, "bytes": sum(sends)}
@@ -1136,7 +1144,7 @@ def _fixed_target(raw: dict[str, Any]) -> dict[str, Any]:
         "met": seconds <= TARGET_FIXED_SECONDS,
         "detail": (f"median whole call {seconds * 1e3:.2f} ms moving {raw['network_bytes']} bytes ("
                    + ", ".join(f"{p} {phases.get(p, 0.0) * 1e3:.2f}" for p in PHASES)
-                   + f" ms); its small all-gathers alone {raw['collectives_seconds'] * 1e3:.2f} ms, "
+                   + f" ms); its small collectives alone {raw['collectives_seconds'] * 1e3:.2f} ms, "
                    f"raw all_to_all_single {raw['raw_seconds'] * 1e3:.2f} ms"),
     }
 
@@ -1201,9 +1209,9 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
             f"x{_fmt(stats.get('of_medians'))}"
         )
     protocol = raw.get("call_vs_raw_and_collectives") or {}
-    words = ", ".join(f"{name} {n}" for name, n in CALL_COLLECTIVES)
+    words = ", ".join(f"{name} {kind} {n}" for name, kind, n in CALL_COLLECTIVES)
     lines.append(
-        f"  call/(raw + the executor's small all_gathers, int64 words per process: {words}; timed alone "
+        f"  call/(raw + the executor's small collectives, int64 words per process: {words}; timed alone "
         f"{raw['collectives_seconds'] * 1e3:.2f} ms)  median of per-run ratios x{_fmt(protocol.get('median'))} "
         f"(quartiles x{_fmt(protocol.get('q1'))}-x{_fmt(protocol.get('q3'))})"
     )

@@ -125,7 +125,7 @@ def execute_transfers(
     transport fails or a round exceeds ``timeout`` afterwards. With ``outcome`` (the default)
     the processes then agree on the outcome, so that every surviving process raises it, naming
     the same targets that may be partly written, even one with no traffic to the process that
-    failed; ``outcome=False`` skips that agreement (one small all-gather) for callers that
+    failed; ``outcome=False`` skips that agreement (one small all-reduce) for callers that
     combine outcomes themselves, and then only the processes whose own part failed raise.
 
     Calls on a group are matched in the order each process makes them. ``key`` (any string, the

@@ -24,7 +24,7 @@ from .common import (
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
 
 
-_PROTOCOL = 4  # the layout of the verdict message and of the outcome word
+_PROTOCOL = 5  # the layout of the verdict message and of the outcome agreement (5: all-reduce first)
 
 
 _HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
@@ -42,7 +42,8 @@ by comparing words instead of by a collective of mismatched tensors, which gloo 
 (which preceded a separate verdict): a process of either reads this message as one of another
 magic or protocol and disagrees; it never aborts. Protocol 4 merged the hello and the verdict
 into this one all-gather: each is a collective of about 4 ms on 4 processes sharing 2 loaded
-cores, a third of a warm call's fixed cost (issue 26).
+cores, a third of a warm call's fixed cost (issue 26). Protocol 5 keeps this message and makes
+the outcome agreement a 1-word all-reduce first (``outcome.py``).
 """
 
 
