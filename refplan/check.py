@@ -31,6 +31,7 @@ raise, so an object whose ``__repr__`` raises still ends as an ``InvalidReplicaP
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from . import limits
@@ -51,6 +52,10 @@ link numbers should pass ``min_split_bytes ≈ k·α·β`` instead.
 
 ResolvedAnswer = tuple[tuple[Box, ReplicaCandidate], ...]
 """An answer after checking: each part's box with the candidate that serves it."""
+
+_new_box = partial(tuple.__new__, Box)
+"""``Box(origin, extent)`` without the named tuple's Python ``__new__`` (once per request)."""
+
 
 def _fail(index: int, request: ReplicaRequest, what: str, name: str) -> InvalidReplicaPolicyError:
     """The error for answer ``index``; ``name`` is the parameter it belongs to (a request may be
@@ -208,7 +213,7 @@ def check_answers(
             else:
                 for cand in request.candidates:
                     if cand.source_rank == answer:
-                        one = ((Box(request.logical_origin, request.shape), cand),)
+                        one = ((_new_box((request.logical_origin, request.shape)), cand),)
                         break
                 else:  # not a holder: ``_candidate`` raises the error that says so
                     one = ((request.box, _candidate(index, request, answer, name)),)

@@ -18,6 +18,10 @@ frames, never from raw pieces, so every rule here guards a step of the proof
 
 Rule numbers and message fragments are those of ``spec/validation.md``. No check visits
 elements, and none loops over all pairs of pieces: overlaps come from ``box.overlapping_pairs``.
+
+A small map that plainly passes every rule (``limits.SMALL_MAP_PIECES``) is validated in one
+pure-Python pass instead (``_small_normalize``): the same frames and the same work charged, and
+anything unusual, every refusal included, goes the way above.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter, mul
+from operator import add, attrgetter, gt, mul
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -44,7 +48,7 @@ from .box import (
 )
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from .limits import MAX_COORDINATE, PlanBudget
-from .maps import AffinePiece, ParamAffineMap, piece_arrays
+from .maps import AffinePiece, MapContent, ParamAffineMap, piece_arrays
 
 __all__ = [
     "MAX_COORDINATE",
@@ -416,6 +420,13 @@ def normalize(
     a message naming the parameter, side, location, piece and box.
     """
     budget = budget or PlanBudget()
+    small = _small_normalize(param_map, side, parameter, budget)
+    if small is not None:
+        result, charged = small
+        if work is None:
+            work = pair_budget(parameter, side, budget)
+        work.add(charged)  # what the checks below charge on such a map, refused by the same counter
+        return result
     logical = param_map.logical_shape
     ndim = len(logical)
     _check_shape(logical, "logical shape", partial(_where, parameter, side), whole=True)
@@ -500,6 +511,197 @@ def normalize(
     check_shards_tile(result, work)
     check_holders(result, work)
     return result
+
+
+def _small_normalize(
+    param_map: ParamAffineMap, side: str, parameter: str, budget: PlanBudget
+) -> tuple[NormalizedMap, int] | None:
+    """``normalize`` of a small, plainly valid map in one pure-Python pass, with the box
+    comparisons the general path would charge; ``None`` for anything else (then the general path
+    decides, and explains every refusal).
+
+    Why: a distinct layout (every parameter's shape its own, so the batch memo never hits) is a
+    few dozen pieces, and the general path's set-up (per-location loops, numpy arrays for the
+    tiling check, a k-d query for holders) cost several times the work itself. Taken only for a
+    map of exact types with a shared content (every piece exactly an ``AffinePiece``) of at most
+    ``limits.SMALL_MAP_PIECES`` pieces where: every extent is positive (no empty F, shard or
+    piece), every location with a shard shape has pieces and the other way round, every piece
+    passes ``_common_frame``'s conditions, each location's local boxes and logical boxes are
+    separated along some axis (``box.separated``: the usual slabs), the local volumes sum to the
+    shard, the distinct logical boxes are separated along some axis, and each box's frames name
+    exactly their own locations as holders. Under those conditions every rule of
+    ``normalize``, ``check_shards_tile`` and ``check_holders`` passes and takes its shortcut,
+    so the frames are the same (same values, same order) and so is the work: one look per box
+    of every separation test the general path runs, plus one per frame in ``check_holders``.
+    Identical holders of a replicated piece (the same piece in the same shard shape) are decoded
+    once. tests/test_small_fast_path.py holds both paths equal, errors included.
+    """
+    if type(param_map) is not ParamAffineMap:
+        return None
+    content = param_map._content
+    if type(content) is not MapContent or content.pieces > limits.SMALL_MAP_PIECES:
+        return None
+    if content.pieces > budget.max_pieces_per_map:
+        return None
+    logical = content.logical_shape
+    ndim = len(logical)
+    if not 0 < ndim <= budget.max_ndim or min(logical) <= 0 or max(logical) > MAX_COORDINATE:
+        return None
+    logical_numel = volume(logical)
+    if logical_numel > MAX_COORDINATE:
+        return None
+    logical_strides = row_major_strides(logical)
+    shards = content.shard_shapes
+    held = content.pieces_by_rank
+    if len(shards) != len(held):
+        return None
+    frames: list[Frame] = []
+    append = frames.append
+    charged = 0
+    # Worked out once per distinct shard shape, and once per (piece, shard shape): replicas
+    # repeat one piece in one shard shape (``_Geometry``).
+    sized: dict[tuple[int, ...], tuple[tuple[int, ...], int] | None] = {}
+    decoded: dict[tuple[AffinePiece, tuple[int, ...]], _Geometry | None] = {}
+    for loc, shard in sorted(shards.items()):
+        pieces = held.get(loc)
+        if not pieces:
+            return None
+        if len(pieces) == 1:
+            piece = pieces[0]
+            geometry = decoded.get((piece, shard), _UNSEEN)
+            if geometry is _UNSEEN:
+                geometry = decoded[(piece, shard)] = _small_geometry(piece, shard, sized, logical, logical_strides)
+            # One box inside the shard tiles it only if it is all of it.
+            if geometry is None or not geometry[1]:
+                return None
+            append(_new_frame((loc, 0, piece[5]) + geometry[0]))
+            continue
+        here: list[Frame] = []
+        for index, piece in enumerate(pieces):
+            geometry = decoded.get((piece, shard), _UNSEEN)
+            if geometry is _UNSEEN:
+                geometry = decoded[(piece, shard)] = _small_geometry(piece, shard, sized, logical, logical_strides)
+            if geometry is None:
+                return None
+            here.append(_new_frame((loc, index, piece[5]) + geometry[0]))
+        # Premise A as ``check_shards_tile`` decides it when both separations hold: local boxes
+        # disjoint and summing to the shard, logical boxes disjoint (one look per box each).
+        locals_ = [f.local for f in here]
+        if not _apart(locals_) or sum([volume(extent) for _, extent in locals_]) != volume(shard):
+            return None
+        if not _apart([f.box for f in here]):
+            return None
+        charged += 2 * len(here)
+        here.sort(key=_FRAME_ORDER)  # one location: (box, piece index), as ``normalize`` orders them
+        frames.extend(here)
+    groups: dict[Box, list[Frame]] = {}
+    for f in frames:
+        group = groups.get(f.box)
+        if group is None:
+            groups[f.box] = [f]
+        else:
+            group.append(f)
+    if len(groups) > 1:
+        if not _apart(list(groups)):
+            return None
+        charged += len(groups)
+    charged += len(frames)
+    for same in groups.values():
+        if len(same) == 1:
+            only = same[0]
+            if len(only.locations) != 1 or only.location not in only.locations:
+                return None
+        else:
+            actual = frozenset([f.location for f in same])
+            if len(actual) != len(same) or any(f.locations != actual for f in same):
+                return None
+    result = _new_object(NormalizedMap)
+    _set_attribute(result, "__dict__", {
+        "parameter": parameter, "side": side, "logical_shape": logical, "shard_shapes": dict(shards),
+        "frames": tuple(frames), "piece_count": content.pieces,
+    })
+    return result, charged
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+_UNSEEN: Any = object()
+_new_frame = partial(tuple.__new__, Frame)
+"""``Frame`` from an 8-tuple without the named tuple's Python ``__new__`` (once per piece)."""
+_new_box = partial(tuple.__new__, Box)
+"""``Box`` from an (origin, extent) pair without the named tuple's Python ``__new__``."""
+
+_Geometry = tuple[tuple[Box, Box, tuple[int, ...], tuple[int, ...], int], bool]
+"""(the last five fields of the piece's ``Frame``: box, local box, shard shape, shard strides and
+shift; whether the local box is the whole shard)."""
+
+
+def _small_shard(shard: tuple[int, ...], ndim: int) -> tuple[tuple[int, ...], int] | None:
+    """(row-major strides, volume) of a shard shape with ``ndim`` positive extents whose volume
+    is at most 2**62 (so ``normalize``'s size rules pass), else ``None``."""
+    if len(shard) != ndim or min(shard) <= 0 or max(shard) > MAX_COORDINATE:
+        return None
+    numel = volume(shard)
+    if numel > MAX_COORDINATE:
+        return None
+    return row_major_strides(shard), numel
+
+
+def _small_geometry(
+    piece: AffinePiece,
+    shard: tuple[int, ...],
+    sized: dict[tuple[int, ...], tuple[tuple[int, ...], int] | None],
+    logical: tuple[int, ...],
+    logical_strides: tuple[int, ...],
+) -> _Geometry | None:
+    """((box in F, box in the shard, shard shape, shard strides, shift), whether the box is the
+    whole shard) of a piece that passes ``_common_frame``'s conditions with a positive extent on
+    every axis, in a shard shape that passes ``_small_shard`` (worked out once per shape in
+    ``sized``), else ``None``; the box, local box and shift are the values ``_frame`` computes.
+    ``logical`` has a positive extent on every axis and a volume of at most 2**62."""
+    size = sized.get(shard, _UNSEEN)
+    if size is _UNSEEN:
+        size = sized[shard] = _small_shard(shard, len(logical))
+    if size is None:
+        return None
+    shard_strides, shard_numel = size
+    shape, source_offset, source_strides, dest_offset, dest_strides, locations, scale = piece
+    if (
+        len(shape) != len(logical)
+        or source_strides != logical_strides
+        or dest_strides != shard_strides
+        or scale != 1.0
+        or not locations
+        or min(shape) <= 0
+        or not 0 <= source_offset < logical_strides[0] * logical[0]
+        or not 0 <= dest_offset < shard_numel
+    ):
+        return None
+    # Two axes (the usual case): the row-major decode is one divmod, as the last stride is 1.
+    origin = divmod(source_offset, logical_strides[0]) if len(shape) == 2 else _decode(source_offset, logical_strides)
+    if any(map(gt, map(add, origin, shape), logical)):
+        return None
+    whole = dest_offset == 0 and shape == shard
+    if whole:
+        local_origin: tuple[int, ...] = (0,) * len(shape)
+    else:
+        local_origin = divmod(dest_offset, shard_strides[0]) if len(shape) == 2 else _decode(dest_offset, shard_strides)
+        if any(map(gt, map(add, local_origin, shape), shard)):
+            return None
+    # As ``_frame``: the shard address of logical coordinate 0; the local origin's dot product
+    # with the shard strides is ``dest_offset`` itself (a decoded row-major offset).
+    shift = dest_offset - sum(map(mul, origin, shard_strides))
+    return (_new_box((origin, shape)), _new_box((local_origin, shape)), shard, shard_strides, shift), whole
+
+
+def _apart(boxes: list[Box]) -> bool:
+    """``box.separated`` of these non-empty boxes, without numpy: some axis on which their
+    intervals, sorted by start, each end at or before the next one starts."""
+    for axis in range(len(boxes[0].origin)):
+        starts, ends = zip(*sorted([(origin[axis], origin[axis] + extent[axis]) for origin, extent in boxes]))
+        if not any(map(gt, ends, starts[1:])):  # each interval ends at or before the next starts
+            return True
+    return False
 
 
 _FRAME_ORDER = attrgetter("location", "box", "piece_index")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import limits
-from .box import volume
+from .box import row_major_strides, volume
 from .errors import AffineTransferError, InvalidMapError
 from .limits import PlanBudget
 from .maps import describe, is_int
@@ -136,6 +136,43 @@ _new_object = object.__new__
 _set_attribute = object.__setattr__
 
 
+def make_plan(
+    segments: tuple[TransferSegment, ...],
+    logical_shape: tuple[int, ...],
+    moved_elements: int,
+    statistics: PlanStatistics,
+) -> TransferPlan:
+    """``TransferPlan(...)`` for values the planner already computed, filled in one step as
+    ``make_segment`` does (once per parameter); an ordinary, equal ``TransferPlan``."""
+    plan = _new_object(TransferPlan)
+    _set_attribute(plan, "__dict__", {
+        "segments": segments, "logical_shape": logical_shape, "moved_elements": moved_elements,
+        "statistics": statistics,
+    })
+    return plan
+
+
+def make_statistics(
+    source_pieces: int,
+    target_pieces: int,
+    pair_checks: int,
+    segments_before_merge: int,
+    segments: int,
+    plan_bytes: int,
+    requests: int,
+    split_requests: int,
+    merge_checks: int,
+) -> PlanStatistics:
+    """``PlanStatistics(...)`` of the planner's own counts, filled in one step (once per parameter)."""
+    stats = _new_object(PlanStatistics)
+    _set_attribute(stats, "__dict__", {
+        "source_pieces": source_pieces, "target_pieces": target_pieces, "pair_checks": pair_checks,
+        "segments_before_merge": segments_before_merge, "segments": segments, "plan_bytes": plan_bytes,
+        "requests": requests, "split_requests": split_requests, "merge_checks": merge_checks,
+    })
+    return stats
+
+
 def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, tuple[int, ...]]:
     ok = (
         isinstance(value, (list, tuple))
@@ -198,21 +235,7 @@ class TransferPlan:
         plans; the output is byte-identical to the generic encoder (tested).
         """
 
-        written: dict[tuple[int, ...], str] = {}
-
-        def ints(values: tuple[int, ...]) -> str:
-            # Plans repeat a few shapes and stride vectors thousands of times: write each once.
-            text = written.get(values)
-            if text is None:
-                text = written[values] = ",".join(map(str, values))
-            return text
-
-        parts = [
-            f'{{"shape":[{ints(s.shape)}],"source":[{s.source_rank},{s.source_offset},[{ints(s.source_strides)}]],'
-            f'"target":[{s.target_rank},{s.target_offset},[{ints(s.target_strides)}]]}}'
-            for s in self.segments
-        ]
-        return f'{{"logical_shape":[{ints(self.logical_shape)}],"segments":[{",".join(parts)}]}}'.encode()
+        return encode_segments(self.segments, self.logical_shape)
 
     @classmethod
     def from_dict(cls, entry: Any, where: str = "$") -> TransferPlan:
@@ -229,6 +252,26 @@ class TransferPlan:
         )
         stats = PlanStatistics(segments=len(segments), segments_before_merge=len(segments))
         return cls(segments, tuple(int(v) for v in shape), sum(s.numel for s in segments), stats)
+
+
+def encode_segments(segments: Sequence[TransferSegment], logical_shape: tuple[int, ...]) -> bytes:
+    """``TransferPlan.encode`` of a plan with these segments and logical shape (the planner
+    measures ``max_plan_bytes`` before the plan object exists)."""
+    written: dict[tuple[int, ...], str] = {}
+
+    def ints(values: tuple[int, ...]) -> str:
+        # Plans repeat a few shapes and stride vectors thousands of times: write each once.
+        text = written.get(values)
+        if text is None:
+            text = written[values] = ",".join(map(str, values))
+        return text
+
+    parts = [
+        f'{{"shape":[{ints(s.shape)}],"source":[{s.source_rank},{s.source_offset},[{ints(s.source_strides)}]],'
+        f'"target":[{s.target_rank},{s.target_offset},[{ints(s.target_strides)}]]}}'
+        for s in segments
+    ]
+    return f'{{"logical_shape":[{ints(logical_shape)}],"segments":[{",".join(parts)}]}}'.encode()
 
 
 def _segment_name(where: str, index: int) -> str:
@@ -249,6 +292,33 @@ def _decode(offset: int, strides: Sequence[int], shape: Sequence[int]) -> tuple[
             return None
         coord.append(q)
     return tuple(coord) if rest == 0 else None
+
+
+def _decodes(
+    offset: int,
+    strides: tuple[int, ...],
+    shape: tuple[int, ...],
+    ends: dict[tuple[tuple[int, ...], tuple[int, ...]], int | None],
+) -> bool:
+    """``_decode(offset, strides, shape) is not None``, cheaply in the usual case.
+
+    When ``strides`` are the row-major strides of ``shape`` and every extent is positive, the
+    greedy decode leaves each later coordinate inside its extent and nothing over (the last
+    stride is 1), so it fails exactly when the first coordinate reaches ``shape[0]``: when
+    ``offset >= shape[0] * strides[0]``, the shard's volume. ``ends`` remembers that volume per
+    (strides, shape), or ``None`` where the shortcut does not apply (then ``_decode`` decides).
+    """
+    key = (strides, shape)
+    end = ends.get(key, _NO_END)
+    if end is _NO_END:
+        plain = len(shape) > 0 and min(shape) > 0 and strides == row_major_strides(shape)
+        end = ends[key] = shape[0] * strides[0] if plain else None
+    if end is None:
+        return _decode(offset, strides, shape) is not None
+    return bool(offset < end)
+
+
+_NO_END: Any = object()
 
 
 def _fold_key(s_off: int, t_off: int, extent: Sequence[int], axis: int) -> tuple[int, ...]:
@@ -278,10 +348,24 @@ def coalesce(
     checks = 0
     out: list[TransferSegment] = []
     quiet = _quiet_groups(groups, source_shards, target_shards) if len(segments) >= limits.QUIET_SEGMENTS else {}
-    for key, members in sorted(groups.items(), key=lambda kv: kv[0]):
+    ends: dict[tuple[tuple[int, ...], tuple[int, ...]], int | None] = {}  # for ``_decodes``
+    for key, members in sorted(groups.items()):  # keys are distinct: ordered by key alone
         s_rank, t_rank, s_str, t_str, ndim = key
         s_shard = source_shards[s_rank]
         t_shard = target_shards[t_rank]
+        if len(members) == 1:
+            # A lone segment has no partner: each pass looks it up once per axis if both its
+            # offsets decode, finds at most itself, and the first pass changes nothing. So it is
+            # kept as it is, after the checks the loop below would count.
+            seg = members[0]
+            if budget.max_merge_passes > 0 and _decodes(seg.source_offset, s_str, s_shard, ends) and (
+                _decodes(seg.target_offset, t_str, t_shard, ends)
+            ):
+                checks += ndim
+                if checks > budget.max_merge_checks:
+                    raise _merge_budget_error(parameter, budget)
+            out.append(seg)
+            continue
         lookups = quiet.get(key)
         if lookups is not None:  # no lookup below would find a partner: one check each, no merge
             checks += lookups * ndim

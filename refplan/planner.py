@@ -10,7 +10,6 @@ against the budget. Any failure raises before anything is returned: no partial p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from functools import partial
 from itertools import chain, repeat
 from math import prod
@@ -24,7 +23,7 @@ from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyEr
 from .frames import NormalizedMap, normalize, pair_budget
 from .limits import PlanBudget
 from .maps import MapContent, ParamAffineMap
-from .plan import PlanStatistics, TransferPlan, TransferSegment, coalesce, make_segment
+from .plan import TransferPlan, TransferSegment, coalesce, encode_segments, make_plan, make_segment, make_statistics
 from .policies import balanced, first_holder, from_selector, lpt
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
@@ -234,25 +233,18 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
             "the plan is refused, not truncated"
         )
     logical = layout.target.logical_shape
-    plan = TransferPlan(tuple(segments), logical, sum(map(prod, map(_SHAPE, segments))))  # = Σ numel
-    plan_bytes = len(plan.encode())
+    segments_t = tuple(segments)
+    plan_bytes = len(encode_segments(segments_t, logical))
     if plan_bytes > budget.max_plan_bytes:  # R32
         raise over(
             f"parameter {name!r}: the plan{blame} encodes to {plan_bytes} bytes, above max_plan_bytes="
             f"{budget.max_plan_bytes}; the plan is refused, not truncated"
         )
-    stats = PlanStatistics(
-        source_pieces=layout.regions,
-        target_pieces=len(layout.target.frames),
-        pair_checks=layout.checks,
-        segments_before_merge=len(raw),
-        segments=len(segments),
-        plan_bytes=plan_bytes,
-        requests=len(prepared.requests),
-        split_requests=splits,
-        merge_checks=merge_checks,
+    stats = make_statistics(
+        layout.regions, len(layout.target.frames), layout.checks, len(raw), len(segments), plan_bytes,
+        len(prepared.requests), splits, merge_checks,
     )
-    return replace(plan, statistics=stats)
+    return make_plan(segments_t, logical, sum(map(prod, map(_SHAPE, segments))), stats)  # moved = Σ numel
 
 
 def _for_policy(

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import mul
+from functools import partial
+from math import prod
+from operator import attrgetter, mul
 from typing import TYPE_CHECKING, NamedTuple
 
 from .box import Box, volume
@@ -160,6 +162,9 @@ def _make_request(
 
 _new_object = object.__new__
 _set_attribute = object.__setattr__
+_PLACEMENT = attrgetter("strides", "shift")
+_new_candidate = partial(tuple.__new__, ReplicaCandidate)
+"""``ReplicaCandidate`` from a 3-tuple without the named tuple's Python ``__new__`` (once per holder)."""
 
 
 def build_requests(
@@ -184,15 +189,29 @@ def build_requests(
     target_nodes: dict[int, int] = {}
     region_processes: dict[int, tuple[int | None, ...]] = {}
     region_nodes: dict[int, tuple[int | None, ...]] = {}
+    # Per region's holders (by identity: ``inters`` holds them alive): their shared (strides,
+    # shift), or () when they differ.
+    uniform: dict[int, tuple[tuple[int, ...], int] | tuple[()]] = {}
     for x in inters:
         tgt = x.target
         box = x.box
         origin = box.origin
         extent = box.extent
-        candidates = tuple(
-            [ReplicaCandidate(h.location, sum(map(mul, origin, h.strides)) + h.shift, h.strides)
-             for h in x.region.holders]
-        )
+        # Replicas of a piece usually share the shard's strides and the shift (the same piece in
+        # the same shard shape): then every holder reads the box at one offset, worked out once.
+        holders = x.region.holders
+        alike = uniform.get(id(holders))
+        if alike is None:
+            kinds = set(map(_PLACEMENT, holders))
+            alike = uniform[id(holders)] = kinds.pop() if len(kinds) == 1 else ()
+        if alike:
+            strides, shift = alike
+            offset = sum(map(mul, origin, strides)) + shift
+            candidates = tuple([_new_candidate((h.location, offset, strides)) for h in holders])
+        else:
+            candidates = tuple(
+                [_new_candidate((h.location, sum(map(mul, origin, h.strides)) + h.shift, h.strides)) for h in holders]
+            )
         target_process: int | None = None
         processes: tuple[int | None, ...] = (None,) * len(candidates)
         nodes: tuple[int | None, ...] | None = None
@@ -233,7 +252,7 @@ def build_requests(
                 tgt.strides,
                 candidates,
                 processes,
-                None if element_size is None else volume(extent) * element_size,
+                None if element_size is None else prod(extent) * element_size,
                 nodes,
                 target_node,
             )

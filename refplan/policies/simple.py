@@ -6,7 +6,9 @@ for the determinism contract they keep.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from heapq import heapify, heapreplace
+from operator import attrgetter
 from typing import NamedTuple
 
 from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest
@@ -133,23 +135,30 @@ class _Units:
         elif len(r.candidates) == 1:
             fixed = (r.candidates[0].source_rank, holders.pairs[0][0])
         size = request_load(r)
-        return _Placed(holders, size, fixed, (holders.coverage, -size))
+        return _new_placed((holders, size, fixed, (holders.coverage, -size)))
 
     def of(self, r: ReplicaRequest) -> _Holders:
-        """The holders of ``r``, worked out once per distinct candidate content."""
-        candidates, processes = r.candidates, r.candidate_processes
-        key = (candidates, processes)
+        """The holders of ``r``, worked out once per distinct (candidate locations, processes):
+        that is all they depend on, and a model's requests have a few dozen of those, where the
+        candidates themselves (with their read offsets) are mostly distinct."""
+        processes = r.candidate_processes
+        ranks = tuple(map(_RANK, r.candidates))
+        key = (ranks, processes)
         known = self._known.get(key)
         if known is None:
             pairs = tuple(
-                [(p if self.by_process and p is not None else c.source_rank, c.source_rank)
-                 for c, p in zip(candidates, processes)]
+                [(p if self.by_process and p is not None else rank, rank) for rank, p in zip(ranks, processes)]
             )
             order = sorted(range(len(pairs)), key=lambda k: (pairs[k][1], k))
             known = self._known[key] = _Holders(
                 pairs, len({u for u, _ in pairs}), tuple(pairs[k][0] for k in order), tuple(pairs[k][1] for k in order)
             )
         return known
+
+
+_RANK = attrgetter("source_rank")
+_new_placed = partial(tuple.__new__, _Placed)
+"""``_Placed`` from a 4-tuple without the named tuple's Python ``__new__`` (once per request)."""
 
 
 def _assign_least_loaded(

@@ -1,0 +1,561 @@
+"""The small-map fast path (issue 27) plans exactly what the general path plans.
+
+A distinct layout (every parameter's shape its own, so the batch memo never hits) costs the
+planner its per-layout work: validating both maps, grouping, covering, intersecting, building
+requests, coalescing. For small maps that work now takes pure-Python shortcuts
+(``frames._small_normalize``, the separation shortcuts of ``regions``, the lone-segment shortcut
+of ``plan.coalesce``, shared candidate offsets in ``requests``, holder sets keyed by locations in
+``policies.simple``). Each shortcut claims "same result, same work charged, same refusal", so:
+
+- drawn layouts are planned with the fast path and with it forced off
+  (``limits.SMALL_MAP_PIECES = -1``): the same plans (bytes and statistics) or the same error
+  class and message, and the oracle judges both plans exact;
+- every one-field change of a drawn map (``test_fast_paths._CHANGES``) and every budget is
+  refused the same way by both;
+- the fast-path functions are held to exact outputs (frames, work charged, bail-outs), so that
+  a mutant of any of them is caught (they are in the planner core's mutation scope).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from conftest import Reached, examples, piece, pmap
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fast_paths import _CHANGES, _mutated
+
+from refplan import limits, plan_transfers, verify_plans
+from refplan.box import Box, WorkCounter
+from refplan.errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
+from refplan.frames import (
+    MAX_COORDINATE,
+    Frame,
+    _apart,
+    _small_geometry,
+    _small_normalize,
+    _small_shard,
+    normalize,
+)
+from refplan.limits import PlanBudget
+from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
+from refplan.plan import (
+    PlanStatistics,
+    TransferPlan,
+    TransferSegment,
+    _decode,
+    _decodes,
+    coalesce,
+    encode_plan,
+    encode_segments,
+    make_plan,
+    make_statistics,
+)
+from refplan.planner import collect_requests
+from refplan.policies import POLICIES
+from refplan.policies.simple import _Units
+from refplan.regions import check_target_cover, intersections, source_regions
+from refplan.requests import build_requests
+from refplan.strategies import map_batches, param_maps
+
+# ---------------------------------------------------------------------------------------------
+# Both paths.
+
+
+@contextmanager
+def _general() -> Iterator[None]:
+    """The general path only: no map is small enough for ``_small_normalize``."""
+    saved = limits.SMALL_MAP_PIECES
+    limits.SMALL_MAP_PIECES = -1
+    try:
+        yield
+    finally:
+        limits.SMALL_MAP_PIECES = saved
+
+
+def _outcome(run: Callable[[], Any]) -> Any:
+    try:
+        return ("ok", run())
+    except AffineTransferError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def _planned(batch: dict[str, tuple[ParamAffineMap, ParamAffineMap]], **kwargs: Any) -> Any:
+    """Every plan as (bytes, statistics), or the refusal."""
+    def run() -> Any:
+        plans = plan_transfers(batch, **kwargs)
+        return plans, {name: (plan.encode(), plan.statistics) for name, plan in plans.items()}
+    return _outcome(run)
+
+
+def _small_taken(batch: dict[str, tuple[ParamAffineMap, ParamAffineMap]]) -> bool:
+    return any(
+        _small_normalize(m, "source", name, PlanBudget()) is not None
+        for name, pair in batch.items() for m in pair
+    )
+
+
+def test_drawn_layouts_are_planned_the_same_and_exactly_by_both_paths() -> None:
+    """Batches of drawn layouts under every policy: the same plan bytes and statistics (or the same
+    refusal) with the fast path and without it, and the oracle judges both plans exact. Counted:
+    enough examples must plan with the fast path actually taken."""
+    reached = Reached()
+
+    @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(map_batches(max_parameters=3, max_holders=3), st.sampled_from(sorted(POLICIES)))
+    def both(batch: dict[str, tuple[ParamAffineMap, ParamAffineMap]], policy: str) -> None:
+        fast = _planned(batch, replica_policy=POLICIES[policy])
+        with _general():
+            slow = _planned(batch, replica_policy=POLICIES[policy])
+        assert fast[0] == slow[0]
+        assert (fast[1][1] if fast[0] == "ok" else fast[1]) == (slow[1][1] if slow[0] == "ok" else slow[1])
+        if fast[0] != "ok":
+            reached.hit("refused by both")
+            return
+        assert verify_plans(batch, fast[1][0]).status == "ok"
+        assert verify_plans(batch, slow[1][0]).status == "ok"
+        if _small_taken(batch):
+            reached.hit("fast path planned, both judged exact")
+
+    both()
+    reached.at_least("fast path planned, both judged exact", max(1, examples() // 3))
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(param_maps(max_holders=2), st.integers(0, len(_CHANGES) - 1), st.integers(0, 1000))
+def test_every_change_to_a_drawn_map_is_decided_the_same_way(m: ParamAffineMap, change: int, pick: int) -> None:
+    """Frames, work charged and every refusal (class and message) are the general path's."""
+    m = _mutated(m, change, pick)
+
+    def run() -> Any:
+        work = WorkCounter()
+        return normalize(m, "source", "w", work=work), work.count
+
+    fast = _outcome(run)
+    with _general():
+        slow = _outcome(run)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("change", range(len(_CHANGES)))
+def test_every_change_to_a_replicated_split_is_planned_or_refused_the_same_way(change: int) -> None:
+    source = _mutated(replicate(contiguous_split_map((8, 6), [4, 4], 0), 2), change, 1)
+    target = contiguous_split_map((8, 6), [2, 3, 3], 0)
+    for batch in ({"w": (target, source)}, {"w": (source, target)}):
+        fast = _planned(batch)
+        with _general():
+            slow = _planned(batch)
+        assert fast[0] == slow[0]
+        assert (fast[1][1] if fast[0] == "ok" else fast[1]) == (slow[1][1] if slow[0] == "ok" else slow[1])
+        assert (fast[0] == "ok") == (change == 0)
+
+
+_BUDGETS = [
+    {"max_pair_checks": k} for k in range(0, 16)
+] + [
+    {"max_pieces_per_map": 3}, {"max_pieces_per_map": 4}, {"max_ndim": 1}, {"max_ndim": 2},
+    {"max_merge_checks": 5}, {"max_merge_checks": 6}, {"max_merge_passes": 0}, {"max_segments": 2},
+    {"max_plan_bytes": 100},
+]
+
+
+@pytest.mark.parametrize("budget", _BUDGETS, ids=[str(b) for b in _BUDGETS])
+def test_every_budget_is_refused_the_same_way(budget: dict[str, int]) -> None:
+    batch = {"w": (contiguous_split_map((8, 6), [2, 3, 3], 0), replicate(contiguous_split_map((8, 6), [4, 4], 0), 2))}
+    fast = _planned(batch, limits=PlanBudget(**budget))
+    with _general():
+        slow = _planned(batch, limits=PlanBudget(**budget))
+    assert fast[0] == slow[0]
+    assert (fast[1][1] if fast[0] == "ok" else fast[1]) == (slow[1][1] if slow[0] == "ok" else slow[1])
+
+
+def test_the_budgets_above_cover_both_outcomes() -> None:
+    """The pair-check budgets above straddle the layout's largest counter (each of a
+    parameter's three counters is held to the budget alone): some refuse, some plan."""
+    batch = {"w": (contiguous_split_map((8, 6), [2, 3, 3], 0), replicate(contiguous_split_map((8, 6), [4, 4], 0), 2))}
+    assert plan_transfers(batch)["w"].statistics.pair_checks == 26
+    outcomes = [_planned(batch, limits=PlanBudget(**b))[0] for b in _BUDGETS if "max_pair_checks" in b]
+    assert outcomes[0] == "AffineTransferError" and outcomes[-1] == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# frames: exact outputs.
+
+_REPLICATED = replicate(contiguous_split_map((8, 6), [4, 4], 0), 2)  # locations 0, 2 | 1, 3
+
+
+def test_small_normalize_of_a_replicated_split() -> None:
+    out = _small_normalize(_REPLICATED, "source", "w", PlanBudget())
+    assert out is not None
+    nmap, charged = out
+    top, bottom = Box((0, 0), (4, 6)), Box((4, 0), (4, 6))
+    local = Box((0, 0), (4, 6))
+    assert nmap.frames == (
+        Frame(0, 0, frozenset({0, 2}), top, local, (4, 6), (6, 1), 0),
+        Frame(1, 0, frozenset({1, 3}), bottom, local, (4, 6), (6, 1), -24),
+        Frame(2, 0, frozenset({0, 2}), top, local, (4, 6), (6, 1), 0),
+        Frame(3, 0, frozenset({1, 3}), bottom, local, (4, 6), (6, 1), -24),
+    )
+    assert (nmap.parameter, nmap.side, nmap.logical_shape, nmap.piece_count) == ("w", "source", (8, 6), 4)
+    assert nmap.shard_shapes == {0: (4, 6), 1: (4, 6), 2: (4, 6), 3: (4, 6)}
+    assert charged == 2 + 4  # two distinct boxes separated, one look per frame
+    with _general():
+        work = WorkCounter()
+        assert normalize(_REPLICATED, "source", "w", work=work) == nmap
+        assert work.count == charged
+
+
+def _two_pieces_in_one_shard() -> ParamAffineMap:
+    """Location 0 holds rows 2:4 then 0:2 of F (4, 3), swapped in its shard; location 1 all of F."""
+    return pmap((4, 3), {0: (4, 3), 1: (4, 3)}, {
+        0: [piece((2, 3), 6, (3, 1), 0, (3, 1), [0, 1]), piece((2, 3), 0, (3, 1), 6, (3, 1), [0, 1])],
+        1: [piece((4, 3), 0, (3, 1), 0, (3, 1), [1])],
+    })
+
+
+def test_small_normalize_of_several_pieces_in_one_shard() -> None:
+    m = _two_pieces_in_one_shard()
+    # Location 1 says it alone holds F, but location 0 holds all of it too: the general path
+    # explains that, the fast path declines.
+    assert _small_normalize(m, "source", "w", PlanBudget()) is None
+    fixed = pmap((4, 3), {0: (4, 3), 1: (2, 3), 2: (2, 3)}, {
+        0: [piece((2, 3), 6, (3, 1), 0, (3, 1), [0, 2]), piece((2, 3), 0, (3, 1), 6, (3, 1), [0, 1])],
+        1: [piece((2, 3), 0, (3, 1), 0, (3, 1), [0, 1])],
+        2: [piece((2, 3), 6, (3, 1), 0, (3, 1), [0, 2])],
+    })
+    out = _small_normalize(fixed, "source", "w", PlanBudget())
+    assert out is not None
+    nmap, charged = out
+    assert [(f.location, f.piece_index, f.box, f.local, f.shift) for f in nmap.frames] == [
+        (0, 1, Box((0, 0), (2, 3)), Box((2, 0), (2, 3)), 6),
+        (0, 0, Box((2, 0), (2, 3)), Box((0, 0), (2, 3)), -6),
+        (1, 0, Box((0, 0), (2, 3)), Box((0, 0), (2, 3)), 0),
+        (2, 0, Box((2, 0), (2, 3)), Box((0, 0), (2, 3)), -6),
+    ]
+    assert charged == 2 * 2 + 2 + 4  # location 0's two separations, the two boxes, four frames
+    with _general():
+        work = WorkCounter()
+        assert normalize(fixed, "source", "w", work=work) == nmap
+        assert work.count == charged
+
+
+def test_small_normalize_charges_the_counter_it_is_given() -> None:
+    work = WorkCounter()
+    normalize(_REPLICATED, "source", "w", work=work)
+    assert work.count == 6
+    with pytest.raises(AffineTransferError, match="max_pair_checks=5"):
+        normalize(_REPLICATED, "source", "w", PlanBudget(max_pair_checks=5))
+    normalize(_REPLICATED, "source", "w", PlanBudget(max_pair_checks=6))
+
+
+def test_small_normalize_stops_at_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "SMALL_MAP_PIECES", 4)
+    assert _small_normalize(_REPLICATED, "source", "w", PlanBudget()) is not None
+    monkeypatch.setattr(limits, "SMALL_MAP_PIECES", 3)
+    assert _small_normalize(_REPLICATED, "source", "w", PlanBudget()) is None
+
+
+class _Map(ParamAffineMap):
+    __slots__ = ()
+
+
+_DECLINED: dict[str, tuple[ParamAffineMap, PlanBudget]] = {
+    "subclass": (_Map((4,), {0: (4,)}, {0: [AffinePiece((4,), 0, (1,), 0, (1,), [0])]}), PlanBudget()),
+    "plain tuple piece": (
+        ParamAffineMap((4,), {0: (4,)}, {0: [tuple(AffinePiece((4,), 0, (1,), 0, (1,), [0]))]}),  # type: ignore[list-item]
+        PlanBudget(),
+    ),
+    "more pieces than the budget": (_REPLICATED, PlanBudget(max_pieces_per_map=3)),
+    "more axes than the budget": (_REPLICATED, PlanBudget(max_ndim=1)),
+    "no axes": (pmap((), {0: ()}, {0: [piece((), 0, (), 0, (), [0])]}), PlanBudget()),
+    "empty F": (pmap((0, 2), {0: (0, 2)}, {0: []}), PlanBudget()),
+    "F above 2**62": (pmap((2**31, 2**32), {0: (1, 1)}, {0: [piece((1, 1), 0, (2**32, 1), 0, (1, 1), [0])]}),
+                      PlanBudget()),
+    "extent above 2**62": (pmap((2**63,), {0: (1,)}, {0: [piece((1,), 0, (1,), 0, (1,), [0])]}), PlanBudget()),
+    "shard without pieces": (pmap((4,), {0: (4,), 1: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])], 1: []}),
+                             PlanBudget()),
+    "pieces without shard": (pmap((4,), {0: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])],
+                                                     1: [piece((4,), 0, (1,), 0, (1,), [1])]}), PlanBudget()),
+    "shards elsewhere": (pmap((4,), {0: (4,), 2: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])],
+                                                         1: [piece((4,), 0, (1,), 0, (1,), [1])]}), PlanBudget()),
+    "empty shard": (pmap((4,), {0: (4,), 1: (0,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])],
+                                                    1: [piece((0,), 0, (1,), 0, (1,), [1])]}), PlanBudget()),
+    "part of the shard": (pmap((4,), {0: (5,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])]}), PlanBudget()),
+    "empty piece beside": (pmap((4,), {0: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0]),
+                                                      piece((0,), 4, (1,), 4, (1,), [0])]}), PlanBudget()),
+    "overlapping local boxes": (pmap((4,), {0: (4,)}, {0: [piece((2,), 0, (1,), 0, (1,), [0]),
+                                                           piece((2,), 2, (1,), 1, (1,), [0])]}), PlanBudget()),
+    "local boxes short of the shard": (pmap((4,), {0: (5,)}, {0: [piece((2,), 0, (1,), 0, (1,), [0]),
+                                                                  piece((2,), 2, (1,), 3, (1,), [0])]}),
+                                       PlanBudget()),
+    "overlapping logical boxes": (pmap((4,), {0: (4,)}, {0: [piece((2,), 0, (1,), 0, (1,), [0]),
+                                                             piece((2,), 1, (1,), 2, (1,), [0])]}), PlanBudget()),
+    "regions not separated": (pmap((4,), {0: (4,), 1: (2,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])],
+                                                               1: [piece((2,), 1, (1,), 0, (1,), [1])]}),
+                              PlanBudget()),
+    "a lone holder names another": (pmap((4,), {0: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [1])]}),
+                                    PlanBudget()),
+    "a lone holder names two": (pmap((4,), {0: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0, 1])]}), PlanBudget()),
+    "replicas name too few": (pmap((4,), {0: (4,), 1: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0, 1])],
+                                                              1: [piece((4,), 0, (1,), 0, (1,), [1])]}),
+                              PlanBudget()),
+    "replicas name too many": (pmap((4,), {0: (4,), 1: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0, 1, 2])],
+                                                               1: [piece((4,), 0, (1,), 0, (1,), [0, 1, 2])]}),
+                               PlanBudget()),
+    "one location holds a box twice": (pmap((4,), {0: (8,), 1: (4,)}, {
+        0: [piece((4,), 0, (1,), 0, (1,), [0, 1]), piece((4,), 0, (1,), 4, (1,), [0, 1])],
+        1: [piece((4,), 0, (1,), 0, (1,), [0, 1])]}), PlanBudget()),
+    "bad piece": (pmap((4,), {0: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0], 2.0)]}), PlanBudget()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_DECLINED))
+def test_small_normalize_declines(case: str) -> None:
+    m, budget = _DECLINED[case]
+    assert _small_normalize(m, "source", "w", budget) is None
+    with _general():
+        slow = _outcome(lambda: normalize(m, "source", "w", budget))
+    assert _outcome(lambda: normalize(m, "source", "w", budget)) == slow
+
+
+def test_small_normalize_takes_the_usual_cases() -> None:
+    for m in (
+        pmap((4,), {0: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0])]}),
+        pmap((4,), {0: (4,), 1: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0, 1])],
+                                        1: [piece((4,), 0, (1,), 0, (1,), [0, 1])]}),
+        pmap((4,), {0: (4,)}, {0: [piece((2,), 0, (1,), 2, (1,), [0]), piece((2,), 2, (1,), 0, (1,), [0])]}),
+        contiguous_split_map((6, 4, 2), [2, 2], 1),
+    ):
+        out = _small_normalize(m, "target", "p", PlanBudget())
+        assert out is not None
+        with _general():
+            work = WorkCounter()
+            assert normalize(m, "target", "p", work=work) == out[0]
+            assert work.count == out[1]
+
+
+def test_small_shard() -> None:
+    assert _small_shard((3, 4), 2) == ((4, 1), 12)
+    assert _small_shard((5,), 1) == ((1,), 5)
+    assert _small_shard((2, 3, 4), 3) == ((12, 4, 1), 24)
+    assert _small_shard((3, 4), 1) is None
+    assert _small_shard((3, 0), 2) is None
+    assert _small_shard((1, MAX_COORDINATE), 2) == ((MAX_COORDINATE, 1), MAX_COORDINATE)
+    assert _small_shard((1, MAX_COORDINATE + 1), 2) is None
+    assert _small_shard((2, 2**61), 2) == ((2**61, 1), 2**62)
+    assert _small_shard((4, 2**61), 2) is None  # volume above 2**62
+
+
+def _geometry(p: AffinePiece, shard: tuple[int, ...], logical: tuple[int, ...]) -> Any:
+    strides = tuple(int(x) for x in _small_shard(logical, len(logical))[0])  # type: ignore[index]
+    return _small_geometry(p, shard, {}, logical, strides)
+
+
+def test_small_geometry() -> None:
+    # Rows 2:4 of F (4, 3) as the whole shard.
+    assert _geometry(AffinePiece((2, 3), 6, (3, 1), 0, (3, 1), [0]), (2, 3), (4, 3)) == (
+        (Box((2, 0), (2, 3)), Box((0, 0), (2, 3)), (2, 3), (3, 1), -6), True
+    )
+    # The same rows at row 1 of a (3, 3) shard: not the whole shard.
+    assert _geometry(AffinePiece((2, 3), 6, (3, 1), 3, (3, 1), [0]), (3, 3), (4, 3)) == (
+        (Box((2, 0), (2, 3)), Box((1, 0), (2, 3)), (3, 3), (3, 1), -3), False
+    )
+    # Columns 1:3 of F (2, 4) in a (2, 2) shard; one and three axes take the general decode.
+    assert _geometry(AffinePiece((2, 2), 1, (4, 1), 0, (2, 1), [0]), (2, 2), (2, 4)) == (
+        (Box((0, 1), (2, 2)), Box((0, 0), (2, 2)), (2, 2), (2, 1), -1), True
+    )
+    assert _geometry(AffinePiece((3,), 2, (1,), 1, (1,), [0]), (4,), (6,)) == (
+        (Box((2,), (3,)), Box((1,), (3,)), (4,), (1,), -1), False
+    )
+    assert _geometry(AffinePiece((1, 2, 2), 10, (8, 4, 1), 2, (6, 2, 1), [0]), (1, 3, 2), (2, 2, 4)) == (
+        (Box((1, 0, 2), (1, 2, 2)), Box((0, 1, 0), (1, 2, 2)), (1, 3, 2), (6, 2, 1), -6), False
+    )
+    assert _geometry(AffinePiece((1, 2, 2), 14, (8, 4, 1), 2, (6, 2, 1), [0]), (1, 3, 2), (2, 2, 4)) is None
+
+
+@pytest.mark.parametrize("bad", [
+    AffinePiece((2,), 0, (1,), 0, (1,), [0]),  # axes
+    AffinePiece((2, 3), 6, (1, 1), 0, (3, 1), [0]),  # source strides
+    AffinePiece((2, 3), 6, (3, 1), 0, (4, 1), [0]),  # dest strides
+    AffinePiece((2, 3), 6, (3, 1), 0, (3, 1), [0], 0.5),  # scale
+    AffinePiece((2, 3), 6, (3, 1), 0, (3, 1), []),  # no holder
+    AffinePiece((0, 3), 6, (3, 1), 0, (3, 1), [0]),  # empty
+    AffinePiece((2, 3), -1, (3, 1), 0, (3, 1), [0]),  # source offset below F
+    AffinePiece((2, 3), 12, (3, 1), 0, (3, 1), [0]),  # source offset past F
+    AffinePiece((2, 3), 6, (3, 1), -1, (3, 1), [0]),  # dest offset below the shard
+    AffinePiece((2, 3), 6, (3, 1), 9, (3, 1), [0]),  # dest offset past the shard
+    AffinePiece((2, 3), 9, (3, 1), 0, (3, 1), [0]),  # box past F's rows
+    AffinePiece((2, 2), 2, (3, 1), 0, (3, 1), [0]),  # box past F's columns
+    AffinePiece((2, 3), 6, (3, 1), 6, (3, 1), [0]),  # shard box past the shard's rows
+    AffinePiece((2, 2), 6, (3, 1), 2, (3, 1), [0]),  # shard box past the shard's columns
+])
+def test_small_geometry_declines(bad: AffinePiece) -> None:
+    assert _geometry(bad, (3, 3), (4, 3)) is None
+
+
+def test_small_geometry_declines_a_bad_shard() -> None:
+    assert _small_geometry(AffinePiece((2,), 0, (1,), 0, (1,), [0]), (2, 1), {}, (4,), (1,)) is None
+    sized: dict[tuple[int, ...], Any] = {}
+    assert _small_geometry(AffinePiece((2,), 0, (1,), 0, (1,), [0]), (2,), sized, (4,), (1,)) is not None
+    assert sized == {(2,): ((1,), 2)}  # worked out once per shard shape
+
+
+def test_apart() -> None:
+    b = Box
+    assert _apart([b((0,), (2,)), b((2,), (2,))])  # touching
+    assert _apart([b((2,), (2,)), b((0,), (2,))])  # in any order
+    assert not _apart([b((0,), (2,)), b((1,), (2,))])  # one element shared
+    assert not _apart([b((0,), (2,)), b((0,), (2,))])
+    assert _apart([b((0, 0), (2, 2)), b((0, 2), (2, 2))])  # apart on the second axis only
+    assert _apart([b((0, 0), (2, 2)), b((2, 0), (2, 2))])  # on the first only
+    assert not _apart([b((0, 0), (2, 2)), b((2, 0), (2, 2)), b((0, 2), (4, 2)), b((1, 4), (1, 1))])
+    assert _apart([b((0, 0), (1, 1))])
+
+
+# ---------------------------------------------------------------------------------------------
+# regions: the separation shortcuts charge what the general queries charge.
+
+
+def _nmap(m: ParamAffineMap, side: str) -> Any:
+    return normalize(m, side, "w")
+
+
+def test_source_regions_charge_one_look_per_box() -> None:
+    work = WorkCounter()
+    regions = source_regions(_nmap(replicate(contiguous_split_map((9, 2), [3, 3, 3], 0), 2), "source"), work)
+    assert [r.box for r in regions] == [Box((0, 0), (3, 2)), Box((3, 0), (3, 2)), Box((6, 0), (3, 2))]
+    assert [[f.location for f in r.holders] for r in regions] == [[0, 3], [1, 4], [2, 5]]
+    assert work.count == 3
+    work = WorkCounter()
+    source_regions(_nmap(replicate(contiguous_split_map((9, 2), [9], 0), 3), "source"), work)
+    assert work.count == 0  # one region: nothing compared
+
+
+def test_source_regions_refuse_as_before() -> None:
+    recut = pmap((4,), {0: (4,), 1: (4,)}, {
+        0: [piece((2,), 0, (1,), 0, (1,), [0, 1]), piece((2,), 2, (1,), 2, (1,), [0, 1])],
+        1: [piece((4,), 0, (1,), 0, (1,), [0, 1])],
+    })
+    with pytest.raises(UnsupportedLayoutError, match=r"box \[0:2\] \(locations \[0\]\) overlaps box \[0:4\]"):
+        source_regions(_nmap(recut, "source"), WorkCounter())
+    short = pmap((4,), {0: (2,)}, {0: [piece((2,), 0, (1,), 0, (1,), [0])]})
+    with pytest.raises(InvalidMapError, match=r"cover only 2 of its 4 elements; box \[2:4\]"):
+        source_regions(_nmap(short, "source"), WorkCounter())
+
+
+def test_target_cover_charges_one_look_per_distinct_box() -> None:
+    work = WorkCounter()
+    check_target_cover(_nmap(replicate(contiguous_split_map((9, 2), [4, 5], 0), 3), "target"), work)
+    assert work.count == 2
+    gap = pmap((4,), {0: (2,), 1: (1,)}, {0: [piece((2,), 0, (1,), 0, (1,), [0])],
+                                          1: [piece((1,), 3, (1,), 0, (1,), [1])]})
+    with pytest.raises(InvalidMapError, match=r"do not cover F \(4,\); box \[2:3\] has no target"):
+        check_target_cover(_nmap(gap, "target"), WorkCounter())
+
+
+def test_intersections_of_a_split_against_a_replicated_split() -> None:
+    target = _nmap(contiguous_split_map((8, 2), [3, 5], 0), "target")
+    regions = source_regions(_nmap(replicate(contiguous_split_map((8, 2), [4, 4], 0), 2), "source"), WorkCounter())
+    work = WorkCounter()
+    inters = intersections(target, regions, work)
+    assert [(x.target.location, x.box, [f.location for f in x.region.holders]) for x in inters] == [
+        (0, Box((0, 0), (3, 2)), [0, 2]),
+        (1, Box((3, 0), (1, 2)), [0, 2]),
+        (1, Box((4, 0), (4, 2)), [1, 3]),
+    ]
+    assert work.count == 2 + 2 + 3
+    assert type(inters[0].box) is Box and type(inters[0]).__name__ == "Intersection"
+
+
+# ---------------------------------------------------------------------------------------------
+# requests and policies.
+
+
+def test_candidates_read_at_each_holders_own_offset() -> None:
+    # Region [0:2] of F (4,) held by location 0 at shard offset 0 and by location 1 at offset 2.
+    source = pmap((4,), {0: (4,), 1: (4,)}, {
+        0: [piece((2,), 0, (1,), 0, (1,), [0, 1]), piece((2,), 2, (1,), 2, (1,), [0, 1])],
+        1: [piece((2,), 0, (1,), 2, (1,), [0, 1]), piece((2,), 2, (1,), 0, (1,), [0, 1])],
+    })
+    target = pmap((4,), {0: (1,), 1: (3,)}, {0: [piece((1,), 0, (1,), 0, (1,), [0])],
+                                             1: [piece((3,), 1, (1,), 0, (1,), [1])]})
+    s, t = _nmap(source, "source"), _nmap(target, "target")
+    inters = intersections(t, source_regions(s, WorkCounter()), WorkCounter())
+    requests = build_requests("w", inters, element_size=2)
+    assert [(r.target_location, r.logical_origin, r.shape, r.target_offset, r.bytes,
+             [(c.source_rank, c.source_offset) for c in r.candidates]) for r in requests] == [
+        (0, (0,), (1,), 0, 2, [(0, 0), (1, 2)]),
+        (1, (1,), (1,), 0, 2, [(0, 1), (1, 3)]),
+        (1, (2,), (2,), 1, 4, [(0, 2), (1, 0)]),
+    ]
+    replicated = _nmap(replicate(contiguous_split_map((4,), [2, 2], 0), 2), "source")
+    inters = intersections(t, source_regions(replicated, WorkCounter()), WorkCounter())
+    assert [[(c.source_rank, c.source_offset) for c in r.candidates] for r in build_requests("w", inters)] == [
+        [(0, 0), (2, 0)], [(0, 1), (2, 1)], [(1, 0), (3, 0)],
+    ]
+
+
+def test_holder_sets_are_shared_by_requests_with_the_same_locations() -> None:
+    source = replicate(contiguous_split_map((8, 2), [4, 4], 0), 2)
+    requests = collect_requests({"w": (contiguous_split_map((8, 2), [2, 2, 2, 2], 0), source)})
+    assert len(requests) == 4 and len({r.candidates for r in requests}) == 4
+    units = _Units()
+    placed = units.placed(list(requests))
+    assert len(units.holders) == 2
+    assert placed[0].holders is placed[1].holders and placed[2].holders is placed[3].holders
+    assert placed[0].holders.ranks == (0, 2) and placed[2].holders.ranks == (1, 3)
+    assert [p.size for p in placed] == [4, 4, 4, 4] and [p.fixed for p in placed] == [None] * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# plan: lone segments, plan objects, encoding.
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (3, 1, 2), (2, 0), (0,), ()])
+def test_decodes_is_decode(shape: tuple[int, ...]) -> None:
+    from refplan.box import row_major_strides
+
+    numel = 1
+    for s in shape:
+        numel *= s
+    ends: dict[Any, Any] = {}
+    for strides in (row_major_strides(shape), tuple(reversed(row_major_strides(shape))), (2,) * len(shape)):
+        for offset in range(-numel - 3, 2 * numel + 4):
+            assert _decodes(offset, strides, shape, ends) == (_decode(offset, strides, shape) is not None), (
+                offset, strides, shape
+            )
+
+
+def _lone(s_off: int, t_off: int) -> TransferSegment:
+    return TransferSegment(0, s_off, (3, 1), 1, t_off, (3, 1), (1, 3))
+
+
+def test_lone_segments_are_kept_and_charged_once_per_axis() -> None:
+    a = _lone(3, 0)
+    b = TransferSegment(2, 0, (3, 1), 1, 3, (3, 1), (1, 3))
+    far = _lone(9, 3)  # source offset past its (3, 3) shard: not decodable, never looked up
+    shards = {0: (3, 3), 2: (3, 3)}
+    out, checks = coalesce([b, a], shards, {1: (2, 3)}, PlanBudget())
+    assert out == [a, b] and out[0] is a and checks == 4
+    out, checks = coalesce([far], shards, {1: (2, 3)}, PlanBudget())
+    assert out == [far] and checks == 0
+    assert coalesce([a, b], shards, {1: (2, 3)}, PlanBudget(max_merge_passes=0))[1] == 0
+    assert coalesce([a, b], shards, {1: (2, 3)}, PlanBudget(max_merge_passes=1))[1] == 4
+    assert coalesce([a, b], shards, {1: (2, 3)}, PlanBudget(max_merge_checks=4))[1] == 4
+    with pytest.raises(AffineTransferError, match="max_merge_checks=3"):
+        coalesce([a, b], shards, {1: (2, 3)}, PlanBudget(max_merge_checks=3), "w")
+
+
+def test_plan_objects_equal_their_constructors() -> None:
+    stats = make_statistics(1, 2, 3, 4, 5, 6, 7, 8, 9)
+    assert stats == PlanStatistics(1, 2, 3, 4, 5, 6, 7, 8, 9)
+    assert [getattr(stats, f) for f in PlanStatistics.__dataclass_fields__] == list(range(1, 10))
+    segments = (_lone(3, 0),)
+    plan = make_plan(segments, (3, 3), 3, stats)
+    assert plan == TransferPlan(segments, (3, 3), 3, stats)
+    assert plan.statistics is stats and plan.segments is segments and plan.moved_elements == 3
+    assert encode_segments(segments, (3, 3)) == encode_plan(plan.to_dict()) == plan.encode()
+    assert encode_segments((), (2,)) == b'{"logical_shape":[2],"segments":[]}'
