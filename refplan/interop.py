@@ -35,10 +35,9 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from .box import row_major_strides, volume
 from .errors import InvalidMapError, UnsupportedLayoutError
 from .frames import normalize
-from .maps import AffinePiece, ParamAffineMap
+from .maps import ParamAffineMap, runs_map
 
 __all__ = [
     "StateDictMaps",
@@ -111,33 +110,7 @@ def _build(logical_shape: tuple[int, ...], holdings: Mapping[int, Holding], para
     sources of this module guarantee that different holdings are disjoint, and ``normalize``
     proves it (or refuses, naming the parameter) before anyone plans with the map.
     """
-    strides = row_major_strides(logical_shape)
-    holders: dict[Holding, list[int]] = {}
-    for location, holding in holdings.items():
-        holders.setdefault(holding, []).append(location)
-    shard_shapes: dict[int, tuple[int, ...]] = {}
-    pieces: dict[int, list[AffinePiece]] = {}
-    for location, holding in holdings.items():
-        shard = tuple(_extent(runs) for runs in holding)
-        shard_shapes[location] = shard
-        pieces[location] = []
-        if volume(shard) == 0:  # an empty shard holds nothing; it stays a (skipped) location
-            continue
-        shard_strides = row_major_strides(shard)
-        local_starts = []
-        for runs in holding:
-            starts, at = [], 0
-            for _, size in runs:
-                starts.append(at)
-                at += size
-            local_starts.append(starts)
-        names = holders[holding]
-        for choice in product(*(range(len(runs)) for runs in holding)):
-            shape = [holding[axis][i][1] for axis, i in enumerate(choice)]
-            source = sum(holding[axis][i][0] * strides[axis] for axis, i in enumerate(choice))
-            dest = sum(local_starts[axis][i] * shard_strides[axis] for axis, i in enumerate(choice))
-            pieces[location].append(AffinePiece(shape, source, strides, dest, shard_strides, names))
-    result = ParamAffineMap(logical_shape, shard_shapes, pieces)
+    result = runs_map(logical_shape, holdings)  # one pass (issue 27); the product of runs per location
     normalize(result, "source", parameter)
     return result
 

@@ -23,10 +23,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError
 from functools import partial
-from itertools import chain
+from itertools import chain, product
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
-from weakref import WeakValueDictionary
+from weakref import ref as weak_ref
 
 import numpy as np
 
@@ -39,9 +39,11 @@ __all__ = [
     "ParamAffineMap",
     "block_gather_map",
     "contiguous_split_map",
+    "parallel_map",
     "piece_arrays",
     "replicate",
     "replicated_map",
+    "runs_map",
     "segmented_map",
     "sub_param_map",
 ]
@@ -151,9 +153,11 @@ class AffinePiece(_PieceFields):
     call per piece (or a field-by-field copy to key on). And a field cannot be forced afterwards
     (``object.__setattr__`` has nothing to set), so what the key saw is what validation reads.
     Equal to a plain tuple of the same fields, like any named tuple; only maps whose pieces are
-    exactly this class share their content. Every way of
+    exactly this class share their content. Every public way of
     making one (``AffinePiece(...)``, ``replace``, ``_replace``, ``_make``, copies, pickles) goes
-    through the constructor's conversions and checks.
+    through the constructor's conversions and checks. This module's builders and readers make
+    pieces of values they have already converted by the same rule (``_piece``, issue 27): each
+    argument or document field is converted once, not once per piece it ends up in.
     """
 
     __slots__ = ()
@@ -260,22 +264,31 @@ def parse_int_key(key: Any) -> int | None:
     return None
 
 
-def _int_list(value: Any, where: Callable[[], str]) -> list[int]:
-    if type(value) is list and all(type(v) is int for v in value):  # the JSON fast path
-        return value
+def _int_list(value: Any, where: Callable[[], str], field: str = "") -> tuple[int, ...]:
+    """A list of integers from a document, as a tuple of plain ints; ``where() + field`` names it
+    (``where`` is only called to write an error). A JSON list of ints (the case of every file) is
+    checked by one C pass over its types."""
+    if type(value) is list and _INT_ONLY.issuperset(map(type, value)):  # the JSON fast path
+        return tuple(value)
     if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
-        raise InvalidMapError(f"{where()}: expected a list of integers, got {describe(value)}")
-    return list(value)
+        raise InvalidMapError(f"{where()}{field}: expected a list of integers, got {describe(value)}")
+    return tuple([v if type(v) is int else operator.index(v) for v in value])
 
 
-def _offset_strides(value: Any, where: Callable[[], str]) -> tuple[int, list[int]]:
+def _offset_strides(value: Any, where: Callable[[], str], field: str) -> tuple[int, tuple[int, ...]]:
     if not isinstance(value, (list, tuple)) or len(value) != 2 or not is_int(value[0]):
-        raise InvalidMapError(f"{where()}: expected [offset, [strides...]], got {describe(value)}")
-    return value[0], _int_list(value[1], lambda: f"{where()}[1]")
+        raise InvalidMapError(f"{where()}{field}: expected [offset, [strides...]], got {describe(value)}")
+    offset = value[0]
+    return (offset if type(offset) is int else operator.index(offset)), _int_list(value[1], where, f"{field}[1]")
 
 
 def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
-    """One piece from its dict form; ``where`` names it, and is only called to build an error."""
+    """One piece from its dict form; ``where`` names it, and is only called to build an error.
+
+    Every field is checked here, by ``as_int``'s rule, with its path named; the piece is then made
+    of the converted values directly (``_piece``), not converted a second time by
+    ``AffinePiece(...)`` (a file of 10⁵ pieces spent most of its parsing there).
+    """
     if not isinstance(entry, Mapping):
         raise InvalidMapError(f"{where()}: a piece must be an object, got {type(entry).__name__}")
     shape = entry.get("shape", _MISSING)
@@ -285,21 +298,37 @@ def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
     if shape is _MISSING or source is _MISSING or dest is _MISSING or locations is _MISSING:
         missing = [k for k in _PIECE_KEYS if k not in entry]
         raise InvalidMapError(f"{where()}: piece lacks key(s) {missing}")
-    shape_l = _int_list(shape, lambda: f"{where()}.shape")
-    src_off, src_strides = _offset_strides(source, lambda: f"{where()}.source")
-    dst_off, dst_strides = _offset_strides(dest, lambda: f"{where()}.dest")
-    locations_l = _int_list(locations, lambda: f"{where()}.locations")
-    if len(set(locations_l)) != len(locations_l):
-        twice = sorted(v for v, n in Counter(locations_l).items() if n > 1)
+    exact = _INT_ONLY.issuperset
+    # The JSON case inline (lists of ints, ``[int, [ints]]``); anything else by the helpers, which
+    # convert what is an integer by ``as_int``'s rule and name what is not.
+    shape_t = tuple(shape) if type(shape) is list and exact(map(type, shape)) else _int_list(shape, where, ".shape")
+    if type(source) is list and len(source) == 2 and type(source[0]) is int and type(source[1]) is list \
+            and exact(map(type, source[1])):
+        src_off, src_strides = source[0], tuple(source[1])
+    else:
+        src_off, src_strides = _offset_strides(source, where, ".source")
+    if type(dest) is list and len(dest) == 2 and type(dest[0]) is int and type(dest[1]) is list \
+            and exact(map(type, dest[1])):
+        dst_off, dst_strides = dest[0], tuple(dest[1])
+    else:
+        dst_off, dst_strides = _offset_strides(dest, where, ".dest")
+    listed = type(locations) is list and exact(map(type, locations))
+    locations_t = tuple(locations) if listed else _int_list(locations, where, ".locations")
+    held = frozenset(locations_t)
+    if len(held) != len(locations_t):
+        twice = sorted(v for v, n in Counter(locations_t).items() if n > 1)
         raise InvalidMapError(f"{where()}.locations: location(s) {describe(twice)} listed more than once")
     scale = entry.get("scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise InvalidMapError(f"{where()}.scale: expected a number, got {describe(scale)}")
-    try:
-        scale_f = float(scale)
-    except OverflowError:
-        raise InvalidMapError(f"{where()}.scale: {describe(scale)} does not fit a float") from None
-    return AffinePiece(shape_l, src_off, src_strides, dst_off, dst_strides, locations_l, scale_f)
+    if type(scale) is not float:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise InvalidMapError(f"{where()}.scale: expected a number, got {describe(scale)}")
+        try:
+            scale = float(scale)
+        except OverflowError:
+            raise InvalidMapError(f"{where()}.scale: {describe(scale)} does not fit a float") from None
+    if scale == 0.0:
+        raise InvalidMapError("a zero scale is not invertible, so F could not be rebuilt from the shard")
+    return _piece(shape_t, src_off, src_strides, dst_off, dst_strides, held, scale)
 
 
 class MapContent:
@@ -362,7 +391,50 @@ class _UnsharedContent(MapContent):
     __slots__ = ()
 
 
-_CONTENTS: WeakValueDictionary[tuple[Any, ...], MapContent] = WeakValueDictionary()
+class _Entry(weak_ref):  # type: ignore[type-arg]
+    """A weak reference to a content that knows its key and its table, so the one module-level
+    callback (``_forget``) can drop the entry: one C object per entry, no closure."""
+
+    __slots__ = ("key", "table")
+    key: tuple[Any, ...]
+    table: dict[tuple[Any, ...], _Entry]
+
+
+_WeakTable = dict[tuple[Any, ...], _Entry]
+_CONTENTS: _WeakTable = {}
+"""Every content alive, by its key, held weakly: an entry goes when its content does.
+
+A plain dict of weak references with a removal callback, not a ``WeakValueDictionary``: that
+one's lookups and insertions are Python code (a ``KeyedRef`` made per entry, with a Python
+``__init__``), which was a third of building a small map; these are a dict operation and one
+weak reference made in C. Fewer long-lived objects per map also means less work for the
+cyclic collector, which runs while users build their maps."""
+
+
+def _forget(gone: _Entry) -> None:
+    table = gone.table
+    if table.get(gone.key) is gone:  # not a newer entry made after this one died
+        del table[gone.key]
+
+
+def _recall(table: _WeakTable, key: tuple[Any, ...]) -> MapContent | None:
+    ref = table.get(key)
+    return None if ref is None else ref()
+
+
+def _keep(table: _WeakTable, key: tuple[Any, ...], content: MapContent) -> MapContent:
+    """``content`` under ``key`` unless a live one is there already (which is returned instead)."""
+    ref = table.get(key)
+    found = None if ref is None else ref()
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    entry = _Entry(content, _forget)
+    entry.key = key
+    entry.table = table
+    table[key] = entry
+    return content
+
+
 _EXACT_PIECE = frozenset([AffinePiece])
 
 
@@ -375,13 +447,31 @@ def _content(
         return _UnsharedContent(
             logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), len(kinds)
         )
-    key = (logical_shape, tuple(shard_shapes.items()), tuple(pieces_by_rank.items()))
-    found = _CONTENTS.get(key)
+    return _shared_content(logical_shape, shard_shapes, pieces_by_rank, len(kinds))
+
+
+def _shared_content(
+    logical_shape: tuple[int, ...],
+    shard_shapes: dict[int, tuple[int, ...]],
+    pieces_by_rank: dict[int, tuple[AffinePiece, ...]],
+    count: int,
+) -> MapContent:
+    """The shared content of converted fields whose pieces are all exactly ``AffinePiece`` (the
+    caller knows: ``_content`` has checked, a builder has made them), ``count`` of them.
+
+    The one place a content is looked up or made, so a builder's map and the constructor's map
+    of the same fields get the same content by the same key.
+    """
+    # Keys and values apart (not ``items()``): equal exactly when the item sequences are, with two
+    # tuples per mapping instead of one pair per location, long-lived objects the collector scans.
+    key = (logical_shape, tuple(shard_shapes), tuple(shard_shapes.values()), tuple(pieces_by_rank),
+           tuple(pieces_by_rank.values()))
+    found = _recall(_CONTENTS, key)
     if found is None:
-        found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), len(kinds))
+        found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), count)
         # Two threads building equal maps at once may still each keep a content of their own:
         # that loses sharing, never soundness (one object always means one content).
-        found = _CONTENTS.setdefault(key, found)
+        found = _keep(_CONTENTS, key, found)
     return found
 
 
@@ -500,7 +590,7 @@ class ParamAffineMap:
             raise InvalidMapError(f"{where}: a map must be an object, got {type(entry).__name__}")
         if "logical_shape" not in entry or "ranks" not in entry:
             raise InvalidMapError(f"{where}: a map needs 'logical_shape' and 'ranks'")
-        logical = _int_list(entry["logical_shape"], lambda: f"{where}.logical_shape")
+        logical = _int_list(entry["logical_shape"], lambda: where, ".logical_shape")
         ranks = entry["ranks"]
         if not isinstance(ranks, Mapping):
             raise InvalidMapError(f"{where}.ranks: expected an object keyed by location")
@@ -520,9 +610,13 @@ class ParamAffineMap:
                 raise InvalidMapError(f"{_field_name(where, key, 'pieces')}: expected a list, got {type(raw).__name__}")
             pieces: list[AffinePiece] = []
             for i, p in enumerate(raw):
-                pieces.append(_parse_piece(p, partial(_field_name, where, key, f"pieces[{i}]")))
+                pieces.append(_parse_piece(p, partial(_piece_name, where, key, i)))
             pieces_by_rank[rank] = pieces
         return cls(logical, shard_shapes, pieces_by_rank)
+
+
+def _piece_name(where: str, key: Any, index: int) -> str:
+    return _field_name(where, key, f"pieces[{index}]")
 
 
 def _field_name(where: str, key: Any, field: str | None = None) -> str:
@@ -550,15 +644,123 @@ def _rank_key(key: Any, where: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # Builders. Each returns a valid map for valid arguments; they exist so tests and users can say
 # "TP=4 row split" in one line, and they match DeepSpeed's builders piece for piece.
+#
+# Why they do not go through ``AffinePiece(...)`` and ``ParamAffineMap(...)``: those convert every
+# field of every piece (and re-check every holder of every piece), which made building a model's
+# maps cost several times its planning (issue 27). A builder converts each *argument* once, by
+# ``as_int``'s rule, naming it (``shape[0]: 4.5 is not an integer``); every value it then puts in
+# a piece is an int it computed from converted ints, a tuple of them or one frozenset of holders
+# shared by every piece it names. So the pieces are made as already-converted tuples
+# (``_piece``), and the map's content is looked up by the same key as the constructor's
+# (``_shared_content``): a builder's map *is* the constructor's map of the same fields, the same
+# content object, which tests/test_build_fast.py checks on drawn layouts. Validation stays where
+# it was (``frames``); only conversion is done once instead of per piece.
+#
+# The builders of whole layouts (contiguous, replicated, ``replicate``, ``parallel_map``) also
+# remember which content their converted arguments built (``_BUILT``, held weakly like
+# ``_CONTENTS``), so a model's repeated layouts are built once; a builder is a function of its
+# converted arguments, so the remembered content is the one it would build again.
+
+
+def _piece(
+    shape: tuple[int, ...],
+    source_offset: int,
+    source_strides: tuple[int, ...],
+    dest_offset: int,
+    dest_strides: tuple[int, ...],
+    locations: frozenset[int],
+    scale: float = 1.0,
+) -> AffinePiece:
+    """A piece of already-converted fields, for the builders only (see above): no conversion."""
+    fields = (shape, source_offset, source_strides, dest_offset, dest_strides, locations, scale)
+    return tuple.__new__(AffinePiece, fields)
+
+
+def _made(content: MapContent) -> ParamAffineMap:
+    """A map of a content a builder has looked up (``_shared_content``) or remembered (``_BUILT``)."""
+    made = object.__new__(ParamAffineMap)
+    _set(made, "_content", content)
+    return made
+
+
+def _built(
+    key: tuple[Any, ...] | None,
+    logical: tuple[int, ...],
+    shards: dict[int, tuple[int, ...]],
+    held: dict[int, tuple[AffinePiece, ...]],
+    count: int,
+) -> ParamAffineMap:
+    """The map of a builder's converted fields, remembered under the builder's ``key`` if any."""
+    content = _shared_content(logical, shards, held, count)
+    if key is not None:
+        _keep(_BUILT, key, content)
+    return _made(content)
+
+
+_BUILT: _WeakTable = {}
+
+
+def _remembered(key: tuple[Any, ...]) -> ParamAffineMap | None:
+    content = _recall(_BUILT, key)
+    return None if content is None else _made(content)
+
+
+_HOLDER_SETS: dict[frozenset[int], frozenset[int]] = {}
+_HOLDER_BUDGET = [1 << 20]
+"""Holder sets the builders made, one object per distinct set, up to about a million holders in
+all (then new sets are simply not shared)."""
+
+
+def _holders(locations: Iterable[int]) -> frozenset[int]:
+    """The shared frozenset of these (converted) locations.
+
+    A model's maps name the same few holder sets over and over ({0}, {1}, every DP copy of TP rank
+    0, ...); sharing one object per set keeps the long-lived objects per map (which the cyclic
+    collector scans while users build) and the memory per piece down, and makes comparing two
+    contents' holders an identity test.
+    """
+    made = frozenset(locations)
+    found = _HOLDER_SETS.get(made)
+    if found is not None:
+        return found
+    if _HOLDER_BUDGET[0] >= len(made):
+        _HOLDER_BUDGET[0] -= len(made) + 1
+        _HOLDER_SETS[made] = made
+    return made
+
+
+def _axis(value: Any, ndim: int, what: str) -> int:
+    """An axis argument by ``as_int``'s rule, counted from the end when negative (as an index)."""
+    axis = _int(value, what)
+    if not -ndim <= axis < ndim:
+        raise InvalidMapError(f"{what}: {axis} is not an axis of a {ndim}-d shape")
+    return axis % ndim
+
+
+def _nonzero_scale(value: Any) -> float:
+    scale = _scale(value)
+    if scale == 0.0:
+        raise InvalidMapError("a zero scale is not invertible, so F could not be rebuilt from the shard")
+    return scale
+
+
+def _with_extent(shape: tuple[int, ...], axis: int, extent: int) -> tuple[int, ...]:
+    return (*shape[:axis], extent, *shape[axis + 1:])
 
 
 def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> ParamAffineMap:
     """Every location ``0..tp_degree-1`` holds all of F as one piece naming all of them."""
     shape_t = _ints(shape, "shape")
+    degree = _int(tp_degree, "tp_degree")
+    scale_f = _nonzero_scale(scale)
+    key = ("replicated", shape_t, degree, scale_f)
+    found = _remembered(key)
+    if found is not None:
+        return found
     strides = row_major_strides(shape_t)
-    ranks = list(range(tp_degree))
-    piece = AffinePiece(shape_t, 0, strides, 0, strides, ranks, scale)
-    return ParamAffineMap(shape_t, {r: shape_t for r in ranks}, {r: [piece] for r in ranks})
+    ranks = range(degree)
+    one = (_piece(shape_t, 0, strides, 0, strides, _holders(ranks), scale_f),)
+    return _built(key, shape_t, dict.fromkeys(ranks, shape_t), dict.fromkeys(ranks, one), len(ranks))
 
 
 def contiguous_split_map(
@@ -566,20 +768,43 @@ def contiguous_split_map(
 ) -> ParamAffineMap:
     """Location r holds one contiguous block of ``per_rank_sizes[r]`` along ``partition_dim``."""
     shape_t = _ints(shape, "shape")
-    strides = row_major_strides(shape_t)
-    shard_shapes: dict[int, tuple[int, ...]] = {}
-    pieces: dict[int, list[AffinePiece]] = {}
+    sizes = _ints(per_rank_sizes, "per_rank_sizes")
+    axis = _axis(partition_dim, len(shape_t), "partition_dim")
+    key = ("contiguous", shape_t, sizes, axis)
+    found = _remembered(key)
+    if found is not None:
+        return found
+    shards, held = _split_pieces(shape_t, sizes, axis)
+    return _built(key, shape_t, shards, held, len(sizes))
+
+
+def _split_pieces(
+    shape: tuple[int, ...], sizes: tuple[int, ...], axis: int
+) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[AffinePiece, ...]]]:
+    """Shard shapes and pieces of ``contiguous_split_map`` (converted arguments): location r holds
+    rows ``sum(sizes[:r]) ..`` of ``axis`` as one piece."""
+    strides = row_major_strides(shape)
+    step = strides[axis]
+    shards: dict[int, tuple[int, ...]] = {}
+    held: dict[int, tuple[AffinePiece, ...]] = {}
     start = 0
-    for rank, size in enumerate(per_rank_sizes):
-        shard = list(shape_t)
-        shard[partition_dim] = size
-        shard_t = tuple(shard)
-        shard_shapes[rank] = shard_t
-        pieces[rank] = [
-            AffinePiece(shard_t, start * strides[partition_dim], strides, 0, row_major_strides(shard_t), [rank])
-        ]
+    for rank, size in enumerate(sizes):
+        shard = _with_extent(shape, axis, size)
+        # Row-major strides do not depend on the first extent: a row split keeps F's strides.
+        shard_strides = strides if axis == 0 else row_major_strides(shard)
+        shards[rank] = shard
+        held[rank] = (_piece(shard, start * step, strides, 0, shard_strides, _holders((rank,))),)
         start += size
-    return ParamAffineMap(shape_t, shard_shapes, pieces)
+    return shards, held
+
+
+def _int_rows(values: Any, what: str) -> list[tuple[int, ...]]:
+    """A sequence of integer sequences (widths per sub-parameter or segment), each converted."""
+    try:
+        rows = list(values)
+    except TypeError:
+        raise InvalidMapError(f"{what}: expected a sequence of integer sequences, got {describe(values)}") from None
+    return [_ints(row, f"{what}[{i}]") for i, row in enumerate(rows)]
 
 
 def sub_param_map(
@@ -591,40 +816,44 @@ def sub_param_map(
     """F is sub-parameters (e.g. Q, K, V) concatenated on ``partition_dim``, each split.
 
     ``shard_widths[i][r]`` is location r's width of sub-parameter i; a shard holds its slice of
-    each sub-parameter in order. Zero widths give empty pieces, which the planner skips.
+    each sub-parameter in order. Zero widths give empty pieces, which the planner skips. One row
+    of widths per sub-parameter, each naming every location (else ``InvalidMapError``).
     """
     shape_t = _ints(shape, "shape")
-    strides = row_major_strides(shape_t)
-    degree = len(shard_widths[0])
-    shard_shapes: dict[int, tuple[int, ...]] = {}
-    for rank in range(degree):
-        shard = list(shape_t)
-        shard[partition_dim] = sum(w[rank] for w in shard_widths)
-        shard_shapes[rank] = tuple(shard)
-    pieces: dict[int, list[AffinePiece]] = {r: [] for r in range(degree)}
-    dest_start = dict.fromkeys(range(degree), 0)
-    sub_start = 0
-    for index, sub_size in enumerate(sub_dim_sizes):
-        widths = shard_widths[index]
-        src = sub_start
-        for rank in range(degree):
-            piece_shape = list(shape_t)
-            piece_shape[partition_dim] = widths[rank]
-            dest_strides = row_major_strides(shard_shapes[rank])
-            pieces[rank].append(
-                AffinePiece(
-                    piece_shape,
-                    src * strides[partition_dim],
-                    strides,
-                    dest_start[rank] * dest_strides[partition_dim],
-                    dest_strides,
-                    [rank],
-                )
+    sizes = _ints(sub_dim_sizes, "sub_dim_sizes")
+    rows = _int_rows(shard_widths, "shard_widths")
+    axis = _axis(partition_dim, len(shape_t), "partition_dim")
+    if len(rows) != len(sizes) or not rows:
+        raise InvalidMapError(
+            f"sub_param_map: {len(rows)} rows of shard_widths for {len(sizes)} sub-parameters (one each, at least one)"
+        )
+    degree = len(rows[0])
+    for index, row in enumerate(rows):
+        if len(row) != degree:
+            raise InvalidMapError(
+                f"sub_param_map: shard_widths[{index}] has {len(row)} widths, shard_widths[0] {degree}"
             )
-            src += widths[rank]
-            dest_start[rank] += widths[rank]
+    strides = row_major_strides(shape_t)
+    step = strides[axis]
+    shard_shapes = {rank: _with_extent(shape_t, axis, sum(row[rank] for row in rows)) for rank in range(degree)}
+    shard_strides = {rank: row_major_strides(shard) for rank, shard in shard_shapes.items()}
+    holders = [_holders((rank,)) for rank in range(degree)]
+    pieces: dict[int, list[AffinePiece]] = {rank: [] for rank in range(degree)}
+    dest_start = [0] * degree
+    sub_start = 0
+    for sub_size, widths in zip(sizes, rows):
+        src = sub_start
+        for rank, width in enumerate(widths):
+            dest = shard_strides[rank]
+            pieces[rank].append(_piece(
+                _with_extent(shape_t, axis, width), src * step, strides, dest_start[rank] * dest[axis], dest,
+                holders[rank],
+            ))
+            src += width
+            dest_start[rank] += width
         sub_start += sub_size
-    return ParamAffineMap(shape_t, shard_shapes, pieces)
+    held = {rank: tuple(ps) for rank, ps in pieces.items()}
+    return _built(None, shape_t, shard_shapes, held, degree * len(rows))
 
 
 def segmented_map(
@@ -641,53 +870,51 @@ def segmented_map(
     even division, and a map built by dividing would read the wrong rows yet still validate).
     """
     shape_t = _ints(shape, "shape")
-    strides = row_major_strides(shape_t)
-    ranks = list(range(tp_degree))
-    widths_of: list[list[int] | None] = []
+    axis = _axis(partition_dim, len(shape_t), "partition_dim")
+    degree = _int(tp_degree, "tp_degree")
+    segs = [(_int(size, f"segments[{i}][0]"), bool(replicated)) for i, (size, replicated) in enumerate(segments)]
+    rows = _int_rows(split_widths, "split_widths")
+    ranks = range(degree)
+    widths_of: list[tuple[int, ...] | None] = []
     split_index = 0
-    for size, replicated in segments:
+    for size, replicated in segs:
         if replicated:
             widths_of.append(None)
             continue
-        if split_index >= len(split_widths):
+        if split_index >= len(rows):
             raise InvalidMapError(f"segmented_map: no split widths for the split segment of {size}")
-        split = list(split_widths[split_index])
+        split = rows[split_index]
         split_index += 1
-        if len(split) != tp_degree or sum(split) != size:
+        if len(split) != degree or sum(split) != size:
             raise InvalidMapError(
-                f"segmented_map: split widths {split} do not account for a segment of {size} "
-                f"across {tp_degree} locations"
+                f"segmented_map: split widths {list(split)} do not account for a segment of {size} "
+                f"across {degree} locations"
             )
         widths_of.append(split)
+    strides = row_major_strides(shape_t)
+    step = strides[axis]
     shard_shapes: dict[int, tuple[int, ...]] = {}
     for rank in ranks:
-        extent = sum(size if w is None else w[rank] for (size, _), w in zip(segments, widths_of))
-        shard = list(shape_t)
-        shard[partition_dim] = extent
-        shard_shapes[rank] = tuple(shard)
+        extent = sum(size if w is None else w[rank] for (size, _), w in zip(segs, widths_of))
+        shard_shapes[rank] = _with_extent(shape_t, axis, extent)
+    shard_strides = {rank: row_major_strides(shard) for rank, shard in shard_shapes.items()}
+    everyone = _holders(ranks)
     pieces: dict[int, list[AffinePiece]] = {r: [] for r in ranks}
-    dest_start = dict.fromkeys(ranks, 0)
+    dest_start = [0] * degree
     src_start = 0
-    for (size, _replicated), widths in zip(segments, widths_of):
+    for (size, _replicated), widths in zip(segs, widths_of):
         for rank in ranks:
             extent = size if widths is None else widths[rank]
             offset = src_start if widths is None else src_start + sum(widths[:rank])
-            piece_shape = list(shape_t)
-            piece_shape[partition_dim] = extent
-            dest_strides = row_major_strides(shard_shapes[rank])
-            pieces[rank].append(
-                AffinePiece(
-                    piece_shape,
-                    offset * strides[partition_dim],
-                    strides,
-                    dest_start[rank] * dest_strides[partition_dim],
-                    dest_strides,
-                    ranks if widths is None else [rank],
-                )
-            )
+            dest = shard_strides[rank]
+            pieces[rank].append(_piece(
+                _with_extent(shape_t, axis, extent), offset * step, strides, dest_start[rank] * dest[axis], dest,
+                everyone if widths is None else _holders((rank,)),
+            ))
             dest_start[rank] += extent
         src_start += size
-    return ParamAffineMap(shape_t, shard_shapes, pieces)
+    held = {rank: tuple(ps) for rank, ps in pieces.items()}
+    return _built(None, shape_t, shard_shapes, held, len(ranks) * len(segs))
 
 
 def block_gather_map(
@@ -701,14 +928,22 @@ def block_gather_map(
     Runs of consecutive ids become one piece (Yuan shared-QK); locations are the dict keys.
     """
     shape_t = _ints(shape, "shape")
+    block = _int(block_size, "block_size")
+    axis = _axis(partition_dim, len(shape_t), "partition_dim")
     strides = row_major_strides(shape_t)
+    step = strides[axis] * block
     shard_shapes: dict[int, tuple[int, ...]] = {}
-    pieces: dict[int, list[AffinePiece]] = {}
-    for rank, ids in block_ids_by_rank.items():
-        shard = list(shape_t)
-        shard[partition_dim] = len(ids) * block_size
-        shard_shapes[rank] = tuple(shard)
-        dest_strides = row_major_strides(shard_shapes[rank])
+    held: dict[int, tuple[AffinePiece, ...]] = {}
+    count = 0
+    for key, listed in block_ids_by_rank.items():
+        rank = _int(key, "block_ids_by_rank key")
+        ids = _ints(listed, f"block_ids_by_rank[{rank}]")
+        if rank in held:
+            raise InvalidMapError("ParamAffineMap: two keys name one location (e.g. 1 and numpy's 1)")
+        shard = shard_shapes[rank] = _with_extent(shape_t, axis, len(ids) * block)
+        dest_strides = row_major_strides(shard)
+        dest_step = dest_strides[axis] * block
+        holders = _holders((rank,))
         out: list[AffinePiece] = []
         dest_block = 0
         index = 0
@@ -716,22 +951,15 @@ def block_gather_map(
             run = 1
             while index + run < len(ids) and ids[index + run] == ids[index + run - 1] + 1:
                 run += 1
-            piece_shape = list(shape_t)
-            piece_shape[partition_dim] = run * block_size
-            out.append(
-                AffinePiece(
-                    piece_shape,
-                    ids[index] * block_size * strides[partition_dim],
-                    strides,
-                    dest_block * block_size * dest_strides[partition_dim],
-                    dest_strides,
-                    [rank],
-                )
-            )
+            out.append(_piece(
+                _with_extent(shape_t, axis, run * block), ids[index] * step, strides, dest_block * dest_step,
+                dest_strides, holders,
+            ))
             dest_block += run
             index += run
-        pieces[rank] = out
-    return ParamAffineMap(shape_t, shard_shapes, pieces)
+        held[rank] = tuple(out)
+        count += len(out)
+    return _built(None, shape_t, shard_shapes, held, count)
 
 
 def replicate(
@@ -746,38 +974,212 @@ def replicate(
     (``copy * n + index``, where ``index`` is the TP location's position among the sorted ones),
     the Megatron rank order. Each piece's ``locations`` becomes every copy of every location it
     named, so the replicas are exact holders and the planner sees them as candidates.
+
+    Linear in ``copies``: every copy of a location shares one tuple of pieces, and each distinct
+    holder set is widened once (not once per piece and copy, which was quadratic).
     """
-    if copies < 1:
-        raise InvalidMapError(f"replicate: copies must be at least 1, got {copies}")
-    order = {rank: i for i, rank in enumerate(tp_map.ranks)}
-    width = len(order)
+    count = _int(copies, "replicate: copies")
+    if count < 1:
+        raise InvalidMapError(f"replicate: copies must be at least 1, got {count}")
+    content = tp_map.content
+    ranks = tp_map.ranks
+    names = None if location_of is None else _names(ranks, count, location_of)
+    return _replicated(
+        content.logical_shape, ranks, content.shard_shapes, content.pieces_by_rank, count, names,
+        type(content) is MapContent, ("replicate", content, count, names),
+    )
 
-    def default(rank: int, copy: int) -> int:
-        return copy * width + order[rank]
 
-    name = location_of or default
-    shard_shapes: dict[int, tuple[int, ...]] = {}
-    pieces: dict[int, list[AffinePiece]] = {}
-    for rank in tp_map.ranks:
+def _names(ranks: Sequence[int], copies: int, location_of: Callable[[int, int], int]) -> tuple[tuple[int, ...], ...]:
+    """``location_of(rank, copy)`` of every location and copy, converted once: row i is ``ranks[i]``'s."""
+    return tuple(
+        tuple(_int(location_of(rank, copy), f"replicate: location_of({rank}, {copy})") for copy in range(copies))
+        for rank in ranks
+    )
+
+
+def _replicated(
+    logical: tuple[int, ...],
+    ranks: Sequence[int],
+    shard_of: Mapping[int, tuple[int, ...]],
+    pieces_of: Mapping[int, Sequence[AffinePiece]],
+    copies: int,
+    names: tuple[tuple[int, ...], ...] | None,
+    exact: bool,
+    key: tuple[Any, ...],
+) -> ParamAffineMap:
+    """``replicate`` of the map with these fields (``ranks`` sorted): one pass, no intermediate map.
+
+    ``exact``: the pieces are exactly ``AffinePiece`` (a shared content's), so each is re-made with
+    its new holders as a converted tuple and the result remembered under ``key``; otherwise every
+    piece goes through the constructor, as a map of unknown pieces must.
+    """
+    if exact:
+        found = _remembered(key)
+        if found is not None:
+            return found
+    width = len(ranks)
+    index = {rank: i for i, rank in enumerate(ranks)}
+    widened: dict[frozenset[int], frozenset[int]] = {}
+
+    def holders(named: frozenset[int]) -> frozenset[int]:
+        got = widened.get(named)
+        if got is None:
+            positions = [index[loc] for loc in named if loc in index]
+            if names is None:
+                got = _holders([copy * width + i for copy in range(copies) for i in positions])
+            else:
+                got = _holders([loc for i in positions for loc in names[i]])
+            widened[named] = got
+        return got
+
+    shards: dict[int, tuple[int, ...]] = {}
+    held: dict[int, tuple[AffinePiece, ...]] = {}
+    total = 0
+    for i, rank in enumerate(ranks):
+        if exact:
+            pieces = tuple([_piece(p[0], p[1], p[2], p[3], p[4], holders(p[5]), p[6]) for p in pieces_of.get(rank, ())])
+        else:
+            pieces = tuple([
+                AffinePiece(p.shape, p.source_offset, p.source_strides, p.dest_offset, p.dest_strides,
+                            holders(p.locations), p.scale)
+                for p in pieces_of.get(rank, ())
+            ])
+        shard = shard_of.get(rank)
         for copy in range(copies):
-            new = name(rank, copy)
-            if new in shard_shapes or new in pieces:
+            new = copy * width + i if names is None else names[i][copy]
+            if new in held:
                 raise InvalidMapError(f"replicate: location_of maps two (location, copy) pairs to {new}")
-            if rank in tp_map.shard_shapes:
-                shard_shapes[new] = tp_map.shard_shapes[rank]
-            pieces[new] = [
-                AffinePiece(
-                    p.shape,
-                    p.source_offset,
-                    p.source_strides,
-                    p.dest_offset,
-                    p.dest_strides,
-                    sorted({name(loc, c) for loc in p.locations if loc in order for c in range(copies)}),
-                    p.scale,
-                )
-                for p in tp_map.pieces_by_rank.get(rank, ())
-            ]
-    return ParamAffineMap(tp_map.logical_shape, shard_shapes, pieces)
+            if shard is not None:
+                shards[new] = shard
+            held[new] = pieces
+        total += len(pieces) * copies
+    if not exact:
+        return ParamAffineMap(logical, shards, held)
+    return _built(key, logical, shards, held, total)
+
+
+def parallel_map(
+    shape: Sequence[int],
+    tp: int = 1,
+    partition_dim: int = 0,
+    copies: int = 1,
+    *,
+    sizes: Sequence[int] | None = None,
+    location_of: Callable[[int, int], int] | None = None,
+) -> ParamAffineMap:
+    """A TP × DP (× EP) layout in one pass: F split ``tp`` ways along ``partition_dim`` (DeepSpeed's
+    uneven ``split``, or explicit ``sizes``), each shard held by ``copies`` locations.
+
+    Equal to ``replicate(contiguous_split_map(shape, sizes or split(shape[partition_dim], tp),
+    partition_dim), copies, location_of)`` (same content object), without building the TP map
+    between. The default location of TP rank t's copy c is ``c * tp + t`` (TP innermost, Megatron's
+    order). An expert weight under EP × DP is ``parallel_map(shape, copies=dp, location_of=lambda
+    _t, c: owners[c])``: whole on each of its owners.
+    """
+    shape_t = _ints(shape, "shape")
+    axis = _axis(partition_dim, len(shape_t), "partition_dim")
+    if sizes is None:
+        degree = _int(tp, "tp")
+        if degree < 1:
+            raise InvalidMapError(f"parallel_map: tp must be at least 1, got {degree}")
+        sizes_t = tuple(split(shape_t[axis], degree))
+    else:
+        sizes_t = _ints(sizes, "sizes")
+    count = _int(copies, "copies")
+    if count < 1:
+        raise InvalidMapError(f"parallel_map: copies must be at least 1, got {count}")
+    ranks = range(len(sizes_t))
+    names = None if location_of is None else _names(ranks, count, location_of)
+    key = ("parallel", shape_t, sizes_t, axis, count, names)
+    found = _remembered(key)
+    if found is not None:
+        return found
+    shards, held = _split_pieces(shape_t, sizes_t, axis)
+    return _replicated(shape_t, ranks, shards, held, count, names, True, key)
+
+
+def runs_map(
+    logical_shape: Sequence[int], holdings: Mapping[int, Sequence[Sequence[tuple[int, int]]]]
+) -> ParamAffineMap:
+    """The map of ``holdings``: location -> per axis of F, the runs ``(start, length)`` of F indices
+    it holds, in the order its (dense, row-major) shard stores them.
+
+    Every combination of one run per axis is a piece (the product of the runs), and locations
+    with identical holdings are replicas that name each other, in the order given. This is the
+    shape of every placement-described layout (DTensor's ``Shard``/``Replicate``/``_StridedShard``
+    on a mesh, DCP's chunks, Megatron's sharded tensors), built in one pass: each start and
+    length converted once by ``as_int``'s rule (refused naming ``holdings[location][axis][run]``),
+    one shared holder set per distinct holding. It does not validate the geometry (overlaps,
+    bounds, coverage): that stays ``frames.normalize``'s, which the callers run.
+    """
+    logical = _ints(logical_shape, "logical_shape")
+    strides = row_major_strides(logical)
+    converted: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {}
+    for key, holding in holdings.items():
+        location = _int(key, "holdings key")
+        if location in converted:
+            raise InvalidMapError("ParamAffineMap: two keys name one location (e.g. 1 and numpy's 1)")
+        converted[location] = _holding(holding, len(logical), f"holdings[{location}]")
+    named: dict[tuple[tuple[tuple[int, int], ...], ...], list[int]] = {}
+    for location, holding in converted.items():
+        named.setdefault(holding, []).append(location)
+    replicas = {holding: _holders(locations) for holding, locations in named.items()}
+    shards: dict[int, tuple[int, ...]] = {}
+    held: dict[int, tuple[AffinePiece, ...]] = {}
+    count = 0
+    for location, holding in converted.items():
+        shard = tuple([sum([length for _, length in runs]) for runs in holding])
+        shards[location] = shard
+        if volume(shard) == 0:  # an empty shard holds nothing; it stays a (skipped) location
+            held[location] = ()
+            continue
+        shard_strides = row_major_strides(shard)
+        # Per axis: (F offset, shard offset, length) of each run, the offsets already strided.
+        axes = []
+        for axis, runs in enumerate(holding):
+            step, local_step, at, out = strides[axis], shard_strides[axis], 0, []
+            for start, length in runs:
+                out.append((start * step, at * local_step, length))
+                at += length
+            axes.append(out)
+        holders = replicas[holding]
+        pieces = [
+            _piece(tuple([c[2] for c in choice]), sum([c[0] for c in choice]), strides,
+                   sum([c[1] for c in choice]), shard_strides, holders)
+            for choice in product(*axes)
+        ]
+        held[location] = tuple(pieces)
+        count += len(pieces)
+    return _built(None, logical, shards, held, count)
+
+
+def _holding(value: Any, ndim: int, what: str) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """One location's runs per axis, converted (the common case, plain int pairs, by one test)."""
+    try:
+        axes = list(value)
+    except TypeError:
+        raise InvalidMapError(f"{what}: expected runs per axis, got {describe(value)}") from None
+    if len(axes) != ndim:
+        raise InvalidMapError(f"{what}: runs for {len(axes)} axes of a {ndim}-d tensor")
+    out = []
+    for axis, runs in enumerate(axes):
+        try:
+            pairs = list(runs)
+        except TypeError:
+            raise InvalidMapError(
+                f"{what}[{axis}]: expected a sequence of (start, length), got {describe(runs)}"
+            ) from None
+        converted = []
+        for index, run in enumerate(pairs):
+            if type(run) is tuple and len(run) == 2 and type(run[0]) is int and type(run[1]) is int:
+                converted.append(run)
+                continue
+            if isinstance(run, (str, bytes)) or not isinstance(run, Sequence) or len(run) != 2:
+                raise InvalidMapError(f"{what}[{axis}][{index}]: expected (start, length), got {describe(run)}")
+            converted.append((_int(run[0], f"{what}[{axis}][{index}][0]"), _int(run[1], f"{what}[{axis}][{index}][1]")))
+        out.append(tuple(converted))
+    return tuple(out)
 
 
 def piece_arrays(pieces: Sequence[AffinePiece], ndim: int) -> tuple[np.ndarray[Any, Any], ...] | None:
