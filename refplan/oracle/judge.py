@@ -22,6 +22,7 @@ from ..box import Box, box_in_shard, covers, overlapping_pairs, volume
 from ..errors import AffineTransferError, InvalidMapError
 from ..maps import ParamAffineMap
 from ..plan import TransferPlan, TransferSegment
+from . import small
 from .layout import (
     Array,
     Layout,
@@ -46,7 +47,7 @@ from .segments import (
     structural,
     volumes,
 )
-from .verdict import BatchVerdict, TooLarge, Verdict, unverifiable_internal, worst
+from .verdict import BatchVerdict, TooLarge, Verdict, ok_verdict, unverifiable_internal, worst
 
 __all__ = ["FALLBACK_MAX_ELEMENTS", "check_plan", "verify_plan", "verify_plans"]
 
@@ -66,7 +67,14 @@ def check_plan(
     out and the verdict can be at best ``unverifiable``, but the rows that were checked can still
     yield a concrete counterexample (a double write or a wrong element is wrong whatever the rest
     of the plan does); a gap cannot, since a left-out segment might fill it.
+
+    A small plain plan on layouts ``oracle.small.read_map`` read is first offered to
+    ``oracle.small.judge``, which answers only ``ok`` (this function's ``ok``, the same verdict)
+    or hands the plan back to be judged here.
     """
+    quick = small.judge(segments, src, tgt, gaps=gaps)
+    if quick is not None:
+        return quick
     n_seg = len(segments)
     ndim = len(tgt.logical_shape)
     # Classify: a box on both sides, or a candidate for the element-level fallback. What depends
@@ -184,13 +192,7 @@ def check_plan(
     if verdict is None:
         verdict = pending
     if verdict is None:
-        verdict = Verdict(
-            "ok",
-            reason=(
-                f"{n_seg} segment(s) verified: every target element is written exactly once with its own "
-                "logical element, read from a source location that holds it"
-            ),
-        )
+        verdict = ok_verdict(n_seg)
     return Verdict(
         verdict.status, None, verdict.reason, verdict.target_location, verdict.target_offset,
         verdict.logical_coordinate, verdict.segments, verdict.map_error, n_seg, expanded,

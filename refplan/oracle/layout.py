@@ -14,8 +14,8 @@ the planner's.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..box import Box, covers, decode_row_major, overlapping_pairs, row_major_st
 from ..errors import InvalidMapError, UnsupportedLayoutError
 from ..limits import MAX_COORDINATE
 from ..maps import AffinePiece, MapContent, ParamAffineMap
+from . import small
 from .verdict import TooLarge
 
 __all__ = [
@@ -60,17 +61,59 @@ class Held:
     locations: frozenset[int]
 
 
-@dataclass
 class Layout:
-    """A validated map: shard shapes and, per location with a shard, its non-empty pieces."""
+    """A validated map: shard shapes and, per location with a shard, its non-empty pieces.
 
-    side: str
-    logical_shape: tuple[int, ...]
-    shards: dict[int, tuple[int, ...]]
-    held: dict[int, list[Held]]
-    # ``piece_tables`` of this layout, built on first use: a batch judges every layer's plan against
-    # the same remembered layout, so its arrays are built once, not once per parameter.
-    tables: tuple[Array, ...] | None = field(default=None, compare=False, repr=False)
+    ``held`` may be given as a function that builds it: ``oracle.small.read_map`` reads a small
+    map without making a ``Held`` per piece (its plan judgement reads ``plain``), and only a plan
+    that goes to the general path (or a report) needs them, so they are built on first use.
+    """
+
+    __slots__ = ("_build", "_held", "logical_shape", "plain", "shards", "side", "tables")
+
+    def __init__(
+        self,
+        side: str,
+        logical_shape: tuple[int, ...],
+        shards: dict[int, tuple[int, ...]],
+        held: dict[int, list[Held]] | Callable[[], dict[int, list[Held]]],
+        plain: dict[int, small.Place] | None = None,
+    ) -> None:
+        self.side = side
+        self.logical_shape = logical_shape
+        self.shards = shards
+        self._held: dict[int, list[Held]] | None = None if callable(held) else held
+        self._build: Callable[[], dict[int, list[Held]]] | None = held if callable(held) else None
+        # ``piece_tables`` of this layout, built on first use: a batch judges every layer's plan
+        # against the same remembered layout, so its arrays are built once, not once per parameter.
+        self.tables: tuple[Array, ...] | None = None
+        # Per location, what ``oracle.small.judge`` reads for each segment (``small.Place``): set
+        # for a map ``oracle.small.read_map`` read; a layout without it is judged by the general path.
+        self.plain = plain
+
+    @property
+    def held(self) -> dict[int, list[Held]]:
+        if self._held is None:
+            assert self._build is not None
+            self._held = self._build()
+            self._build = None
+        return self._held
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.side, self.logical_shape, self.shards, self.held)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when they describe the same map on the same side: side, F, shards and pieces
+        (not the arrays or the small path's places, which are derived from those)."""
+        if not isinstance(other, Layout):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (built on first use), like the dataclass it was
+
+    def __repr__(self) -> str:
+        return (f"Layout(side={self.side!r}, logical_shape={self.logical_shape!r}, shards={self.shards!r}, "
+                f"held={self.held!r})")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -126,7 +169,15 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
     are what the source map asserts about replicas; coverage of F on both sides means the
     transfer is total. The plan check needs only Premise A and the piece boxes, but a map that
     contradicts itself may describe a corrupt checkpoint, so no plan is judged against it.
+
+    A small plain map is read by ``oracle.small.read_map`` instead, which accepts only maps that
+    pass every rule here and returns ``None`` for anything else; the loop below then decides and
+    words the error.
     """
+    read = small.read_map(m)
+    if read is not None:
+        read_shards, plain = read
+        return Layout(side, tuple(m.logical_shape), read_shards, functools.partial(_held, plain), plain)
     logical = tuple(m.logical_shape)
     ndim = len(logical)
     if any(s < 0 for s in logical):
@@ -197,6 +248,17 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
     _check_tiling(layout)
     _check_holders(layout)
     return layout
+
+
+def _held(plain: dict[int, small.Place]) -> dict[int, list[Held]]:
+    """``Layout.held`` of a map ``oracle.small.read_map`` read, made when first asked for."""
+    return {
+        loc: [
+            Held(loc, index, Box(origin, shape), Box(local, shape), declared)
+            for index, (origin, local, shape, declared) in enumerate(place[2])
+        ]
+        for loc, place in plain.items()
+    }
 
 
 def _slabs(boxes: Sequence[Box]) -> bool:

@@ -58,11 +58,9 @@ def _plain(segments: Sequence[TransferSegment]) -> bool:
     """
     for seg in segments:
         a, b, c, d, shape, s_str, t_str = _FIELDS(seg)
-        if type(a) is not int or type(b) is not int or type(c) is not int or type(d) is not int:
-            return False
         if type(shape) is not tuple or type(s_str) is not tuple or type(t_str) is not tuple:
             return False
-        if not _INTS.issuperset(map(type, shape + s_str + t_str)):
+        if not _INTS.issuperset(map(type, (a, b, c, d, *shape, *s_str, *t_str))):
             return False
     return True
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["BatchVerdict", "Status", "TooLarge", "Verdict", "unverifiable_internal", "worst"]
+__all__ = ["BatchVerdict", "Status", "TooLarge", "Verdict", "ok_verdict", "unverifiable_internal", "worst"]
 
 Status = Literal["ok", "invalid", "unverifiable", "invalid_map"]
 
@@ -133,6 +133,20 @@ def worst(statuses: Iterable[str]) -> Status:
 
 class TooLarge(Exception):
     """Coordinates beyond ``MAX_COORDINATE``: the oracle cannot reason exactly, so unverifiable."""
+
+
+def ok_verdict(n_seg: int) -> Verdict:
+    """The one ``ok`` answer for a plan of ``n_seg`` segments that needed no element-level fallback:
+    the general judgement and the small-plan one (``oracle.small``) both return it, so the two can
+    only agree on its text."""
+    return Verdict(
+        "ok",
+        reason=(
+            f"{n_seg} segment(s) verified: every target element is written exactly once with its own "
+            "logical element, read from a source location that holds it"
+        ),
+        checked_segments=n_seg,
+    )
 
 
 def unverifiable_internal(what: str) -> Verdict:

@@ -1,0 +1,628 @@
+"""The oracle's small-layout path (``refplan.oracle.small``) answers exactly as the general path.
+
+``small.read_map`` and ``small.judge`` either return what ``validate_map`` and ``check_plan``
+return (a layout value for value, the ``ok`` verdict) or ``None``, and then the general path
+decides and words the answer. Two kinds of test hold that:
+
+- properties: on drawn map pairs (general ones and plain TP×DP ones), with correct plans and
+  plans corrupted by every ``CORRUPTION_KINDS`` (a dropped, duplicated, shifted, re-sourced,
+  re-targeted, reshaped or re-strided segment), the verdict with the small path and with only
+  the general path (``small._general_only``) are equal field for field; so are batches, the
+  swapped-maps note and ``segment_errors``;
+- exact cases: the small path does engage on the plain layouts it is for (a regression that
+  made it decline everything would pass the properties), and declines each thing it does not
+  check itself, one condition at a time, at the exact boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refplan import plan_transfer
+from refplan.box import row_major_strides, volume
+from refplan.errors import AffineTransferError
+from refplan.limits import MAX_COORDINATE
+from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
+from refplan.oracle import small, verify_plan, verify_plans
+from refplan.oracle.judge import check_plan, segment_errors
+from refplan.oracle.layout import Layout, validate_map
+from refplan.oracle.verdict import Verdict, ok_verdict
+from refplan.plan import TransferSegment
+from refplan.strategies import CORRUPTION_KINDS, corrupted_plans, map_pairs, param_maps
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def rp(extent: tuple[int, ...], origin: tuple[int, ...], local: tuple[int, ...], logical: tuple[int, ...],
+       shard: tuple[int, ...], locations: list[int], **fields: Any) -> AffinePiece:
+    """A row-major piece from its logical and local origins (fields override any stored field)."""
+    f_str, s_str = row_major_strides(logical), row_major_strides(shard)
+    values: dict[str, Any] = {
+        "shape": extent,
+        "source_offset": sum(o * s for o, s in zip(origin, f_str)),
+        "source_strides": f_str,
+        "dest_offset": sum(o * s for o, s in zip(local, s_str)),
+        "dest_strides": s_str,
+        "locations": locations,
+    }
+    values.update(fields)
+    return AffinePiece(**values)
+
+
+def rows(logical: tuple[int, int], cuts: list[int], holders: int = 1, **fields: Any) -> ParamAffineMap:
+    """``logical`` cut into row blocks of ``cuts`` rows, block ``i`` held whole by locations
+    ``i, i + n, ...`` (``holders`` copies); ``fields`` override piece 0 of location 0."""
+    n = len(cuts)
+    shards: dict[int, tuple[int, ...]] = {}
+    pieces: dict[int, list[AffinePiece]] = {}
+    start = 0
+    for i, size in enumerate(cuts):
+        shard = (size, logical[1])
+        owners = [i + k * n for k in range(holders)]
+        for loc in owners:
+            extra = fields if loc == 0 else {}
+            shards[loc] = shard
+            pieces[loc] = [rp(shard, (start, 0), (0, 0), logical, shard, **{"locations": owners, **extra})]
+        start += size
+    return ParamAffineMap(logical, shards, pieces)
+
+
+def same_layout(a: Layout, b: Layout) -> bool:
+    return (
+        (a.side, a.logical_shape) == (b.side, b.logical_shape)
+        and list(a.shards.items()) == list(b.shards.items())
+        and list(a.held.items()) == list(b.held.items())
+    )
+
+
+def both_ways(target: Any, source: Any, plan: Any) -> tuple[Verdict, Verdict]:
+    fast = verify_plan(target, source, plan, parameter="w")
+    with small._general_only():
+        general = verify_plan(target, source, plan, parameter="w")
+    return fast, general
+
+
+def seg(s_loc: int, s_off: int, s_str: tuple[int, ...], t_loc: int, t_off: int, t_str: tuple[int, ...],
+        shape: tuple[int, ...]) -> TransferSegment:
+    return TransferSegment(s_loc, s_off, s_str, t_loc, t_off, t_str, shape)
+
+
+SRC = rows((8, 4), [4, 4], holders=2)  # locations 0, 2 hold rows 0:4; 1, 3 rows 4:8
+TGT = rows((8, 4), [2, 2, 2, 2])
+GOOD = [seg(0, 0, (4, 1), 0, 0, (4, 1), (2, 4)), seg(2, 8, (4, 1), 1, 0, (4, 1), (2, 4)),
+        seg(1, 0, (4, 1), 2, 0, (4, 1), (2, 4)), seg(3, 8, (4, 1), 3, 0, (4, 1), (2, 4))]
+
+
+def fast(m: ParamAffineMap, side: str) -> Layout | None:
+    """``validate_map``'s layout when ``small.read_map`` read the map, else ``None``."""
+    layout = validate_map(m, side)
+    return layout if layout.plain is not None else None
+
+
+def general(m: ParamAffineMap, side: str) -> Layout:
+    with small._general_only():
+        layout = validate_map(m, side)
+    assert layout.plain is None
+    return layout
+
+
+def general_layout(m: ParamAffineMap, side: str = "target") -> Layout:
+    with small._general_only():
+        return validate_map(m, side)
+
+
+def layouts(target: ParamAffineMap = TGT, source: ParamAffineMap = SRC) -> tuple[Layout, Layout]:
+    src, tgt = fast(source, "source"), fast(target, "target")
+    assert src is not None and tgt is not None
+    assert same_layout(src, general(source, "source")) and same_layout(tgt, general(target, "target"))
+    return src, tgt
+
+
+# -- properties: the two paths give the same verdict ---------------------------------------------------
+
+
+@st.composite
+def plain_pairs(draw: st.DrawFn) -> tuple[ParamAffineMap, ParamAffineMap]:
+    """TP×DP layouts as users build them: contiguous splits along one axis, replicated."""
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim)))
+
+    def side() -> ParamAffineMap:
+        axis = draw(st.integers(0, ndim - 1))
+        parts = draw(st.integers(1, shape[axis]))
+        cuts = sorted(draw(st.sets(st.integers(1, shape[axis] - 1), max_size=parts - 1))) if shape[axis] > 1 else []
+        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, shape[axis]])]
+        m = contiguous_split_map(shape, sizes, axis)
+        copies = draw(st.integers(1, 3))
+        return replicate(m, copies) if copies > 1 else m
+
+    return side(), side()
+
+
+def _judge_drawn(target: ParamAffineMap, source: ParamAffineMap, data: st.DataObject) -> None:
+    plan = plan_transfer(target, source)
+    fast, general = both_ways(target, source, plan)
+    assert fast == general and fast.ok
+    assert both_ways(source, target, plan)[0] == both_ways(source, target, plan)[1]  # swapped maps
+    if plan.segments and any(s.numel for s in plan.segments):
+        bad = data.draw(corrupted_plans(plan, source, target, kinds=CORRUPTION_KINDS), label="corrupted")
+        fast, general = both_ways(target, source, bad.plan)
+        assert fast == general and not fast.ok, bad.note
+        fast, general = both_ways(source, target, bad.plan)
+        assert fast == general
+
+
+@given(plain_pairs(), st.data())
+def test_plain_layouts_judged_alike_by_both_paths(
+    pair: tuple[ParamAffineMap, ParamAffineMap], data: st.DataObject,
+) -> None:
+    target, source = pair
+    # The builders' maps are what the small path is for: it reads every one of them itself.
+    layouts(target, source)
+    _judge_drawn(target, source, data)
+
+
+@given(map_pairs(max_parts=5), st.data())
+def test_drawn_layouts_judged_alike_by_both_paths(
+    pair: tuple[ParamAffineMap, ParamAffineMap], data: st.DataObject,
+) -> None:
+    target, source = pair
+    for m, side in ((target, "target"), (source, "source")):
+        read = fast(m, side)
+        assert read is None or same_layout(read, general(m, side))
+    _judge_drawn(target, source, data)
+
+
+@given(param_maps(max_parts=4, unit_strides=False, empty_pieces=False, pinwheels=False, max_holders=2), st.data())
+def test_multi_piece_locations_judged_alike_by_both_paths(m: ParamAffineMap, data: st.DataObject) -> None:
+    """Locations holding several pieces (``_right``'s cuts), planned onto a plain target."""
+    shape = tuple(m.logical_shape)
+    target = contiguous_split_map(shape, [shape[0]], 0) if shape and shape[0] else m
+    _judge_drawn(target, m, data)
+    _judge_drawn(m, target, data)
+
+
+@given(plain_pairs(), plain_pairs(), st.data())
+def test_batches_and_segment_errors_alike_by_both_paths(
+    one: tuple[ParamAffineMap, ParamAffineMap], two: tuple[ParamAffineMap, ParamAffineMap], data: st.DataObject,
+) -> None:
+    pairs = {"a": one, "b": two, "c": one}
+    plans: dict[str, Any] = {name: plan_transfer(*pair) for name, pair in pairs.items()}
+    if any(s.numel for s in plans["c"].segments):
+        plans["c"] = data.draw(corrupted_plans(plans["c"], one[1], one[0])).plan
+    fast = verify_plans(pairs, plans)
+    with small._general_only():
+        general = verify_plans(pairs, plans)
+    assert fast == general
+    target, source = one
+    found = segment_errors(target, source, plans["c"], limit=5, scan=100)
+    with small._general_only():
+        assert found == segment_errors(target, source, plans["c"], limit=5, scan=100)
+
+
+# -- exact cases: the small path engages, and declines at each boundary ---------------------------------
+
+
+def test_the_llama_like_layout_is_read_and_judged_on_the_small_path() -> None:
+    shape = (96, 20)
+    target = contiguous_split_map(shape, [12] * 8, 0)
+    source = replicate(contiguous_split_map(shape, [24] * 4, 0), 4)
+    src, tgt = layouts(target, source)
+    plan = plan_transfer(target, source)
+    verdict = small.judge(plan.segments, src, tgt)
+    assert verdict == ok_verdict(len(plan.segments)) == check_plan(plan.segments, src, tgt, 0)
+    assert verdict is not None and verdict.checked_segments == 8 and verdict.fallback_elements == 0
+    with small._general_only():
+        assert small.read_map(target) is None and small.judge(plan.segments, src, tgt) is None
+    assert small._enabled
+
+
+def test_general_only_is_restored_after_an_error() -> None:
+    with pytest.raises(RuntimeError), small._general_only():
+        assert not small._enabled
+        raise RuntimeError
+    assert small._enabled
+
+
+def test_read_map_equals_validate_map_on_plain_maps() -> None:
+    cases = [
+        (SRC, "source"), (TGT, "target"),
+        (contiguous_split_map((3, 4, 5), [2, 3], 2), "target"),  # slabs along the last axis
+        (contiguous_split_map((7,), [7], 0), "source"),  # one location holds all of F
+        (rows((4, 2), [1, 1, 1, 1], holders=3), "source"),  # size-1 axes in shards
+    ]
+    for m, side in cases:
+        read = fast(m, side)
+        assert read is not None and read.plain is not None and same_layout(read, general(m, side))
+        assert list(read.plain) == list(read.shards)
+
+
+def test_several_pieces_in_one_location() -> None:
+    """Location 0 holds rows 0:2 and 4:6 of F (stored swapped), location 1 the rest."""
+    logical, shard = (8, 3), (4, 3)
+    m = ParamAffineMap(logical, {0: shard, 1: shard}, {
+        0: [rp((2, 3), (4, 0), (0, 0), logical, shard, [0]), rp((2, 3), (0, 0), (2, 0), logical, shard, [0])],
+        1: [rp((2, 3), (2, 0), (0, 0), logical, shard, [1]), rp((2, 3), (6, 0), (2, 0), logical, shard, [1])],
+    })
+    for side in ("source", "target"):
+        read = fast(m, side)
+        assert read is not None and same_layout(read, general(m, side))
+    src, tgt = layouts(m, m)
+    identity = [seg(loc, 0, (3, 1), loc, 0, (3, 1), shard) for loc in (0, 1)]
+    assert small.judge(identity, src, tgt) == ok_verdict(2)
+    whole = contiguous_split_map(logical, [8], 0)
+    w_src, w_tgt = layouts(whole, whole)
+    # F's rows 0:8 gathered into location 0 of ``whole``: four segments, one per piece.
+    gather = [seg(0, 0, (3, 1), 0, 12, (3, 1), (2, 3)), seg(0, 6, (3, 1), 0, 0, (3, 1), (2, 3)),
+              seg(1, 0, (3, 1), 0, 6, (3, 1), (2, 3)), seg(1, 6, (3, 1), 0, 18, (3, 1), (2, 3))]
+    m_src, _ = layouts(whole, m)
+    assert small.judge(gather, m_src, w_tgt) == ok_verdict(4)
+    wrong = [seg(0, 0, (3, 1), 0, 0, (3, 1), (2, 3)), seg(0, 6, (3, 1), 0, 12, (3, 1), (2, 3)), *gather[2:]]
+    assert small.judge(wrong, m_src, w_tgt) is None and not verify_plan(whole, m, wrong).ok
+    # One segment spanning both pieces of location 0 (rows 0:4 of its shard): F rows 4:6 then 0:2.
+    spanning = [seg(0, 0, (3, 1), 0, 0, (3, 1), (4, 3))]
+    assert small.judge(spanning, m_src, w_tgt, gaps=False) is None  # rows 0:2 of F need F's 0:2, get 4:6
+    twice = ParamAffineMap(logical, {0: (8, 3)}, {0: [
+        rp((2, 3), (4, 0), (0, 0), logical, (8, 3), [0]), rp((2, 3), (0, 0), (2, 0), logical, (8, 3), [0]),
+        rp((4, 3), (4, 0), (4, 0), logical, (8, 3), [0]),
+    ]})
+    assert small.read_map(twice) is None  # F rows 4:6 held twice in one location
+    assert small.judge(identity, w_src, w_tgt) is None  # location 1 is not in ``whole``
+
+
+def test_a_segment_across_two_target_pieces_is_cut_exactly() -> None:
+    logical = (4, 2)
+    two = ParamAffineMap(logical, {0: (4, 2)}, {0: [
+        rp((2, 2), (0, 0), (0, 0), logical, (4, 2), [0]), rp((2, 2), (2, 0), (2, 0), logical, (4, 2), [0]),
+    ]})
+    one = contiguous_split_map(logical, [4], 0)
+    src, tgt = layouts(two, one)
+    whole = [seg(0, 0, (2, 1), 0, 0, (2, 1), (4, 2))]
+    assert small.judge(whole, src, tgt) == ok_verdict(1)
+    src2, tgt2 = layouts(one, two)
+    assert small.judge(whole, src2, tgt2) == ok_verdict(1)
+    swapped = ParamAffineMap(logical, {0: (4, 2)}, {0: [
+        rp((2, 2), (2, 0), (0, 0), logical, (4, 2), [0]), rp((2, 2), (0, 0), (2, 0), logical, (4, 2), [0]),
+    ]})
+    src3, tgt3 = layouts(swapped, two)
+    assert small.judge(whole, src3, tgt3) is None  # the halves arrive swapped
+    halves = [seg(0, 4, (2, 1), 0, 0, (2, 1), (2, 2)), seg(0, 0, (2, 1), 0, 4, (2, 1), (2, 2))]
+    assert small.judge(halves, src3, tgt3) == ok_verdict(2)
+
+
+# Each change to the first piece of location 0 of ``rows((8, 4), [4, 4], holders)`` that the small
+# path must refuse to read itself (the general path then refuses the map), with the holder counts
+# for which this change is the map's only fault (so that skipping the check would accept it).
+PIECE_CHANGES: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
+    "F strides differ": ({"source_strides": (5, 1)}, (1, 2)),
+    "shard strides differ": ({"dest_strides": (5, 1)}, (1, 2)),
+    "scale": ({"scale": 2.0}, (1, 2)),
+    "local offset is not 0": ({"dest_offset": 4}, (1, 2)),
+    "logical offset past F": ({"source_offset": 32}, (1,)),
+    "negative logical offset": ({"source_offset": -4}, (1,)),
+    "declares a location that does not hold it": ({"locations": [0, 1]}, (1,)),
+    "declares another location only": ({"locations": [1]}, (1,)),
+    "declares one more replica": ({"locations": [0, 2, 1]}, (2,)),
+    "declares too few": ({"locations": [0]}, (2,)),
+}
+CASES = [(name, holders) for name, (_, counts) in PIECE_CHANGES.items() for holders in counts]
+
+
+@pytest.mark.parametrize(("change", "holders"), CASES, ids=[f"{n}-{h}" for n, h in CASES])
+def test_read_map_declines_a_piece_it_does_not_read_itself(change: str, holders: int) -> None:
+    m = rows((8, 4), [4, 4], holders=holders, **PIECE_CHANGES[change][0])
+    assert small.read_map(m) is None
+    with pytest.raises(AffineTransferError), small._general_only():
+        validate_map(m, "source")
+    assert small.read_map(rows((8, 4), [4, 4], holders=holders)) is not None
+
+
+def two_pieces(**fields: Any) -> ParamAffineMap:
+    """F (8, 4) on two locations of two pieces each (rows 4:6 and 0:2, then 2:4 and 6:8);
+    ``fields`` change the first piece of location 0."""
+    logical, shard = (8, 4), (4, 4)
+    return ParamAffineMap(logical, {0: shard, 1: shard}, {
+        0: [rp((2, 4), (4, 0), (0, 0), logical, shard, **{"locations": [0], **fields}),
+            rp((2, 4), (0, 0), (2, 0), logical, shard, [0])],
+        1: [rp((2, 4), (2, 0), (0, 0), logical, shard, [1]), rp((2, 4), (6, 0), (2, 0), logical, shard, [1])],
+    })
+
+
+MULTI_CHANGES: dict[str, dict[str, Any]] = {
+    "F strides differ": {"source_strides": (5, 1)},
+    "shard strides differ": {"dest_strides": (5, 1)},
+    "scale": {"scale": 2.0},
+    "shape has another axis": {"shape": (2, 4, 1)},
+    "local box outside the shard": {"dest_offset": 16},
+    "logical box outside F": {"source_offset": 40},
+}
+
+
+@pytest.mark.parametrize("change", list(MULTI_CHANGES), ids=list(MULTI_CHANGES))
+def test_read_map_declines_a_piece_of_a_location_with_several(change: str) -> None:
+    assert small.read_map(two_pieces()) is not None
+    m = two_pieces(**MULTI_CHANGES[change])
+    assert small.read_map(m) is None
+    with pytest.raises(AffineTransferError), small._general_only():
+        validate_map(m, "target")
+
+
+def test_read_map_declines_isolated_faults() -> None:
+    """Maps with exactly one fault each, which the later checks would not catch either."""
+    logical = (8,)
+    inside = ParamAffineMap(logical, {0: (4,), 1: (4,)}, {
+        0: [AffinePiece((4,), 0, (1,), 0, (1,), [0])], 1: [AffinePiece((4,), 4, (1,), 0, (1,), [1])]})
+    assert small.read_map(inside) is not None
+    leaves = ParamAffineMap(logical, {0: (4,), 1: (4,)}, {
+        0: [AffinePiece((4,), 0, (1,), 0, (1,), [0])], 1: [AffinePiece((4,), 6, (1,), 0, (1,), [1])]})
+    assert small.read_map(leaves) is None  # F elements 8, 9: the volumes still add up
+    bigger_shard = ParamAffineMap(logical, {0: (5,), 1: (4,)}, {
+        0: [AffinePiece((4,), 0, (1,), 0, (1,), [0])], 1: [AffinePiece((4,), 4, (1,), 0, (1,), [1])]})
+    assert small.read_map(bigger_shard) is None  # shard element 4 belongs to no piece
+    overlap_local = ParamAffineMap(logical, {0: (8,)}, {0: [
+        AffinePiece((4,), 0, (1,), 0, (1,), [0]), AffinePiece((4,), 4, (1,), 2, (1,), [0])]})
+    assert small.read_map(overlap_local) is None  # 8 = 4 + 4, but addresses 2, 3 twice and 6, 7 never
+    twice_here = ParamAffineMap((4,), {0: (4,), 1: (2,)}, {
+        0: [AffinePiece((2,), 0, (1,), 0, (1,), [0, 1]), AffinePiece((2,), 0, (1,), 2, (1,), [0, 1])],
+        1: [AffinePiece((2,), 2, (1,), 0, (1,), [1])]})
+    assert small.read_map(twice_here) is None  # F 0:2 twice in location 0, "held" by 1 as well
+    top = rp((4, 4), (0, 0), (0, 0), (8, 4), (4, 4), [0, 1, 2])
+    all_declare_more = ParamAffineMap((8, 4), {0: (4, 4), 1: (4, 4), 2: (4, 4)}, {
+        0: [top], 2: [top], 1: [rp((4, 4), (4, 0), (0, 0), (8, 4), (4, 4), [1])]})
+    assert small.read_map(all_declare_more) is None  # 3 declared, 2 hold it
+    for m in (leaves, bigger_shard, overlap_local, twice_here, all_declare_more):
+        with pytest.raises(AffineTransferError), small._general_only():
+            validate_map(m, "source")
+
+
+def test_places_carry_what_judge_reads() -> None:
+    read = small.read_map(SRC)
+    assert read is not None
+    shards, plain = read
+    assert list(shards) == [0, 1, 2, 3] == list(plain)
+    assert plain[1] == ((4, 4), (4, 1), (((4, 0), (0, 0), (4, 4), frozenset({1, 3})),), [4, 0], 16)
+    multi = small.read_map(two_pieces())
+    assert multi is not None
+    assert multi[1][0] == ((4, 4), (4, 1), (((4, 0), (0, 0), (2, 4), frozenset({0})),
+                                             ((0, 0), (2, 0), (2, 4), frozenset({0}))), None, 16)
+
+
+def test_read_map_declines_a_valid_stride_on_a_size_1_axis() -> None:
+    """Any stride is valid on an axis of extent 1; the small path reads only row-major ones."""
+    plain = contiguous_split_map((8, 1), [4, 4], 0)
+    odd = ParamAffineMap((8, 1), plain.shard_shapes, {
+        0: [plain.pieces_by_rank[0][0].replace(source_strides=(1, 7))], 1: plain.pieces_by_rank[1]})
+    assert small.read_map(plain) is not None
+    assert small.read_map(odd) is None and validate_map(odd, "target").held[0][0].index == 0
+
+
+def test_read_map_declines_maps_it_does_not_read_itself() -> None:
+    logical = (4, 2)
+    full = contiguous_split_map(logical, [2, 2], 0)
+    assert small.read_map(full) is not None
+
+    class Sub(ParamAffineMap):
+        __slots__ = ()
+
+    assert small.read_map(Sub(logical, full.shard_shapes, full.pieces_by_rank)) is None
+    plain_tuple = [tuple(full.pieces_by_rank[1][0])]  # equal to a piece, but not an AffinePiece
+    unshared = ParamAffineMap(logical, full.shard_shapes, {0: full.pieces_by_rank[0], 1: plain_tuple})
+    assert small.read_map(unshared) is None
+    scalar = ParamAffineMap((), {0: ()}, {0: [AffinePiece((), 0, (), 0, (), [0])]})
+    assert small.read_map(scalar) is None  # 0-d: the general path
+    assert small.read_map(contiguous_split_map((0, 2), [0], 0)) is None  # empty F
+    no_shard = ParamAffineMap(logical, {0: (2, 2)}, {0: full.pieces_by_rank[0], 1: full.pieces_by_rank[1]})
+    assert small.read_map(no_shard) is None
+    wrong_axes = ParamAffineMap(logical, {0: (2, 2), 1: (4,)}, full.pieces_by_rank)
+    assert small.read_map(wrong_axes) is None
+    all_of_f = [rp((4, 2), (0, 0), (0, 0), logical, (4, 2), [0])]
+    empty_shard = ParamAffineMap(logical, {0: (4, 2), 1: (0, 2)}, {0: all_of_f})
+    assert small.read_map(empty_shard) is None
+    listed_empty = ParamAffineMap(logical, {0: (4, 2), 1: (0, 2)}, {0: all_of_f, 1: []})
+    assert small.read_map(listed_empty) is None  # valid, but a shard of no element is the general path's
+    assert general(listed_empty, "target").held[1] == []
+    bare_shard = ParamAffineMap(logical, {0: (4, 2), 1: (1, 2)}, {0: all_of_f})
+    assert small.read_map(bare_shard) is None
+    huge = 1 << 31
+    assert small.read_map(contiguous_split_map((huge, huge), [huge], 0)) is None  # F's volume = 2**62
+    assert small.read_map(contiguous_split_map((huge, huge // 2), [huge], 0)) is not None
+    big_shard = ParamAffineMap((2,), {0: (1 << 62,)}, {0: [AffinePiece((2,), 0, (1,), 0, (1,), [0])]})
+    assert small.read_map(big_shard) is None
+    assert volume((huge, huge)) == MAX_COORDINATE
+
+
+def test_read_map_declines_locations_that_are_not_plain_tilings() -> None:
+    logical, shard = (4, 2), (4, 2)
+
+    def one(*pieces: AffinePiece) -> ParamAffineMap:
+        return ParamAffineMap(logical, {0: shard}, {0: list(pieces)})
+
+    top, bottom = (2, 2), (2, 2)
+    good = one(rp(top, (0, 0), (0, 0), logical, shard, [0]), rp(bottom, (2, 0), (2, 0), logical, shard, [0]))
+    assert small.read_map(good) is not None
+    gap = one(rp((1, 2), (0, 0), (0, 0), logical, shard, [0]), rp(bottom, (2, 0), (2, 0), logical, shard, [0]))
+    assert small.read_map(gap) is None  # 6 of 8 shard elements
+    same_local = one(rp(top, (0, 0), (0, 0), logical, shard, [0]), rp(bottom, (2, 0), (0, 0), logical, shard, [0]),
+                     rp((1, 2), (1, 0), (3, 0), logical, shard, [0]))
+    assert small.read_map(same_local) is None
+    grid = ParamAffineMap((2, 2), {0: (2, 2)}, {0: [
+        rp((1, 1), (i, j), (i, j), (2, 2), (2, 2), [0]) for i in range(2) for j in range(2)]})
+    assert small.read_map(grid) is None  # a tiling, but not slabs along one axis
+    assert validate_map(grid, "target").held[0][3].index == 3
+    overlapping_logical = one(rp(top, (0, 0), (0, 0), logical, shard, [0]),
+                              rp(top, (1, 0), (2, 0), logical, shard, [0]))
+    assert small.read_map(overlapping_logical) is None
+    last_row_two_cols = ParamAffineMap((2, 2), {0: (1, 2), 1: (1, 2)}, {
+        0: [rp((1, 2), (0, 0), (0, 0), (2, 2), (1, 2), [0])],
+        1: [rp((1, 1), (1, 0), (0, 0), (2, 2), (1, 2), [1]), rp((1, 1), (1, 1), (0, 1), (2, 2), (1, 2), [1])],
+    })
+    assert small.read_map(last_row_two_cols) is None  # F's boxes are no slabs along one axis
+    swapped_cols = ParamAffineMap((2, 2), {0: (2, 2)}, {
+        0: [rp((2, 1), (0, 0), (0, 1), (2, 2), (2, 2), [0]), rp((2, 1), (0, 1), (0, 0), (2, 2), (2, 2), [0])],
+    })
+    read = fast(swapped_cols, "target")  # slabs along axis 1, in the shard and in F
+    assert read is not None and same_layout(read, general(swapped_cols, "target"))
+
+
+def test_read_map_checks_holders_and_coverage() -> None:
+    logical = (4, 2)
+    shard = (2, 2)
+    half = (2, 2)
+
+    def m(pieces: dict[int, list[AffinePiece]], shards: dict[int, tuple[int, ...]] | None = None) -> ParamAffineMap:
+        return ParamAffineMap(logical, shards or dict.fromkeys(pieces, shard), pieces)
+
+    ok = m({0: [rp(half, (0, 0), (0, 0), logical, shard, [0, 2])], 1: [rp(half, (2, 0), (0, 0), logical, shard, [1])],
+            2: [rp(half, (0, 0), (0, 0), logical, shard, [0, 2])]})
+    assert small.read_map(ok) is not None
+    first, second = rp(half, (0, 0), (0, 0), logical, shard, [0, 2]), rp(half, (2, 0), (0, 0), logical, shard, [1])
+    other_declares = m({0: [first], 1: [second], 2: [rp(half, (0, 0), (0, 0), logical, shard, [2, 0, 1])]})
+    assert small.read_map(other_declares) is None
+    other_shape = m({0: [first], 1: [second], 2: [rp((1, 2), (0, 0), (0, 0), logical, (1, 2), [0, 2])]},
+                    {0: shard, 1: shard, 2: (1, 2)})
+    assert small.read_map(other_shape) is None
+    uncovered = m({0: [rp(half, (0, 0), (0, 0), logical, shard, [0])]})
+    assert small.read_map(uncovered) is None
+    straddling = ParamAffineMap(logical, {0: (3, 2), 1: (2, 2)}, {
+        0: [rp((3, 2), (0, 0), (0, 0), logical, (3, 2), [0])], 1: [rp(half, (2, 0), (0, 0), logical, shard, [1])]})
+    assert small.read_map(straddling) is None  # target boxes overlap (volume 10 of 8)
+    checker = ParamAffineMap((2, 2), {0: (1, 2), 1: (1, 2)}, {
+        0: [rp((1, 1), (0, 0), (0, 0), (2, 2), (1, 2), [0]), rp((1, 1), (1, 1), (0, 1), (2, 2), (1, 2), [0])],
+        1: [rp((1, 1), (0, 1), (0, 0), (2, 2), (1, 2), [1]), rp((1, 1), (1, 0), (0, 1), (2, 2), (1, 2), [1])],
+    })
+    assert small.read_map(checker) is None  # disjoint, covering, but no slab axis
+    assert validate_map(checker, "source").shards == {0: (1, 2), 1: (1, 2)}
+
+
+def test_read_map_piece_count_bound() -> None:
+    def cols(n: int) -> ParamAffineMap:
+        return contiguous_split_map((2, n), [1] * n, 1)
+
+    assert cols(small.SMALL_PIECES).content.pieces == small.SMALL_PIECES
+    assert small.read_map(cols(small.SMALL_PIECES)) is not None
+    assert small.read_map(cols(small.SMALL_PIECES + 1)) is None
+
+
+def test_held_is_built_on_first_use_and_kept() -> None:
+    src = validate_map(SRC, "source")
+    assert src._held is None and src._build is not None
+    first = src.held
+    assert src.held is first and src._build is None
+    assert [h.index for h in first[0]] == [0] and first[3][0].locations == frozenset({1, 3})
+    # Equality is the map's (side, F, shards, pieces), however the layout was read.
+    assert validate_map(SRC, "source") == general(SRC, "source") != general(SRC, "target")
+    assert general(SRC, "source") != general(rows((8, 4), [4, 4]), "source")
+    assert general(TGT, "target") != general(rows((8, 4), [2, 6]), "target")
+    assert Layout.__eq__(src, 1) is NotImplemented and src != 1
+    logical, shard = (8, 4), (4, 4)
+    reordered = ParamAffineMap(logical, {0: shard, 1: shard}, {
+        0: [rp((2, 4), (0, 0), (0, 0), logical, shard, [0]), rp((2, 4), (4, 0), (2, 0), logical, shard, [0])],
+        1: two_pieces().pieces_by_rank[1]})
+    assert general(reordered, "target").shards == general(two_pieces(), "target").shards
+    assert general(reordered, "target") != general(two_pieces(), "target")  # the pieces differ
+    assert repr(src).startswith("Layout(side='source', logical_shape=(8, 4), shards={0: (4, 4)")
+
+
+# Each change to GOOD's first segment that the small path must decline (the general path judges).
+SEGMENT_CHANGES: dict[str, dict[str, Any]] = {
+    "unknown source location": {"source_rank": 9},
+    "unknown target location": {"target_rank": 9},
+    "source strides": {"source_strides": (8, 1)},
+    "target strides": {"target_strides": (8, 1)},
+    "axes": {"shape": (8,), "source_strides": (1,), "target_strides": (1,)},
+    "reads past its shard": {"source_offset": 12},
+    "writes past its shard": {"target_offset": 1},
+    "negative read": {"source_offset": -4},
+    "wrong element": {"source_offset": 4},
+    "empty extent": {"shape": (0, 4)},
+    "shape has another axis": {"shape": (2, 4, 1)},
+    "box larger than the target shard": {"shape": (3, 4)},
+    "whole-shard shape at another offset": {"target_offset": 4},
+}
+
+
+@pytest.mark.parametrize("change", list(SEGMENT_CHANGES), ids=list(SEGMENT_CHANGES))
+def test_judge_declines_a_segment_it_does_not_judge_itself(change: str) -> None:
+    src, tgt = layouts()
+    fields = {**GOOD[0].__dict__, **SEGMENT_CHANGES[change]}
+    plan = [TransferSegment(**fields), *GOOD[1:]]
+    assert small.judge(GOOD, src, tgt) == ok_verdict(4)
+    assert small.judge(plan, src, tgt, gaps=False) is None
+    fast, general = both_ways(TGT, SRC, plan)
+    assert fast == general
+    # A flat segment copying rows 0:2 is right, read element by element (the fallback).
+    assert fast.ok == (change == "axes")
+    assert small.judge(plan, src, tgt) is None
+
+
+def test_judge_exactly_once_and_gaps() -> None:
+    src, tgt = layouts()
+    assert small.judge(GOOD[:3], src, tgt) is None  # location 3 unwritten
+    assert small.judge(GOOD[:3], src, tgt, gaps=False) == ok_verdict(3)
+    assert small.judge([*GOOD, GOOD[0]], src, tgt, gaps=False) is None  # a double write
+    halves = [seg(0, 0, (4, 1), 0, 0, (4, 1), (1, 4)), seg(2, 4, (4, 1), 0, 4, (4, 1), (1, 4)), *GOOD[1:]]
+    assert small.judge(halves, src, tgt) == ok_verdict(5)  # two rows into location 0, from two replicas
+    cols = [seg(0, 0, (4, 1), 0, 0, (4, 1), (2, 2)), seg(2, 2, (4, 1), 0, 2, (4, 1), (2, 2)), *GOOD[1:]]
+    assert small.judge(cols, src, tgt) == ok_verdict(5)  # slabs along axis 1
+    crossed = [seg(0, 0, (4, 1), 0, 0, (4, 1), (2, 3)), seg(2, 1, (4, 1), 0, 1, (4, 1), (2, 3)), *GOOD[1:]]
+    assert small.judge(crossed, src, tgt, gaps=False) is None
+    assert small.judge([], src, tgt) is None
+    with small._general_only():
+        general = verify_plan(TGT, SRC, [])
+    assert verify_plan(TGT, SRC, []) == general and not general.ok
+    mixed = general_layout(TGT)
+    assert small.judge([], src, tgt, gaps=False) == ok_verdict(0) == check_plan([], src, mixed, 0, gaps=False)
+    assert small.judge(GOOD, src, mixed) is None and small.judge(GOOD, general_layout(SRC, "source"), tgt) is None
+    assert check_plan(GOOD, src, mixed, 0) == ok_verdict(4)
+    # A location of one element left unwritten: the gap check compares with its numel, 1.
+    pair = contiguous_split_map((2, 1), [1, 1], 0)
+    p_src, p_tgt = layouts(pair, pair)
+    assert small.judge([seg(0, 0, (1, 1), 0, 0, (1, 1), (1, 1))], p_src, p_tgt) is None
+    both = [seg(0, 0, (1, 1), 0, 0, (1, 1), (1, 1)), seg(1, 0, (1, 1), 1, 0, (1, 1), (1, 1))]
+    assert small.judge(both, p_src, p_tgt) == ok_verdict(2)
+
+
+def test_judge_bounds() -> None:
+    whole = contiguous_split_map((4, 1), [4], 0)
+    src = general(whole, "source")
+    assert small.judge([seg(0, 0, (1, 1), 0, 0, (1, 1), (4, 1))], src, src) is None  # not read by read_map
+    s1, t1 = layouts(whole, whole)
+    assert small.judge([seg(0, 0, (1, 1), 0, 0, (1, 1), (4, 1))], s1, t1) == ok_verdict(1)
+    one = contiguous_split_map((small.SMALL_SEGMENTS, 1), [small.SMALL_SEGMENTS], 0)
+    rows_map = contiguous_split_map((small.SMALL_SEGMENTS, 1), [1] * small.SMALL_SEGMENTS, 0)
+    s, t = layouts(rows_map, one)
+    plan = [seg(0, r, (1, 1), r, 0, (1, 1), (1, 1)) for r in range(small.SMALL_SEGMENTS)]
+    assert small.judge(plan, s, t) == ok_verdict(small.SMALL_SEGMENTS)
+    assert small.judge([*plan, plan[0]], s, t, gaps=False) is None  # one more than the bound
+    n = small.SMALL_LOCATION_PIECES
+    for count, engaged in ((n, True), (n + 1, False)):
+        logical2 = (count, 1)
+        one_loc = ParamAffineMap(logical2, {0: logical2}, {0: [
+            rp((1, 1), (r, 0), (r, 0), logical2, logical2, [0]) for r in range(count)]})
+        whole2 = contiguous_split_map(logical2, [count], 0)
+        for target, source in ((whole2, one_loc), (one_loc, whole2)):
+            s2, t2 = layouts(target, source)
+            verdict = small.judge([seg(0, 0, (1, 1), 0, 0, (1, 1), logical2)], s2, t2)
+            assert (verdict == ok_verdict(1)) is engaged
+
+
+def test_judge_never_says_ok_when_pieces_do_not_cover_a_box() -> None:
+    """``_right`` re-counts the cuts of each box, like ``check_plan``'s ``_cut``: with a place
+    that lost a piece (a broken Premise A, which ``read_map`` never builds) it declines."""
+    whole = contiguous_split_map((4, 2), [4], 0)
+    src, tgt = layouts(whole, whole)
+    plan = [seg(0, 0, (2, 1), 0, 0, (2, 1), (4, 2))]
+    assert small.judge(plan, src, tgt) == ok_verdict(1)
+    half = ((0, 0), (0, 0), (2, 2), frozenset({0}))  # rows 0:2 only
+    other = ((2, 0), (2, 0), (2, 2), frozenset({0}))
+    for parts in ((half,), (other,), (half, other)):
+        place = ((4, 2), (2, 1), parts, None, 8)
+        ok = len(parts) == 2
+        broken_source = Layout("source", (4, 2), {0: (4, 2)}, {}, {0: place})
+        assert (small.judge(plan, broken_source, tgt) == ok_verdict(1)) is ok
+        broken_target = Layout("target", (4, 2), {0: (4, 2)}, {}, {0: place})
+        assert (small.judge(plan, src, broken_target, gaps=False) == ok_verdict(1)) is ok
