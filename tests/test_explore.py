@@ -31,7 +31,7 @@ EXPECTED_EXPLORE = {
     "dcp": {"pass": 9, "fail": 0, "unsupported": 0, "quality": 1, "contract": 2, "error": 0},
     "dcp-lowest": {"pass": 8, "fail": 0, "unsupported": 0, "quality": 0, "contract": 4, "error": 0},
     "deepspeed": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 8, "contract": 0, "error": 0},
-    "megatron": {"pass": 6, "fail": 0, "unsupported": 0, "quality": 6, "contract": 0, "error": 0},
+    "megatron": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 8, "contract": 0, "error": 0},
     "megatron-0.16": {"pass": 4, "fail": 0, "unsupported": 4, "quality": 4, "contract": 0, "error": 0},
 }
 
@@ -82,15 +82,18 @@ def test_a_failure_is_shrunk_to_a_minimal_case_that_reproduces_it() -> None:
 
 
 def test_a_quality_finding_is_shrunk_too_and_does_not_fail_the_run() -> None:
-    """Megatron-Core 0.19.2's round robin is keyed by destination rank, not parameter: two parameters
-    on a DP=2 source, one destination rank, and both come from replica 0 (refplan sends one from
-    each). The exploration shrinks its first quality result to exactly that."""
+    """Megatron-Core 0.19.2's pure-DP fast path (resharding/utils.py:514-516): a TP=1 x DP=2 source
+    is one DP group, so `_round_robin_dp` returns its first entry for every destination rank; with
+    one parameter and two destination ranks apart from the trainer, both read from replica 0
+    (refplan sends one copy from each). The exploration shrinks its first quality result to exactly
+    that (with ParameterMetadata as Megatron's own extractor fills it: the model's DP group on every
+    parameter, tests/test_megatron_front_door.py)."""
     report = explore("megatron", _adapter("megatron"), EXAMPLES, SEED)
     assert report.ok and report.counts["quality"] == EXPECTED_EXPLORE["megatron"]["quality"]
     config, case, result = report.shrunk["quality"]
     assert "fail" not in report.shrunk and result.verdict == "quality"
-    assert config["source"] == {"tp": 1, "dp": 2} and config["target"] == {"tp": 1, "dp": 1}
-    assert len(config["params"]) == 2 and config["experts"] == 0
+    assert config["source"] == {"tp": 1, "dp": 2} and config["target"] == {"tp": 1, "dp": 2}
+    assert len(config["params"]) == 1 and config["experts"] == 0 and not config["collocated"]
     assert case.expect.max_sender_load is not None and "busiest sender (0)" in result.reason
 
 

@@ -1011,6 +1011,19 @@ def peers() -> Family:
           "choice sends at most 8 of the 14 rows from one holder (DCP's dedup weighs every chunk as the whole "
           "tensor and sends 11)", ["peers", "finding", "dcp", "balance"],
           (full((14, 4)), _stacked((14, 4), rows, [0, 1])), accept(max_sender_load=8 * 4))
+    # The same cause through DCP's front door: real DTensors on an HSDP mesh (2 replicas x FSDP 2).
+    # torch's chunking leaves FSDP shard 1 of the 1-row w0 empty, and DCP weighs that empty chunk
+    # as all of w0 (8 elements), so w1's second chunk goes to rank 1, which already writes the
+    # replicated w2: rank 1 writes 16 elements, rank 3 none, where every rank can write 8.
+    hsdp = [Replicate(), Shard(0)]
+    f.add("finding-dcp-dedup-dtensor-hsdp", "HSDP DTensors (2 replicas x FSDP 2): a 1-row w0 (torch's chunking "
+          "leaves FSDP shard 1 empty), a 4-row w1 and a replicated w2, saved by DCP and loaded on one rank: every "
+          "rank can write 8 elements (DCP's dedup weighs rank 3's empty chunk of w0 as all of w0 and gives w1's "
+          "second chunk to rank 1, which already writes w2: 16)", ["peers", "finding", "dcp", "balance", "dtensor"],
+          {"w0": (full((1, 8)), from_dtensor((1, 8), (2, 2), hsdp)),
+           "w1": (full((4, 4)), from_dtensor((4, 4), (2, 2), hsdp)),
+           "w2": (full((2, 4)), from_dtensor((2, 4), (2, 2), [Replicate(), Replicate()]))},
+          accept(max_sender_load=8))
     half = pmap((8, 4), {0: (4, 4)}, {0: [piece((4, 4), 0, (4, 1), 0, (4, 1), [0])]})
     f.add("finding-dcp-one-plan-skips-coverage", "One source location holds only half of the tensor; DCP's global "
           "plan check tests coverage only when there is more than one plan", ["peers", "finding", "dcp", "R25"],

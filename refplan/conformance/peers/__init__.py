@@ -4,12 +4,12 @@ Each adapter calls the peer's real, pinned package on CPU, outside any process g
 functions its users' code paths reach:
 
 ``dcp`` / ``dcp-lowest``
-    torch's ``torch.distributed.checkpoint``: every source location is one rank's ``SavePlan`` of
-    SHARD ``WriteItem``s (one per piece: a chunk of the logical tensor); ``DefaultSavePlanner``'s
-    global planning deduplicates them (DCP's replica choice, by planned bytes or, for
-    ``dcp-lowest``, to the lowest rank) and writes the ``Metadata``; every target location's pieces
-    are its local chunks, and ``planner_helpers.create_read_items_for_chunk_list`` turns them into
-    ``ReadItem``s, which become strided segments.
+    torch's ``torch.distributed.checkpoint`` through its front doors (``peers/dcp.py``): every
+    parameter's layout found as a DTensor layout (``Replicate``/``Shard`` on a ``DeviceMesh``,
+    torch's chunking), every rank's state dict of ``DTensor.from_local`` tensors built in its own
+    fake process group, ``DefaultSavePlanner`` local plans, the coordinator's ``create_global_plan``
+    (DCP's replica choice: by planned bytes, or to the lowest rank for ``dcp-lowest``) and each
+    target rank's ``DefaultLoadPlanner`` local plan; its ``ReadItem``s become strided segments.
 ``megatron``
     megatron-core 0.19.2's ``build_plan_from_rosters`` in a subprocess (``megatron_worker.py``) whose
     ``sys.path`` starts with the ``pip install --target`` folder ``make peers`` fills.
@@ -84,12 +84,17 @@ def megatron_target() -> Path:
 
 PEER_NOTES = {
     "dcp": (
-        "Called as a DCP save and load would: every source location is one rank's `SavePlan` (one SHARD "
-        "`WriteItem` per piece), `DefaultSavePlanner(flatten_state_dict=False).create_global_plan` deduplicates "
-        "replicas (DCP's only replica choice: by planned bytes, or to the lowest rank for `dcp-lowest`) and "
-        "writes the `Metadata`, and `create_read_items_for_chunk_list` gives each target location's reads. "
-        "Expressible: pieces that are boxes of the logical tensor (any placement in the rank's memory); not: "
-        "flattened or transposed views, scaled pieces, endpoints, scripted answers, budgets."
+        "Called through DCP's front doors: each parameter's layout is found as a DTensor layout (a `DeviceMesh` "
+        "over the side's locations with `Replicate()`/`Shard(d)` per mesh axis, torch's chunking with its uneven "
+        "and empty last shards); every rank builds its state dict of `DTensor.from_local` tensors in its own fake "
+        "process group (`FakeStore`, backend `fake`) and runs `DefaultSavePlanner().set_up_planner` + "
+        "`create_local_plan`; the coordinator's `create_global_plan` deduplicates replicas (DCP's only replica "
+        "choice: by planned bytes, or to the lowest rank for `dcp-lowest`) and writes the `Metadata`; every target "
+        "rank runs `DefaultLoadPlanner().set_up_planner(state_dict, metadata)` + `create_local_plan`, so DCP's own "
+        "load checks (missing keys, size mismatches) run. Expressible: one box per rank per parameter (a rank's "
+        "pieces forming one dense row-major box are that box), placed as some DTensor places it; not: several "
+        "boxes per rank, splits torch's chunking never makes, targets that load part of a tensor or overlap, "
+        "`_StridedShard` layouts, scaled or reshaped pieces, endpoints, scripted answers, budgets."
     ),
     "megatron-core 0.19": (
         "`--planner megatron`: megatron-core 0.19.2 (installed by `make peers` with `pip install --target` into "
@@ -128,22 +133,17 @@ PEER_NOTES = {
 PEER_FINDINGS_OUTSIDE_CORPUS = {
     "megatron-core 0.16": [
         (
-            "Expert weights copied from a rank that does not hold the expert (silently wrong weights). "
-            "A corpus map does not say which parameters are experts, but Megatron's metadata does "
-            "(`is_ep`, EP group, local `weightK` names): in a refit from EP=2 to EP=1 on 4 ranks the "
-            "replicated fallback sees equal DP groups and plans a local copy of every expert on every "
-            "rank, e.g. expert 2 on rank 0, which holds experts 0-1; the op names the source's local "
-            "`weight0`, which on rank 0 is expert 0. Found by `tests/test_interop.py::test_megatron_experts` "
-            "(`interop.from_megatron` against Megatron's own routing).",
-            "megatron_expert_misrouted.py",
-        ),
-        (
-            "Weights lose their TP marking without initialization: with `perform_initialization=False` "
-            "(loading from a checkpoint), `ColumnParallelLinear`/`RowParallelLinear` weights never get "
-            "their tensor-parallel attributes, so `extract_param_metadata` reports TP-split weights as "
-            "replicated (`is_tp=False`) on every rank alike, which no consumer of the metadata can detect. "
-            "Seen on CPU in `tests/test_interop.py`.",
-            "",
+            "Weights lose their TP marking when the model is built without initialization (0.16.1; fixed in "
+            "0.19.2). A model that loads its weights (a checkpoint, or a refit's engine) is built with "
+            "`perform_initialization=False`; `ColumnParallelLinear`/`RowParallelLinear` set `tensor_model_parallel`, "
+            "`partition_dim` and `partition_stride` only inside `_initialize_affine_weight_*`, which they then skip "
+            "(megatron/core/tensor_parallel/layers.py:855, 878, 1178, 1201: no `else`), so `extract_param_metadata` "
+            "(resharding/utils.py:257) reports TP-split weights as replicated on every rank. A refit to such an "
+            "engine builds no TP descriptor (planner.py:36-40) and the replicated fallback copies whole shards of "
+            "another shape and other rows (TP2xDP2 -> TP4 on 4 ranks: rank 3's (16, 16) shard, rows 16-31, into "
+            "rank 1's (8, 16) shard). 0.19.2 sets the attributes in an `else` branch (layers.py:991-994, "
+            "1012-1015). Real layers on CPU in `tests/test_megatron_front_door.py`.",
+            "megatron_tp_marking_without_init.py",
         ),
     ],
 }

@@ -1,12 +1,33 @@
-"""PyTorch DCP (``torch.distributed.checkpoint``, torch 2.13.0): save-side dedup picks the replica, load
-reads overlaps."""
+"""PyTorch DCP (``torch.distributed.checkpoint``, torch 2.13.0) driven through its front doors.
+
+A DCP user saves and loads state dicts of DTensors; DCP never sees a map. So the adapter first
+finds, for every parameter and side, the DTensor layout that places exactly the case's boxes: a
+``DeviceMesh`` over the side's locations (row-major, one to three mesh axes) with ``Replicate()``
+or ``Shard(d)`` per mesh axis, shards as torch's own chunking makes them (uneven last shards,
+empty shards included). A case no such layout produces (several boxes on one rank, a target that
+leaves part of the tensor unloaded, overlapping or hand-placed chunks, strided shards) is
+``unsupported`` with that reason: DCP's front door never sees it.
+
+Then each rank is simulated as DCP's own callers run it: one fake process group per rank
+(``torch.testing._internal.distributed.fake_pg.FakeStore``, backend ``fake``), a ``DeviceMesh``
+built on it, ``DTensor.from_local`` of the rank's local tensor (an ``as_strided`` view where the
+case puts the box in the rank's memory), and that rank's state dict handed to
+``DefaultSavePlanner().set_up_planner`` + ``create_local_plan`` (rank 0 the coordinator). The
+coordinator's ``create_global_plan`` over all local plans deduplicates replicas (DCP's only
+replica choice) and writes the ``Metadata``; each target rank's ``DefaultLoadPlanner().set_up_planner
+(state_dict, metadata)`` + ``create_local_plan`` gives its ``ReadItem``s, so DCP's own load checks
+(missing keys, size mismatches) run. A read of a saved chunk is a copy from the rank DCP chose
+to write it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
-from ...box import Box, covers, overlapping_pairs, row_major_strides, volume
+from ...box import Box, row_major_strides, volume
+from ...errors import AffineTransferError
 from ...maps import ParamAffineMap
 from ..corpus import Case
 from .common import (
@@ -18,29 +39,132 @@ from .common import (
     _dtype_name,
     _import,
     _no_options,
+    _quiet,
     _rebuild_map,
     _segment,
+    check_tiled,
+    merge_dense,
     peer_version,
 )
+
+_MAX_WORLD = 4096
+"""Largest simulated world (one fake process group per rank)."""
+
+
+@dataclass(frozen=True)
+class DTensorLayout:
+    """How DTensor places one parameter on one side: mesh ranks (row-major), mesh shape, and one
+    placement per mesh axis (``None``: ``Replicate()``, ``d``: ``Shard(d)``)."""
+
+    ranks: tuple[int, ...]
+    mesh: tuple[int, ...]
+    shards: tuple[int | None, ...]
+
+    def describe(self) -> str:
+        pl = ", ".join("Replicate()" if s is None else f"Shard({s})" for s in self.shards)
+        return f"mesh {self.mesh} over ranks {list(self.ranks)}, placements [{pl}]"
+
+
+def _factorizations(n: int, most: int = 3) -> list[tuple[int, ...]]:
+    """Ordered factorizations of ``n`` into at most ``most`` factors > 1 (``(n,)`` first)."""
+    out: list[tuple[int, ...]] = [(n,)]
+
+    def grow(rest: int, prefix: tuple[int, ...]) -> None:
+        if len(prefix) >= most:
+            return
+        for f in range(2, rest):
+            if rest % f == 0:
+                cand = (*prefix, f, rest // f)
+                if len(cand) <= most:
+                    out.append(cand)
+                grow(rest // f, (*prefix, f))
+
+    grow(n, ())
+    return sorted(set(out), key=lambda t: (len(t), t))
+
+
+def dtensor_layout(m: ParamAffineMap, what: str) -> DTensorLayout:
+    """The DTensor layout whose local tensors are exactly ``m``'s boxes, or ``Inexpressible``.
+
+    Boxes only: where a box sits in its rank's memory is the local tensor's own stride and offset
+    (an ``as_strided`` view), which DCP never reads. Candidates are tried fewest mesh axes first,
+    ``Replicate()`` before ``Shard``; each is placed by ``interop.from_dtensor`` (tested against
+    torch's ``distribute_tensor``), and the front door itself is checked afterwards: the adapter's
+    gate compares the case's maps with what DCP's own write items and chunk lists say.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+
+    from ...interop import from_dtensor
+
+    boxes: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for c in _chunks(m, what):
+        if c.location in boxes:
+            raise Inexpressible(f"{what}: location {c.location} holds more than one box; a DTensor's local tensor "
+                                "is one box (one write item per rank and tensor, planner_helpers.py:177-194)")
+        boxes[c.location] = (c.origin, c.shape)
+    ranks = tuple(sorted(set(m.pieces_by_rank) | set(m.shard_shapes)))
+    if not ranks:
+        raise Inexpressible(f"{what}: no location")
+    if any(r < 0 for r in ranks) or ranks[-1] >= _MAX_WORLD:
+        raise Inexpressible(f"{what}: locations {ranks[0]}..{ranks[-1]} are not ranks of a world of at most "
+                            f"{_MAX_WORLD}")
+    import numpy as np
+
+    ndim = len(m.logical_shape)
+    for mesh in _factorizations(len(ranks)):
+        for shards in itertools.product((None, *range(ndim)), repeat=len(mesh)):
+            placements = [Replicate() if s is None else Shard(s) for s in shards]
+            try:
+                cand = from_dtensor(m.logical_shape, mesh, placements, mesh_locations=np.array(ranks).reshape(mesh))
+            except AffineTransferError as exc:  # refplan's own limits (max_ndim), not DTensor's
+                raise Inexpressible(f"{what}: interop.from_dtensor cannot place it ({exc})") from None
+            got = {c.location: (c.origin, c.shape) for c in _chunks(cand, what)}
+            if got == boxes:
+                return DTensorLayout(ranks, mesh, tuple(shards))
+    raise Inexpressible(f"{what}: no DTensor layout (Replicate/Shard over a mesh of locations {list(ranks)}, torch's "
+                        "chunking) places these boxes, so no DCP save or load of a DTensor state dict has them")
+
+
+@dataclass
+class _FrontDoor:
+    """What the fake ranks built and DCP planned locally; the global steps run in ``call_peer``."""
+
+    names: list[str]
+    logical: dict[str, tuple[int, ...]]
+    layouts: dict[tuple[str, str], DTensorLayout]
+    shapes: dict[tuple[str, str], tuple[int, ...]]
+    """(name, side) -> global shape (the sides may differ; ``DefaultLoadPlanner`` refuses that)."""
+    shard_shapes: dict[tuple[str, str], dict[int, tuple[int, ...]]]
+    source_states: list[dict[str, Any]]
+    """Rank r's DCP state dict for the save (``{fqn: DTensor}``)."""
+    target_states: list[dict[str, Any]]
+    save_planners: list[Any]
+    local_plans: list[Any]
+    """``DefaultSavePlanner.create_local_plan()`` of every source rank, in rank order."""
+    memory: dict[tuple[str, str, int], tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    """(name, side, rank) -> (storage offset, strides) of that rank's local tensor."""
 
 
 @dataclass
 class _DCPProblem:
+    """DCP's objects built from a layout directly (``refplan bench``'s own scenarios, which are
+    valid by construction): one ``SavePlan`` per source location, local chunks per target."""
+
     names: list[str]
     logical: dict[str, tuple[int, ...]]
     source_locs: list[int]
     save_plans: list[Any]
-    """One ``SavePlan`` per source location, in ``source_locs`` order."""
     placements: dict[tuple[str, int, tuple[int, ...], tuple[int, ...]], tuple[int, tuple[int, ...]]]
-    """(name, source location, chunk origin, chunk shape) -> (shard offset, shard strides): where a
-    saved chunk sits in the saving rank's memory, which DCP does not describe (it saves a view)."""
     shard_shapes: dict[tuple[str, str], dict[int, tuple[int, ...]]]
     targets: dict[str, dict[int, list[Chunk]]]
-    """Per parameter and target location: the local chunks to load (with their shard placement)."""
 
 
 class DCPAdapter(PeerAdapter):
-    """torch.distributed.checkpoint: save-side dedup chooses the replica, load reads overlaps."""
+    """torch.distributed.checkpoint through ``DefaultSavePlanner``/``DefaultLoadPlanner`` on DTensor
+    state dicts: save-side dedup chooses the replica, each load reads from the chosen writer."""
+
+    merges_boxes = True
+    """A rank's pieces forming one dense row-major box are one local tensor: that DTensor's."""
 
     def __init__(self, lowest_rank: bool = False) -> None:
         self.lowest_rank = lowest_rank
@@ -49,134 +173,165 @@ class DCPAdapter(PeerAdapter):
         self._md = _import("torch.distributed.checkpoint.metadata")
         self._pl = _import("torch.distributed.checkpoint.planner")
         self._torch = _import("torch")
+        self._dist = _import("torch.distributed")
+        self._tensor = _import("torch.distributed.tensor")
+        self._fake = _import("torch.testing._internal.distributed.fake_pg")
         version = peer_version("torch")
         self.name = f"dcp{'-lowest' if lowest_rank else ''} (torch {version})"
 
-    def translate(self, case: Case) -> _DCPProblem:
+    # ------------------------------------------------------------------ translation
+
+    def translate(self, case: Case) -> _FrontDoor:
         _no_options(case)
-        torch, md, pl = self._torch, self._md, self._pl
-        names = sorted(case.parameters)
-        logical: dict[str, tuple[int, ...]] = {}
-        items: dict[int, list[Any]] = {}
-        placements: dict[tuple[str, int, tuple[int, ...], tuple[int, ...]], tuple[int, tuple[int, ...]]] = {}
+        torch = self._torch
+        pairs = _case_maps(case, None)  # shapes may differ: DefaultLoadPlanner refuses that itself
+        given = {n: (merge_dense(t), merge_dense(s)) for n, (t, s) in pairs.items()}
+        names = sorted(pairs)
+        layouts: dict[tuple[str, str], DTensorLayout] = {}
         shard_shapes: dict[tuple[str, str], dict[int, tuple[int, ...]]] = {}
-        targets: dict[str, dict[int, list[Chunk]]] = {}
-        src_locs: set[int] = set()
-        pairs = _case_maps(case, "one tensor per fqn")
+        dtypes: dict[str, Any] = {}
         for name in names:
-            tmap, smap = pairs[name]
-            logical[name] = smap.logical_shape
-            dtype = getattr(torch, _dtype_name(case, name))
+            tmap, smap = given[name]
+            dtypes[name] = getattr(torch, _dtype_name(case, name))
             for side, m in (("source", smap), ("target", tmap)):
+                what = f"parameter {name!r}, {side}"
                 if any(m.shard_shapes.get(loc) is None for loc in m.pieces_by_rank):
-                    raise Inexpressible(f"parameter {name!r}, {side}: a location without a shard shape")
+                    raise Inexpressible(f"{what}: a location without a shard shape")
+                if self.check_memory:
+                    check_tiled(pairs[name][0 if side == "target" else 1], what)
+                layouts[(name, side)] = dtensor_layout(m, what)
                 shard_shapes[(name, side)] = dict(m.shard_shapes)
-            size = torch.Size(smap.logical_shape)
-            seen: set[tuple[int, tuple[int, ...]]] = set()
-            for c in _chunks(smap, f"parameter {name!r}, source", keep_empty=True):
-                if volume(c.shape) == 0 and all(o < n for o, n in zip(c.origin, smap.logical_shape)):
-                    raise Inexpressible(
-                        f"parameter {name!r}, source location {c.location}: a zero-size write item at the interior "
-                        f"offset {c.origin}, which DCP's front door never writes (DTensor places an empty shard at "
-                        "global_shape[dim], torch/distributed/tensor/_utils.py:266, so that its (fqn, offset) key "
-                        "cannot collide with a real chunk's)")
-                if (c.location, c.origin) in seen:
-                    raise Inexpressible(f"parameter {name!r}, source location {c.location}: two chunks at offset "
-                                        f"{c.origin} (one write item per offset and rank)")
-                seen.add((c.location, c.origin))
-                src_locs.add(c.location)
-                chunk = md.ChunkStorageMetadata(offsets=torch.Size(c.origin), sizes=torch.Size(c.shape))
-                items.setdefault(c.location, []).append(pl.WriteItem(
-                    index=md.MetadataIndex(name, torch.Size(c.origin)),
-                    type=pl.WriteItemType.SHARD,
-                    tensor_data=pl.TensorWriteData(chunk=chunk, properties=md.TensorProperties(dtype=dtype),
-                                                   size=size),
-                ))
-                placements[(name, c.location, c.origin, c.shape)] = (c.dest_offset, c.dest_strides)
-            by_loc: dict[int, list[Chunk]] = {}
-            for c in _chunks(tmap, f"parameter {name!r}, target"):
-                by_loc.setdefault(c.location, []).append(c)
-            targets[name] = by_loc
-        locs = sorted(src_locs)
-        problem = _DCPProblem(names, logical, locs, [pl.SavePlan(items.get(loc, [])) for loc in locs], placements,
-                              shard_shapes, targets)
+        shapes = {(n, side): pairs[n][i].logical_shape for n in names for side, i in (("target", 0), ("source", 1))}
+        problem = _FrontDoor(names, {n: pairs[n][1].logical_shape for n in names}, layouts, shapes, shard_shapes,
+                             [], [], [], [])
+        for side, index in (("source", 1), ("target", 0)):
+            states = self._rank_states(problem, side, {n: given[n][index] for n in names}, dtypes)
+            if side == "source":
+                problem.source_states = states
+            else:
+                problem.target_states = states
+        with _quiet():
+            for rank, state in enumerate(problem.source_states):
+                planner = self._planner.DefaultSavePlanner(dedup_save_to_lowest_rank=self.lowest_rank)
+                planner.set_up_planner(state, is_coordinator=rank == 0)
+                problem.save_planners.append(planner)
+                problem.local_plans.append(planner.create_local_plan())
         self._gate(pairs, problem)
         return problem
 
-    def contract(self, case: Case, problem: _DCPProblem) -> list[tuple[str, str]]:
+    def _rank_states(self, problem: _FrontDoor, side: str, maps: dict[str, ParamAffineMap],
+                     dtypes: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every rank's state dict of DTensors for one side, each rank in its own fake process group."""
+        torch, dist, dt = self._torch, self._dist, self._tensor
+        if dist.is_initialized():
+            raise RuntimeError("the DCP adapter simulates every rank in its own fake process group, but this "
+                               "process already has a default process group")
+        world = 1 + max(r for n in problem.names for r in problem.layouts[(n, side)].ranks)
+        if world > _MAX_WORLD:
+            raise Inexpressible(f"{side}: a world of {world} ranks (at most {_MAX_WORLD} are simulated)")
+        placed: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}  # the case's memory placement per box
+        for name in problem.names:
+            for c in _chunks(maps[name], f"parameter {name!r}, {side}"):
+                placed[(name, c.location)] = (c.dest_offset, c.dest_strides)
+        states: list[dict[str, Any]] = []
+        with _quiet():
+            for rank in range(world):
+                state: dict[str, Any] = {}
+                mine = [n for n in problem.names if rank in problem.layouts[(n, side)].ranks]
+                if mine:
+                    dist.init_process_group("fake", store=self._fake.FakeStore(), rank=rank, world_size=world)
+                    try:
+                        meshes: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
+                        for name in mine:
+                            lay = problem.layouts[(name, side)]
+                            key = (lay.ranks, lay.mesh)
+                            if key not in meshes:
+                                meshes[key] = dt.DeviceMesh("cpu", torch.tensor(lay.ranks).reshape(lay.mesh),
+                                                            _init_backend=False)
+                            state[name] = self._dtensor(problem, side, name, rank, meshes[key], dtypes[name],
+                                                        placed.get((name, rank)))
+                    finally:
+                        dist.destroy_process_group()
+                states.append(state)
+        return states
+
+    def _dtensor(self, problem: _FrontDoor, side: str, name: str, rank: int, mesh: Any, dtype: Any,
+                 placed: tuple[int, tuple[int, ...]] | None) -> Any:
+        """Rank ``rank``'s DTensor of ``name``: its local tensor has torch's local shape and sits in a
+        buffer of the case's shard shape where the case puts it (dense at 0 for an empty shard)."""
+        torch, dt = self._torch, self._tensor
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        lay = problem.layouts[(name, side)]
+        placements = [dt.Replicate() if s is None else dt.Shard(s) for s in lay.shards]
+        logical = problem.shapes[(name, side)]
+        local, _ = compute_local_shape_and_global_offset(logical, mesh, placements)
+        local = tuple(int(n) for n in local)
+        shard = problem.shard_shapes[(name, side)][rank]
+        offset, strides = placed if placed is not None else (0, row_major_strides(local))
+        last = offset + sum((e - 1) * s for e, s in zip(local, strides)) if volume(local) else -1
+        if len(strides) != len(local) or offset < 0 or min(strides, default=0) < 0 or last >= max(volume(shard), 1):
+            raise Inexpressible(f"parameter {name!r}, {side}, location {rank}: the local tensor {local} at offset "
+                                f"{offset} with strides {tuple(strides)} is not inside its shard {shard}")
+        buffer = torch.empty(max(volume(shard), 1), dtype=dtype)
+        view = buffer.as_strided(local, strides, offset)
+        problem.memory[(name, side, rank)] = (offset, tuple(strides))
+        return dt.DTensor.from_local(view, mesh, placements, shape=torch.Size(logical),
+                                     stride=torch.Size(row_major_strides(logical)), run_check=False)
+
+    # ------------------------------------------------------------------ contract
+
+    def contract(self, case: Case, problem: Any) -> list[tuple[str, str]]:
         """What DCP's save/load contract allows here and refplan's rules forbid (see ``PeerAdapter``)."""
         torch = peer_version("torch") or "?"
         out: list[tuple[str, str]] = []
-        whole = {n: Box((0,) * len(s), s) for n, s in problem.logical.items()}
-        for name in problem.names:
-            located = [(loc, Box(c.origin, c.shape)) for loc, cs in problem.targets[name].items() for c in cs]
-            for loc in problem.targets[name]:
-                boxes = [b for at, b in located if at == loc]
-                if len(boxes) > 1 and len(boxes) <= 4096 and overlapping_pairs(boxes):
-                    out.append(("accept", f"torch {torch}: a rank loads every local chunk it asks for, each filled "
-                                        "from the checkpoint on its own (planner_helpers.py:254 "
-                                        "create_read_items_for_chunk_list), so overlapping local chunks are both "
-                                        "filled with the same values; refplan's R20 forbids the overlap"))
-                    break
-            if covers(whole[name], [b for _, b in located]) is not None:
-                out.append(("accept", f"torch {torch}: a load reads what each rank asks for (default_planner.py:477 "
-                                    "create_default_local_load_plan); nothing requires the ranks' chunks to cover the "
-                                    "tensor, so a partial load is a valid load; refplan's R26 refuses a target that "
-                                    "drops part of F"))
-        if len(problem.save_plans) == 1:
-            for name in problem.names:
-                saved = [Box(tuple(i.tensor_data.chunk.offsets), tuple(i.tensor_data.chunk.sizes))
-                         for i in problem.save_plans[0].items if i.index.fqn == name]
-                if covers(whole[name], saved) is not None:
-                    out.append(("accept", f"torch {torch}: _validate_global_plan checks that the saved chunks fill "
-                                        "the tensor only when more than one rank saves (default_planner.py:703, "
-                                        "`len(global_plan) > 1`): a single-rank save may hold rank-local state, "
-                                        "deliberately; refplan's R25 refuses a source that holds part of F"))
-                    break
         if self.lowest_rank:
             out.append(("quality", f"torch {torch}: DefaultSavePlanner(dedup_save_to_lowest_rank=True) "
-                                   "(default_planner.py:78, _dedup_save_plans.py:44) writes every duplicate from its "
-                                   "lowest rank, as the user asked"))
+                                   "(default_planner.py:78, _dedup_save_plans.py:43-44) writes every duplicate from "
+                                   "its lowest rank, as the user asked"))
         bound = case.expect.max_sender_load
         if bound is not None:
             sizes = case.raw.get("element_size") or {}
-            largest = max((volume(tuple(i.tensor_data.chunk.sizes)) * int(sizes.get(i.index.fqn, 1))
-                           for p in problem.save_plans for i in p.items), default=0)
+            items = [(i.index.fqn, tuple(i.tensor_data.chunk.offsets), tuple(i.tensor_data.chunk.sizes))
+                     for p in problem.local_plans for i in p.items]
+            largest = max((volume(s) * int(sizes.get(n, 1)) for n, _, s in items), default=0)
             if largest > bound:
                 out.append(("quality", f"torch {torch}: DCP writes each saved chunk whole from one rank "
-                                       f"(_dedup_save_plans.py:44-53); a chunk of {largest} exceeds the bound "
+                                       f"(_dedup_save_plans.py:42-55); a chunk of {largest} exceeds the bound "
                                        f"{bound}, which no item-granular save can meet"))
             else:
-                read = self._most_read_chunk(case, problem)
+                read = self._most_read_chunk(case, problem, items)
                 if read is not None and read[0] > bound:
                     out.append(("quality", f"torch {torch}: a checkpoint holds one copy of each chunk "
-                                           "(_dedup_save_plans.py:44-53 keeps one writer per chunk) and every load "
+                                           "(_dedup_save_plans.py:42-55 keeps one writer per chunk) and every load "
                                            "reads it from that copy (planner_helpers.py:254); the chunk at "
                                            f"{read[1]} is read {read[0]} in all, more than the bound {bound}"))
         return out
 
     @staticmethod
-    def _most_read_chunk(case: Case, problem: _DCPProblem) -> tuple[int, tuple[int, ...]] | None:
-        """(bytes, origin) of the saved chunk the target locations read most in all: whichever rank DCP
-        keeps as its one writer sends all of it, so no DCP save meets a bound below it. ``None`` when
-        there are too many chunk pairs to count."""
+    def _most_read_chunk(case: Case, problem: _FrontDoor,
+                         items: list[tuple[str, tuple[int, ...], tuple[int, ...]]]
+                         ) -> tuple[int, tuple[int, ...]] | None:
+        """(bytes, origin) of the saved chunk the target ranks read most in all: whichever rank DCP
+        keeps as its one writer sends all of it, so no DCP save meets a bound below it. ``None``
+        when there are too many chunk pairs to count."""
         sizes = case.raw.get("element_size") or {}
-        boxes: dict[tuple[str, tuple[int, ...], tuple[int, ...]], None] = {}
-        for plan in problem.save_plans:
-            for item in plan.items:
-                chunk = item.tensor_data.chunk
-                boxes[(item.index.fqn, tuple(chunk.offsets), tuple(chunk.sizes))] = None
+        reads: dict[str, list[Box]] = {}
+        for state in problem.target_states:
+            for name, value in state.items():
+                for c in value.__create_chunk_list__():
+                    reads.setdefault(name, []).append(Box(tuple(c.offsets), tuple(c.sizes)))
         best: tuple[int, tuple[int, ...]] | None = None
         pairs = 0
-        for name, origin, shape in boxes:
-            reads = [c for cs in problem.targets.get(name, {}).values() for c in cs]
-            pairs += len(reads)
+        for name, origin, shape in dict.fromkeys(items):
+            boxes = reads.get(name, [])
+            pairs += len(boxes)
             if pairs > 1 << 20:
                 return None
             total = 0
-            for c in reads:
+            for b in boxes:
                 overlap = 1
-                for o, e, to, te in zip(origin, shape, c.origin, c.shape):
+                for o, e, to, te in zip(origin, shape, b.origin, b.extent):
                     overlap *= max(0, min(o + e, to + te) - max(o, to))
                 total += overlap
             total *= int(sizes.get(name, 1))
@@ -184,9 +339,45 @@ class DCPAdapter(PeerAdapter):
                 best = (total, origin)
         return best
 
-    def rebuild(self, problem: _DCPProblem) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+    # ------------------------------------------------------------------ reading the peer's input back
+
+    def rebuild(self, problem: Any) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+        """The maps DCP's own objects describe: each source rank's write items (its local plan) and
+        each target rank's chunk list (``DTensor.__create_chunk_list__``, what the load planner
+        reads), placed in memory where the rank's local tensor sits."""
+        if isinstance(problem, _DCPProblem):
+            return self._rebuild_items(problem)
+        entries: dict[tuple[str, str], list[Any]] = {}
+        for rank, plan in enumerate(problem.local_plans):
+            for item in plan.items:
+                chunk = item.tensor_data.chunk
+                self._entry(problem, entries, item.index.fqn, "source", rank, chunk)
+        for rank, state in enumerate(problem.target_states):
+            for name, value in state.items():
+                for chunk in value.__create_chunk_list__():
+                    self._entry(problem, entries, name, "target", rank, chunk)
         out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
-        items_of: dict[str, list[tuple[int, Any]]] = {}  # one pass over the plans, not one per parameter
+        for name in problem.names:
+            sides = []
+            for side in ("target", "source"):
+                got = entries.get((name, side), [])
+                for loc, shard in problem.shard_shapes[(name, side)].items():
+                    if all(e[0] != loc for e in got):
+                        zero = (0,) * len(shard)
+                        got.append((loc, zero, zero, shard, 0, row_major_strides(shard)))
+                sides.append(_rebuild_map(problem.shapes[(name, side)], got))
+            out[name] = (sides[0], sides[1])
+        return out
+
+    def _entry(self, problem: _FrontDoor, entries: dict[tuple[str, str], list[Any]], name: str, side: str,
+               rank: int, chunk: Any) -> None:
+        off, strides = problem.memory[(name, side, rank)]
+        entries.setdefault((name, side), []).append(
+            (rank, tuple(chunk.offsets), tuple(chunk.sizes), problem.shard_shapes[(name, side)][rank], off, strides))
+
+    def _rebuild_items(self, problem: _DCPProblem) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+        out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+        items_of: dict[str, list[tuple[int, Any]]] = {}
         for loc, plan in zip(problem.source_locs, problem.save_plans):
             for item in plan.items:
                 items_of.setdefault(item.index.fqn, []).append((loc, item))
@@ -197,25 +388,37 @@ class DCPAdapter(PeerAdapter):
                 shape = tuple(item.tensor_data.chunk.sizes)
                 off, strides = problem.placements[(name, loc, origin, shape)]
                 src.append((loc, origin, shape, problem.shard_shapes[(name, "source")][loc], off, strides))
-            for loc, shard in problem.shard_shapes[(name, "source")].items():
-                if all(e[0] != loc for e in src):
-                    src.append((loc, (0,) * len(problem.logical[name]), (0,) * len(problem.logical[name]), shard, 0,
-                                row_major_strides(shard)))
             tgt = [(c.location, c.origin, c.shape, problem.shard_shapes[(name, "target")][c.location], c.dest_offset,
                     c.dest_strides) for chunks in problem.targets[name].values() for c in chunks]
             out[name] = (_rebuild_map(problem.logical[name], tgt), _rebuild_map(problem.logical[name], src))
         return out
 
-    def save(self, problem: _DCPProblem) -> tuple[list[Any], Any]:
-        """DCP's global save planning: (deduplicated plans, ``Metadata``)."""
-        planner = self._planner.DefaultSavePlanner(flatten_state_dict=False,
-                                                   dedup_save_to_lowest_rank=self.lowest_rank)
-        global_plan, metadata = planner.create_global_plan(problem.save_plans)
+    # ------------------------------------------------------------------ the peer's planning
+
+    def save(self, problem: Any) -> tuple[list[Any], Any]:
+        """DCP's global save planning on the coordinator: (deduplicated plans, ``Metadata``)."""
+        if isinstance(problem, _DCPProblem):
+            planner = self._planner.DefaultSavePlanner(flatten_state_dict=False,
+                                                       dedup_save_to_lowest_rank=self.lowest_rank)
+            global_plan, metadata = planner.create_global_plan(problem.save_plans)
+            return list(global_plan), metadata
+        global_plan, metadata = problem.save_planners[0].create_global_plan(problem.local_plans)
         return list(global_plan), metadata
 
-    def call_peer(self, problem: _DCPProblem) -> tuple[list[Any], dict[tuple[str, int], list[Any]]]:
-        """DCP's save-side global planning, then each target location's read items."""
+    def call_peer(self, problem: Any) -> tuple[list[Any], Any]:
+        """The coordinator's ``create_global_plan`` (dedup, metadata), then every target rank's
+        ``DefaultLoadPlanner`` local plan and the coordinator's global load plan."""
         global_plan, metadata = self.save(problem)
+        if isinstance(problem, _DCPProblem):
+            return global_plan, self._read_chunks(problem, metadata)
+        load_plans = []
+        for rank, state in enumerate(problem.target_states):
+            planner = self._planner.DefaultLoadPlanner()
+            planner.set_up_planner(state, metadata, is_coordinator=rank == 0)
+            load_plans.append(planner.create_local_plan())
+        return global_plan, self._planner.DefaultLoadPlanner().create_global_plan(load_plans)
+
+    def _read_chunks(self, problem: _DCPProblem, metadata: Any) -> dict[tuple[str, int], list[Any]]:
         reads: dict[tuple[str, int], list[Any]] = {}
         for name in problem.names:
             stored = metadata.state_dict_metadata.get(name)
@@ -225,10 +428,32 @@ class DCPAdapter(PeerAdapter):
                 if stored is None:
                     raise ValueError(f"{name!r} is not in the checkpoint metadata")
                 reads[(name, t_loc)] = self._helpers.create_read_items_for_chunk_list(name, stored, local)
-        return global_plan, reads
+        return reads
 
-    def convert(self, problem: _DCPProblem, output: tuple[list[Any], dict[tuple[str, int], list[Any]]]
-                ) -> dict[str, Any]:
+    def convert(self, problem: Any, output: tuple[list[Any], Any]) -> dict[str, Any]:
+        """Every ``ReadItem`` as one strided segment from the rank DCP chose to write its chunk."""
+        if isinstance(problem, _DCPProblem):
+            return self._convert_items(problem, output)
+        global_plan, load_plans = output
+        writer: dict[tuple[str, tuple[int, ...]], int] = {}
+        for rank, plan in enumerate(global_plan):
+            for item in plan.items:
+                writer[(item.index.fqn, tuple(item.index.offset))] = rank
+        segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem.names}
+        for t_rank, plan in enumerate(load_plans):
+            for ri in plan.items:
+                name = ri.dest_index.fqn
+                s_rank = writer[(name, tuple(ri.storage_index.offset))]
+                s_off, s_strides = problem.memory[(name, "source", s_rank)]
+                t_off, t_strides = problem.memory[(name, "target", t_rank)]
+                segments[name].append(_segment(
+                    list(ri.lengths),
+                    (s_rank, s_off + sum(a * s for a, s in zip(ri.storage_offsets, s_strides)), s_strides),
+                    (t_rank, t_off + sum(a * s for a, s in zip(ri.dest_offsets, t_strides)), t_strides),
+                ))
+        return {n: {"logical_shape": list(problem.logical[n]), "segments": segments[n]} for n in problem.names}
+
+    def _convert_items(self, problem: _DCPProblem, output: tuple[list[Any], Any]) -> dict[str, Any]:
         global_plan, reads = output
         owners: dict[str, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
         for loc, plan in zip(problem.source_locs, global_plan):
@@ -251,4 +476,3 @@ class DCPAdapter(PeerAdapter):
                     ))
             plans[name] = {"logical_shape": list(problem.logical[name]), "segments": segments}
         return plans
-

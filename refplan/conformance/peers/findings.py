@@ -38,11 +38,12 @@ class Finding:
 _MEGATRON_LOAD = (
     "batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
     "batches/local-first", "batches/local-first-over-balance", "peers/finding-dcp-dedup-counts-items",
-    "peers/finding-megatron-pure-dp-reads-one-rank", "peers/finding-megatron-tp2dp2-uses-one-replica",
-    "peers/finding-awex-one-inference-replica",
+    "peers/finding-dcp-dedup-dtensor-hsdp", "peers/finding-megatron-pure-dp-reads-one-rank",
+    "peers/finding-megatron-tp2dp2-uses-one-replica", "peers/finding-awex-one-inference-replica",
 )
 _AWEX_LOAD = ("batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
-              "peers/finding-dcp-dedup-counts-items", "peers/finding-megatron-pure-dp-reads-one-rank",
+              "peers/finding-dcp-dedup-counts-items", "peers/finding-dcp-dedup-dtensor-hsdp",
+              "peers/finding-megatron-pure-dp-reads-one-rank",
               "peers/finding-megatron-tp2dp2-uses-one-replica", "peers/finding-awex-one-inference-replica")
 
 FINDINGS: tuple[Finding, ...] = (
@@ -51,13 +52,16 @@ FINDINGS: tuple[Finding, ...] = (
         title="DCP's dedup sizes every SHARD write item by the whole tensor, not its chunk",
         version="torch 2.13.0",
         cause="torch/distributed/checkpoint/_dedup_save_plans.py:53 adds `write_item.tensor_storage_size()`, "
-              "which planner.py:80-82 computes from `tensor_data.size` (the whole tensor)",
-        configuration="a replicated save (DDP/HSDP replicas) whose ranks hold chunks of different sizes, "
-                      "saved with the default DefaultSavePlanner()",
-        why="Every duplicate item weighs the same, so the dedup balances item counts: with chunks of 8,1,1,1,1,1,1 "
-            "rows on two replicas, one rank writes 11 rows and the other 3, where 8 is possible. Load only: every "
-            "chunk is written once and read back exactly.",
-        witnesses=("peers/finding-dcp-dedup-counts-items",),
+              "which planner.py:80-82 computes from `tensor_data.size` (the whole tensor), for the DTensor "
+              "write item planner_helpers.py:177-194 builds, empty chunks included",
+        configuration="an HSDP save (DTensors on a (replicate, shard) mesh, default DefaultSavePlanner()) whose "
+                      "FSDP shards differ in size, e.g. a 1-row parameter whose second FSDP shard torch's chunking "
+                      "leaves empty, beside a 4-row weight and a replicated parameter",
+        why="Every duplicate item weighs its whole tensor, so the greedy dedup balances tensor sizes, not the bytes "
+            "each rank writes: rank 3's empty chunk of w0 counts as all of w0, so w1's second chunk goes to rank 1, "
+            "which already writes w2 (16 elements where 8 is reachable and a chunk-sized greedy reaches it). Load "
+            "only: every chunk is written once and read back exactly.",
+        witnesses=("peers/finding-dcp-dedup-dtensor-hsdp",),
         script="dcp_dedup_counts_items.py",
     ),
     Finding(
@@ -92,7 +96,8 @@ FINDINGS: tuple[Finding, ...] = (
             "destination rank reads all its parameters from one replica. Load only: the copies are exact.",
         witnesses=("batches/balance-spans-two-parameters", "batches/balance-three-parameters",
                    "batches/balance-by-bytes", "peers/finding-dcp-dedup-counts-items",
-                   "peers/finding-megatron-pure-dp-reads-one-rank", "peers/finding-megatron-tp2dp2-uses-one-replica",
+                   "peers/finding-dcp-dedup-dtensor-hsdp", "peers/finding-megatron-pure-dp-reads-one-rank",
+                   "peers/finding-megatron-tp2dp2-uses-one-replica",
                    "peers/finding-awex-one-inference-replica"),
         script="megatron_0_19_replica_zero.py",
     ),

@@ -44,7 +44,15 @@ class MegatronAdapter(PeerAdapter):
     """Megatron-Core's refit planner: one source replica per destination rank and parameter.
 
     Endpoints are Megatron's own world: a refit runs the trainer and the engine on the same global
-    ranks, so a case's processes are the ranks (one shard per rank and parameter and side)."""
+    ranks, so a case's processes are the ranks (one shard per rank and parameter and side).
+
+    A case is a layout, not a model, so the ``ParameterMetadata`` are built field for field, as
+    Megatron's own metadata path reports them for the layers that make that layout:
+    ``tests/test_megatron_front_door.py`` builds real ``ColumnParallelLinear``/``RowParallelLinear``
+    models (and replicated LayerNorm-like parameters) on CPU for both releases, reads them with
+    0.16.1's ``extract_param_metadata`` and 0.19.2's ``_extract_module_metadata``, and requires every
+    field equal. Grouped experts cannot be built here (Transformer Engine needs CUDA): an expert is
+    given as a plain replicated parameter of its holders."""
 
     features = frozenset({"multi_parameter", "element_size", "endpoints"})
     merges_boxes = True
@@ -173,16 +181,19 @@ class MegatronAdapter(PeerAdapter):
         utils, torch = self._utils, self._torch
         meta: dict[str, dict[str, dict[int, Any]]] = {"source": {}, "target": {}}
         loc_of: dict[str, dict[str, dict[int, int]]] = {"source": {}, "target": {}}
+        sides_of: dict[str, dict[str, _MegatronSide]] = {}
         for name in names:
             t, s = maps[name]
-            t_dims = {d for loc in t.pieces_by_rank for d, (a, b) in
+            # the axes the other side splits, over the locations that hold data (as _side reads them)
+            t_dims = {d for loc, ps in t.pieces_by_rank.items() if ps for d, (a, b) in
                       enumerate(zip(t.shard_shapes.get(loc) or t.logical_shape, t.logical_shape)) if a != b}
-            s_dims = {d for loc in s.pieces_by_rank for d, (a, b) in
+            s_dims = {d for loc, ps in s.pieces_by_rank.items() if ps for d, (a, b) in
                       enumerate(zip(s.shard_shapes.get(loc) or s.logical_shape, s.logical_shape)) if a != b}
             sides = {
                 "target": self._side(t, f"parameter {name!r}, target", min(s_dims) if s_dims else None),
                 "source": self._side(s, f"parameter {name!r}, source", min(t_dims) if t_dims else None),
             }
+            sides_of[name] = sides
             if sides["target"].is_tp and sides["source"].is_tp and sides["target"].dim != sides["source"].dim:
                 contract.append(("refuse", (
                     f"{self.name}: partition_dim {sides['source'].dim} -> "
@@ -190,8 +201,34 @@ class MegatronAdapter(PeerAdapter):
                     "one model, whose layer classes fix partition_dim (ColumnParallelLinear 0, RowParallelLinear "
                     "1), and _build_descriptors_for_param refuses a change on purpose "
                     f"(planner.py:{'56-62' if self._worker is not None else '49-55'})")))
+        # The model's own groups, per side and rank, as its tensor-parallel layers carry them: a parameter
+        # that no layer splits (a LayerNorm's weight) reports the model's DP group (both releases) and TP
+        # group (0.19.2 always fills it, utils.py:398-407), not its holders. A side whose parameters are
+        # all replicated is a TP=1 model: every holder in one DP group.
+        groups: dict[str, dict[int, tuple[list[int], list[int]]]] = {"source": {}, "target": {}}
+        for side_name in ("source", "target"):
+            rank = rank_of[side_name]
+            for name in names:
+                side = sides_of[name][side_name]
+                if not side.is_tp:
+                    continue
+                for j in range(len(side.tp_groups[0])):
+                    dp = sorted(rank[g[j]] for g in side.tp_groups)
+                    for g in side.tp_groups:
+                        groups[side_name].setdefault(rank[g[j]], ([rank[loc] for loc in g], dp))
+        # Megatron's pipeline group without PP: the world's ranks (utils.py:294-297 in 0.16.1; 0.19.2 offsets
+        # them for an engine in a cluster of its own, utils.py:409-416): one world when the sides share
+        # ranks (a refit), else each side's own cluster.
+        ranks_of = {side_name: set(rank_of[side_name].values()) for side_name in ("source", "target")}
+        shared = bool(ranks_of["source"] & ranks_of["target"])
+        pipeline: dict[str, list[int]] = {}
+        for side_name, side_ranks in ranks_of.items():
+            span = ranks_of["source"] | ranks_of["target"] if shared else side_ranks
+            pipeline[side_name] = list(range(0 if shared else min(span, default=0), max(span, default=-1) + 1))
+        for name in names:
+            t, s = maps[name]
             dtype = getattr(torch, _dtype_name(case, name))
-            for side_name, side in sides.items():
+            for side_name, side in sides_of[name].items():
                 m = t if side_name == "target" else s
                 rank = rank_of[side_name]
                 held = [loc for group in side.tp_groups for loc in group]
@@ -202,22 +239,25 @@ class MegatronAdapter(PeerAdapter):
                                             f"{loc} on one process (Megatron: one shard per rank and parameter)")
                     by_rank[rank[loc]] = loc
                 loc_of[side_name][name] = by_rank
-                dp_of: dict[int, tuple[int, ...]] = {}
-                for j in range(len(side.tp_groups[0])):
-                    dp = tuple(sorted(rank[g[j]] for g in side.tp_groups))
-                    for g in side.tp_groups:
-                        dp_of[g[j]] = dp
+                holders = sorted(by_rank)
                 per_rank: dict[int, Any] = {}
                 for group in side.tp_groups:
                     ranks = [rank[loc] for loc in group]
                     for loc in group:
-                        per_rank[rank[loc]] = utils.ParameterMetadata(
+                        r = rank[loc]
+                        model_tp, model_dp = groups[side_name].get(r, ([r], holders))
+                        if side.is_tp:
+                            tp_ranks: list[int] | None = list(ranks)
+                            dp_ranks = sorted(rank[g[group.index(loc)]] for g in side.tp_groups)
+                        else:
+                            tp_ranks = list(model_tp) if self._worker is not None else None
+                            dp_ranks = list(model_dp)
+                        per_rank[r] = utils.ParameterMetadata(
                             name=name, shape=tuple(m.shard_shapes[loc]), dtype=dtype,
                             element_size=torch.empty(0, dtype=dtype).element_size(), is_tp=side.is_tp,
-                            partition_dim=side.dim, partition_stride=side.stride, owner_rank=rank[loc],
-                            tensor_parallel_group_ranks=list(ranks) if side.is_tp else None,
-                            data_parallel_group_ranks=list(dp_of[loc]),
-                            pipeline_parallel_group_ranks=None, resolved_name=name,
+                            partition_dim=side.dim, partition_stride=side.stride, owner_rank=r,
+                            tensor_parallel_group_ranks=tp_ranks, data_parallel_group_ranks=dp_ranks,
+                            pipeline_parallel_group_ranks=list(pipeline[side_name]), resolved_name=name,
                         )
                 meta[side_name][name] = per_rank
         # What build_centralized_reshard_plan has gathered before its planning loop: per destination
@@ -236,6 +276,29 @@ class MegatronAdapter(PeerAdapter):
     def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = problem["contract"]
         return found
+
+    def planner_metadata(self, problem: Mapping[str, Any]) -> dict[str, dict[int, dict[str, dict[str, Any]]]]:
+        """Every field of the ``ParameterMetadata`` the planner is given, ``{side: {rank: {name: fields}}}``:
+        for 0.19.2 as its worker rebuilds them with 0.19.2's own class. What
+        ``tests/test_megatron_front_door.py`` compares with Megatron's own ``extract_param_metadata``."""
+        import dataclasses
+
+        out: dict[str, dict[int, dict[str, dict[str, Any]]]] = {"source": {}, "target": {}}
+        if self._worker is not None:
+            full = self._worker.rosters(problem)
+            for side_name, by_name in (("target", full["dst"]), ("source", full["src"])):
+                for metas in by_name.values():
+                    for fields in metas:
+                        out[side_name].setdefault(fields["owner_rank"], {})[fields["resolved_name"]] = fields
+            return out
+        for side_name in ("source", "target"):
+            for name, per_rank in problem["meta"][side_name].items():
+                for rank, m in per_rank.items():
+                    fields = dataclasses.asdict(m)
+                    fields["shape"] = list(fields["shape"])
+                    fields["dtype"] = str(fields["dtype"]).removeprefix("torch.")
+                    out[side_name].setdefault(rank, {})[name] = fields
+        return out
 
     def rebuild(self, problem: Mapping[str, Any]) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
         """Both sides read back by ``interop.from_megatron`` from the ``ParameterMetadata`` alone
@@ -326,15 +389,29 @@ class _Worker:
             raise ImportError("the megatron-core 0.19.2 worker exited (is its folder complete? `make peers`)")
         return line
 
-    def plan(self, problem: Mapping[str, Any]) -> list[tuple[str, int, Any, list[Any]]]:
-        assert self._proc.stdin is not None
-        request = {
+    @staticmethod
+    def _request(problem: Mapping[str, Any]) -> dict[str, Any]:
+        return {
             "dst": {str(rank): [_meta_doc(m) for _, m in params] for rank, params in problem["dst_by_rank"]},
             "src": {name: [_meta_doc(m) for m in metas] for name, metas in problem["src_lists"].items()},
         }
+
+    def _ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        assert self._proc.stdin is not None
         self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
-        answer = json.loads(self._read())
+        answer: dict[str, Any] = json.loads(self._read())
+        return answer
+
+    def rosters(self, problem: Mapping[str, Any]) -> dict[str, Any]:
+        """Every field of the 0.19.2 ``ParameterMetadata`` the worker builds for ``problem``."""
+        answer = self._ask({"rosters": self._request(problem)})
+        if "error" in answer:
+            raise RuntimeError(f"megatron-core 0.19.2 worker: {answer['error']}: {answer['message']}")
+        return answer
+
+    def plan(self, problem: Mapping[str, Any]) -> list[tuple[str, int, Any, list[Any]]]:
+        answer = self._ask(self._request(problem))
         self.seconds = (float(answer.get("seconds", 0.0)), float(answer.get("wall_seconds", 0.0)))
         if "error" in answer:
             cls = getattr(builtins, answer["error"], None)

@@ -10,7 +10,19 @@ pure, collective-free entry point) and answers one JSON line: the receive ops as
 destination rank, source rank, source slices, destination slices) with the CPU and wall seconds of
 the planning calls alone (``seconds``, ``wall_seconds``, what ``refplan bench`` reports), or the
 exception's class and message. Run as ``python -P megatron_worker.py FOLDER`` (``-P``: its own
-folder, which holds refplan's ``megatron.py``, stays off ``sys.path``).
+folder, which holds refplan's ``megatron.py``, stays off ``sys.path``); ``FOLDER`` ``-`` is the
+megatron-core of the virtual environment (0.16.1), which answers ``extract`` requests only.
+
+Two more requests check the adapter's metadata against Megatron's own (``tests/test_megatron_front_door.py``,
+``docs/peers/megatron_*.py``): ``{"extract": spec}`` builds real ``ColumnParallelLinear`` /
+``RowParallelLinear`` modules (and plain replicated parameters, as a LayerNorm holds them) on CPU, one
+simulated rank at a time under a ``fake`` process group (``torch.testing._internal.distributed.fake_pg``:
+real ``new_group`` objects whose ranks ``dist.get_process_group_ranks`` reports, collectives that do
+nothing), and answers what the release's own metadata path reports for them: 0.16.1's
+``extract_param_metadata`` over ``named_parameters`` as ``build_centralized_reshard_plan`` calls it
+(planner.py:229-257), 0.19.2's ``_extract_module_metadata`` (planner.py:359-385, with its rank offset for a
+separate cluster) as ``build_local_reshard_plan`` calls it; ``{"rosters": request}`` answers every field
+of the ``ParameterMetadata`` this worker builds from a planning request (what the planner is given).
 """
 
 from __future__ import annotations
@@ -29,14 +41,98 @@ def _slices(value: Any) -> list[list[int | None]]:
     return [[s.start, s.stop, s.step] for s in value]
 
 
+def _fields(meta: Any) -> dict[str, Any]:
+    """Every field of one ``ParameterMetadata``, JSON-ready (the dtype by its torch name)."""
+    import dataclasses
+
+    doc = dataclasses.asdict(meta)
+    doc["shape"] = list(doc["shape"])
+    doc["dtype"] = str(doc["dtype"]).removeprefix("torch.")
+    return doc
+
+
+def _build_model(model: dict[str, Any], rank: int, world: int, perform_init: bool) -> Any:
+    """One rank's model of ``model`` (``tp``, ``params``) in a world of ``world`` ranks, Megatron's rank
+    order (TP fastest): its TP and DP groups are ``new_group``s of the current (fake) default group."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core.model_parallel_config import ModelParallelConfig  # type: ignore[import-untyped]
+    from megatron.core.process_groups_config import ProcessGroupCollection  # type: ignore[import-untyped]
+    from megatron.core.tensor_parallel.layers import (  # type: ignore[import-untyped]
+        ColumnParallelLinear,
+        RowParallelLinear,
+    )
+
+    tp = int(model["tp"])
+    # every rank creates every group, in one order (new_group's contract), and keeps its own
+    tp_groups = [dist.new_group(list(range(g * tp, (g + 1) * tp))) for g in range(world // tp)]
+    dp_groups = [dist.new_group(list(range(j, world, tp))) for j in range(tp)]
+    tp_group, dp_group = tp_groups[rank // tp], dp_groups[rank % tp]
+    layers = torch.nn.ModuleList()
+    for p in model["params"]:
+        dtype = getattr(torch, p.get("dtype", "float32"))
+        config = ModelParallelConfig(tensor_model_parallel_size=tp, use_cpu_initialization=True,
+                                     perform_initialization=perform_init, params_dtype=dtype)
+        out_size, in_size = p["shape"][0], p["shape"][-1]
+        init = torch.nn.init.zeros_
+        if p["kind"] == "column":
+            layer = ColumnParallelLinear(in_size, out_size, config=config, init_method=init, bias=False,
+                                         stride=int(p.get("stride", 1)), tp_group=tp_group)
+        elif p["kind"] == "row":
+            layer = RowParallelLinear(in_size, out_size, config=config, init_method=init, bias=False,
+                                      input_is_parallel=True, skip_bias_add=True, stride=int(p.get("stride", 1)),
+                                      tp_group=tp_group)
+        else:  # replicated on every rank, as a LayerNorm's weight: no tensor-parallel attributes
+            layer = torch.nn.Module()
+            layer.register_parameter(p["name"].rsplit(".", 1)[1],
+                                     torch.nn.Parameter(torch.zeros(p["shape"], dtype=dtype)))
+        layers.append(layer)
+    root = torch.nn.Module()
+    root.layers = layers
+    root.pg_collection = ProcessGroupCollection(tp=tp_group, dp=dp_group)
+    return root
+
+
+def _extract(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"clusters": [{"world", "offset", "models": {role: {"tp", "params"}}}], "perform_initialization"}``
+    -> ``{role: {global rank: [metadata fields]}}``, each simulated rank under its own fake default group."""
+    import torch.distributed as dist
+    from megatron.core.resharding import planner, utils  # type: ignore[import-untyped]
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    perform_init = bool(spec.get("perform_initialization", True))
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for cluster in spec["clusters"]:
+        world, offset = int(cluster["world"]), int(cluster.get("offset", 0))
+        for rank in range(world):
+            dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+            try:
+                for role, model in sorted(cluster["models"].items()):
+                    module = _build_model(model, rank, world, perform_init)
+                    if hasattr(planner, "_extract_module_metadata"):  # 0.19.2
+                        metas = planner._extract_module_metadata(module, rank + offset, None, offset, {})
+                    else:  # 0.16.1: build_centralized_reshard_plan's own loop
+                        if offset:
+                            raise ValueError("megatron-core 0.16.1 has no rank offset (one world)")
+                        prefix = utils._build_layer_module_prefix_map(module)
+                        metas = [utils.extract_param_metadata(p, name, rank, module.pg_collection,
+                                                              layer_module_prefix_map=prefix)
+                                 for name, p in module.named_parameters(recurse=True)]
+                    out.setdefault(role, {})[str(rank + offset)] = [_fields(m) for m in metas]
+            finally:
+                dist.destroy_process_group()
+    return out
+
+
 def main() -> int:
-    sys.path.insert(0, sys.argv[1])
+    if sys.argv[1] != "-":
+        sys.path.insert(0, sys.argv[1])
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         import megatron.core  # type: ignore[import-untyped]
         import torch
-        from megatron.core.resharding.planner import build_plan_from_rosters  # type: ignore[import-untyped]
+        from megatron.core.resharding import planner
         from megatron.core.resharding.utils import ParameterMetadata  # type: ignore[import-untyped]
     from importlib.metadata import version  # the folder is first on sys.path: its dist-info wins
 
@@ -52,6 +148,18 @@ def main() -> int:
     for line in sys.stdin:
         request = json.loads(line)
         try:
+            if "extract" in request:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    extracted = _extract(request["extract"])
+                print(json.dumps({"extract": extracted}), flush=True)
+                continue
+            if "rosters" in request:
+                req = request["rosters"]
+                answer: dict[str, Any] = {
+                    "dst": {r: [_fields(meta(m)) for m in ms] for r, ms in req["dst"].items()},
+                    "src": {n: [_fields(meta(m)) for m in ms] for n, ms in req["src"].items()}}
+                print(json.dumps(answer), flush=True)
+                continue
             dst = {int(r): {m["resolved_name"]: meta(m) for m in ms} for r, ms in request["dst"].items()}
             src = {name: [meta(m) for m in ms] for name, ms in request["src"].items()}
             ops = []
@@ -61,12 +169,12 @@ def main() -> int:
                 # answer's encoding: `refplan bench` reports these seconds, not the round trip.
                 wall, cpu = time.perf_counter(), time.process_time()
                 for rank in sorted(dst):
-                    plans.append((rank, build_plan_from_rosters(dst, src, rank)))
+                    plans.append((rank, planner.build_plan_from_rosters(dst, src, rank)))
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             for rank, plan in plans:
                 for op in plan.recv_ops:
                     ops.append([op.param_name, rank, op.peer_rank, _slices(op.peer_slice), _slices(op.my_slice)])
-            answer: dict[str, Any] = {"ops": ops, "seconds": cpu, "wall_seconds": wall}
+            answer = {"ops": ops, "seconds": cpu, "wall_seconds": wall}
         except Exception as exc:  # reported to the adapter, which judges refusal or crash by class
             answer = {"error": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}
         print(json.dumps(answer), flush=True)
