@@ -23,6 +23,18 @@ Scenarios (all bf16, 2 bytes per element):
   block-gathered on both sides; N = 256 and 4096 (a supplementary row, see docs/performance.md).
 - ``uneven``: prime-sized axes, TP=3 × DP=2 → TP=5 on axis 0 and TP=5 × DP=2 → TP=7 on axis 1.
 
+End to end (issue 27; the headline): scenarios with a plain description (``Layout``: parameter
+names, shapes, dtype, the TP/DP/EP layout of both sides, location -> process) -- llama-sync,
+zero2-sync, moe-model, and the scale scenarios ``moe-large`` (46 323 parameters, EP32xDP4 on 128
+ranks -> EP8 x8 on 64) and ``dense-70b`` (TP8xPP4xDP8 on 256 ranks -> TP8 x8 on 64) -- are also
+timed from the description: every contender builds its own inputs (refplan: its maps with
+``maps.py``'s builders; Megatron-Core: ``ParameterMetadata`` through ``megatron_rosters``, for
+0.19.2 inside its worker, which times both stages itself; Awex: ``ParameterMeta``; DCP:
+``SavePlan``s and local chunks; DeepSpeed: its own ``ParamAffineMap``s) and plans, in one timed
+region, with the collector as each library ships it and again with it off; interleaved, best
+round kept. ``--distinct`` makes every shape distinct. The targets compare build + plan against
+the fastest peer's; refplan's verify is reported beside it with its own goal (<= plan).
+
 Columns: planning seconds (CPU time of this process, best of the repeats; wall time is in the
 JSON), its ratio to DeepSpeed's, oracle seconds (``refplan.verify.verify_plans`` on that plan),
 segments, split requests, max and mean bytes per sending process, the busiest sender over the
@@ -36,8 +48,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
+import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -46,7 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..analysis import (
     DEFAULT_ALPHA,
@@ -59,7 +74,7 @@ from ..analysis import (
     sync_time_lower_bound,
 )
 from ..check import DEFAULT_MIN_SPLIT_BYTES
-from ..errors import AffineTransferError
+from ..errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
 from ..plan import TransferPlan
 from ..planner import collect_requests, plan_transfers
@@ -128,6 +143,12 @@ class Scenario:
     peer: bool = True
     oracle: bool = True
     repeat: int | None = None
+    layout: Layout | None = None
+    """The plain description the maps were built from: scenarios with one get end-to-end rows."""
+    e2e_peers: tuple[str, ...] | None = None
+    """Peers timed end to end (``None``: ``E2E_PEERS``)."""
+    rows: bool = True
+    """Whether the plan-only rows (inputs built beforehand, every policy) are run as well."""
 
 
 def _nodes(processes: range, per_node: int, first_node: int = 0) -> dict[int, int]:
@@ -163,36 +184,190 @@ def _model_pairs(
     return pairs
 
 
-def _trainer_to_engine(
-    name: str, description: str, tp_source: int, dp_source: int, tp_target: int, layers: int,
-    hidden: int, ffn: int, vocab: int,
-) -> Scenario:
-    pairs = _model_pairs(tp_source, dp_source, tp_target, layers, hidden, ffn, vocab)
+# ---------------------------------------------------------------------------------------------
+# Plain descriptions (issue 27): what a user states about a sync before any planner sees it.
+# Every contender builds its own inputs from one of these inside the timed region, so the bench
+# times what a user pays, end to end, and a peer's build cost has one definition.
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of one parameter as a user states it.
+
+    ``axis``: the tensor-parallel split axis (``None``: every holder has the whole tensor, as a
+    norm or an expert weight under EP x DP does). ``groups``: one tuple per replica, the
+    locations of its TP shards in TP order (``groups[c][j]``: shard ``j`` of replica ``c``; for
+    ``axis=None`` one location per replica). Replicas are listed so that each shard's holders
+    increase with ``c`` -- the order Megatron's DP groups and Awex's resolver read them in -- which
+    is checked here, so every builder can rely on it.
+    """
+
+    axis: int | None
+    groups: tuple[tuple[int, ...], ...]
+    rank_order: bool = field(init=False, compare=False, repr=False)
+    """Whether replica ``c``'s shard ``j`` is location ``c * tp + j`` (Megatron's rank order, the
+    default of ``replicate``)."""
+
+    def __post_init__(self) -> None:
+        groups = self.groups
+        if not groups or not groups[0] or len({len(g) for g in groups}) != 1:
+            raise InvalidMapError(f"bench description: replicas {groups} must be non-empty and of one TP size")
+        if self.axis is None and len(groups[0]) != 1:
+            raise InvalidMapError(f"bench description: a side without a split axis has one location per replica, "
+                                  f"got {groups}")
+        tp = len(groups[0])
+        for j in range(tp):
+            column = [g[j] for g in groups]
+            if any(a >= b for a, b in itertools.pairwise(column)):
+                raise InvalidMapError(f"bench description: the holders of shard {j} ({column}) must increase "
+                                      "from replica to replica")
+        object.__setattr__(self, "rank_order", all(loc == c * tp + j for c, g in enumerate(groups)
+                                                   for j, loc in enumerate(g)))
+
+    @property
+    def tp(self) -> int:
+        return len(self.groups[0]) if self.axis is not None else 1
+
+    def locations(self) -> list[int]:
+        return sorted(loc for g in self.groups for loc in g)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter of a description: its name, logical shape and both sides."""
+
+    name: str
+    shape: tuple[int, ...]
+    source: Side
+    target: Side
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A sync as a user describes it: parameters (names, shapes, TP/DP/EP layout of both sides),
+    one dtype, and which process each source and target location runs on."""
+
+    params: tuple[ParamSpec, ...]
+    source_process: Mapping[int, int]
+    target_process: Mapping[int, int]
+    process_node: Mapping[int, int] | None = None
+    dtype: str = "bfloat16"
+    element_size: int = BF16
+
+
+def _boxes(shape: tuple[int, ...], side: Side) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(origin, shape) of each TP shard of ``side``, in TP order."""
+    if side.axis is None:
+        return [((0,) * len(shape), shape)]
+    out = []
+    start = 0
+    for size in _split(shape[side.axis], side.tp):
+        origin = [0] * len(shape)
+        origin[side.axis] = start
+        local = list(shape)
+        local[side.axis] = size
+        out.append((tuple(origin), tuple(local)))
+        start += size
+    return out
+
+
+def refplan_side(shape: tuple[int, ...], side: Side) -> ParamAffineMap:
+    """refplan's map of one side, with the builders a user calls (``maps.py``)."""
+    if side.axis is None:
+        holders = [g[0] for g in side.groups]
+        if holders == list(range(len(holders))):
+            return replicated_map(shape, len(holders))
+        return replicate(replicated_map(shape, 1), len(holders), lambda _loc, copy: holders[copy])
+    base = contiguous_split_map(shape, _split(shape[side.axis], side.tp), side.axis)
+    if side.rank_order:
+        return base if len(side.groups) == 1 else replicate(base, len(side.groups))
+    groups = side.groups
+    return replicate(base, len(groups), lambda loc, copy: groups[copy][loc])
+
+
+def build_refplan(layout: Layout) -> tuple[Pairs, TransferEndpoints, dict[str, int]]:
+    """refplan's inputs from a description: (target, source) maps per parameter, endpoints, sizes."""
+    pairs: Pairs = {p.name: (refplan_side(p.shape, p.target), refplan_side(p.shape, p.source))
+                    for p in layout.params}
+    endpoints = TransferEndpoints(layout.source_process, layout.target_process)
+    return pairs, endpoints, dict.fromkeys(pairs, layout.element_size)
+
+
+def _described(name: str, description: str, layout: Layout, **options: Any) -> Scenario:
+    """A scenario whose maps are refplan's build of ``layout`` (what the end-to-end rows rebuild)."""
+    pairs, endpoints, sizes = build_refplan(layout)
+    return Scenario(name, description, pairs, endpoints, sizes, dict(layout.process_node or {}) or None,
+                    layout=layout, **options)
+
+
+class _Sides:
+    """Interning: one ``Side`` object per distinct side (a description of 46 323 parameters names
+    a few hundred distinct sides)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int | None, tuple[tuple[int, ...], ...]], Side] = {}
+
+    def __call__(self, axis: int | None, groups: Sequence[Sequence[int]]) -> Side:
+        key = (axis, tuple(tuple(g) for g in groups))
+        side = self._seen.get(key)
+        if side is None:
+            side = self._seen[key] = Side(*key)
+        return side
+
+    def split(self, axis: int, tp: int, copies: int, first: int = 0) -> Side:
+        """TP=``tp`` along ``axis`` x ``copies`` replicas on locations ``first`` ... in rank order."""
+        return self(axis, [[first + c * tp + j for j in range(tp)] for c in range(copies)])
+
+    def whole(self, holders: Sequence[int]) -> Side:
+        return self(None, [[h] for h in holders])
+
+
+def _model_layout(tp_source: int, dp_source: int, tp_target: int, layers: int, hidden: int, ffn: int,
+                  vocab: int) -> Layout:
+    """The Llama-shaped trainer -> engine description (``_model_pairs``'s layout, in words)."""
+    side = _Sides()
     sources = tp_source * dp_source
-    endpoints = TransferEndpoints(
-        {loc: loc for loc in range(sources)}, {loc: sources + loc for loc in range(tp_target)}
-    )
+    shapes = {
+        "attn.qkv": ((3 * hidden, hidden), 0),
+        "attn.o": ((hidden, hidden), 1),
+        "mlp.gate_up": ((2 * ffn, hidden), 0),
+        "mlp.down": ((hidden, ffn), 1),
+    }
+    params: list[ParamSpec] = []
+
+    def add(name: str, shape: tuple[int, ...], axis: int) -> None:
+        params.append(ParamSpec(name, shape, side.split(axis, tp_source, dp_source), side.split(axis, tp_target, 1)))
+
+    for layer in range(layers):
+        for name, (shape, axis) in shapes.items():
+            add(f"layers.{layer:02d}.{name}", shape, axis)
+        for norm in ("input_norm", "post_norm"):
+            params.append(ParamSpec(f"layers.{layer:02d}.{norm}", (hidden,), side.whole(range(sources)),
+                                    side.whole(range(tp_target))))
+    add("embed", (vocab, hidden), 0)
+    add("lm_head", (vocab, hidden), 0)
     trainer_nodes = _nodes(range(sources), 8)
     engine_node = max(trainer_nodes.values()) + 1
     nodes = {**trainer_nodes, **_nodes(range(sources, sources + tp_target), 8, engine_node)}
-    return Scenario(name, description, pairs, endpoints, dict.fromkeys(pairs, BF16), nodes)
+    return Layout(tuple(params), {loc: loc for loc in range(sources)},
+                  {loc: sources + loc for loc in range(tp_target)}, nodes)
 
 
 def llama_scenario(layers: int = LAYERS, hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB) -> Scenario:
     """``llama-sync``: TP=4 × DP=4 trainer → TP=8 engine, 6 parameters per layer + embed + lm_head."""
-    return _trainer_to_engine(
+    return _described(
         "llama-sync",
         f"Llama {layers} layers ({6 * layers + 2} params), TP4xDP4 (procs 0-15) -> TP8 (procs 16-23), bf16",
-        4, 4, 8, layers, hidden, ffn, vocab,
+        _model_layout(4, 4, 8, layers, hidden, ffn, vocab),
     )
 
 
 def zero2_scenario(layers: int = LAYERS, hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB) -> Scenario:
     """``zero2-sync``: TP=1 × DP=8 trainer (every process holds everything) → TP=8 engine."""
-    return _trainer_to_engine(
+    return _described(
         "zero2-sync",
         f"Llama {layers} layers ({6 * layers + 2} params), TP1xDP8 (procs 0-7) -> TP8 (procs 8-15), bf16",
-        1, 8, 8, layers, hidden, ffn, vocab,
+        _model_layout(1, 8, 8, layers, hidden, ffn, vocab),
     )
 
 
@@ -258,9 +433,35 @@ def uneven_scenario() -> Scenario:
     )
 
 
-def _whole(shape: tuple[int, ...], owners: Sequence[int]) -> ParamAffineMap:
-    """Every owner holds the whole tensor as one dense shard: an expert weight under EP x DP."""
-    return replicate(replicated_map(shape, 1), len(owners), lambda _loc, copy: owners[copy])
+def moe_model_layout(moe_layers: int = 58, experts: int = 128) -> Layout:
+    """The ``moe-model`` description (see ``moe_model_scenario``)."""
+    hidden, ffn, dense_ffn, vocab = 7168, 2048, 18432, 129280
+    side = _Sides()
+    params: list[ParamSpec] = []
+    per_src, per_tgt = experts // 8, experts // 16
+    for layer in range(moe_layers):
+        for e in range(experts):
+            src = side.whole([copy * 8 + e // per_src for copy in range(2)])
+            tgt = side.whole([e // per_tgt])
+            for w, shape in (("w1", (ffn, hidden)), ("w3", (ffn, hidden)), ("w2", (hidden, ffn))):
+                params.append(ParamSpec(f"layers.{layer:03d}.experts.{e:03d}.{w}", shape, src, tgt))
+
+    def dense(key: str, shape: tuple[int, int], axis: int) -> None:
+        params.append(ParamSpec(key, shape, side.split(axis, 4, 4), side.split(axis, 8, 2)))
+
+    norm = (side.whole(range(16)), side.whole(range(16)))
+    for layer in range(moe_layers):
+        dense(f"layers.{layer:03d}.attn.qkv", (3 * hidden, hidden), 0)
+        dense(f"layers.{layer:03d}.attn.o", (hidden, hidden), 1)
+        params.append(ParamSpec(f"layers.{layer:03d}.norm", (hidden,), *norm))
+    for layer in range(3):
+        dense(f"dense.{layer}.gate", (dense_ffn, hidden), 0)
+        dense(f"dense.{layer}.up", (dense_ffn, hidden), 0)
+        dense(f"dense.{layer}.down", (hidden, dense_ffn), 1)
+    dense("embed", (vocab, hidden), 0)
+    dense("lm_head", (vocab, hidden), 0)
+    params.append(ParamSpec("final_norm", (hidden,), *norm))
+    return Layout(tuple(params), {loc: loc for loc in range(16)}, {loc: 16 + loc for loc in range(16)})
 
 
 def moe_model_scenario(moe_layers: int = 58, experts: int = 128, *, name: str = "moe-model") -> Scenario:
@@ -272,39 +473,136 @@ def moe_model_scenario(moe_layers: int = 58, experts: int = 128, *, name: str = 
     ``e`` on EP rank ``e // (experts/8)`` of both DP copies), dense TP=4 x DP=4. Engine on
     processes 16-31: experts EP=16, dense TP=8 x 2 replicas. The defaults give 22 458 parameters.
     """
-    hidden, ffn, dense_ffn, vocab = 7168, 2048, 18432, 129280
-    pairs: Pairs = {}
-    per_src, per_tgt = experts // 8, experts // 16
-    for layer in range(moe_layers):
+    layout = moe_model_layout(moe_layers, experts)
+    return _described(
+        name,
+        f"MoE {moe_layers} layers x {experts} experts x 3 weights + dense ({len(layout.params)} params): experts "
+        "EP8xDP2, dense TP4xDP4 (procs 0-15) -> experts EP16, dense TP8x2 (procs 16-31), bf16",
+        layout, policies=("balanced",),
+    )
+
+
+MOE_LARGE_LAYERS, MOE_LARGE_EXPERTS = 60, 256
+"""``moe-large``: 60 layers x (256 experts x 3 weights + qkv, o, two norms) + embed, lm_head and
+the final norm = 46 323 parameters."""
+
+
+def moe_large_layout(layers: int = MOE_LARGE_LAYERS, experts: int = MOE_LARGE_EXPERTS) -> Layout:
+    """The ``moe-large`` description: a trainer on 128 ranks (experts EP32 x DP4, dense TP8 x DP16)
+    -> an engine on 64 ranks (experts EP8 x 8 replicas, dense TP8 x 8 replicas)."""
+    hidden, ffn, vocab = 7168, 2048, 129280
+    side = _Sides()
+    params: list[ParamSpec] = []
+    per_src, per_tgt = experts // 32, experts // 8
+    for layer in range(layers):
         for e in range(experts):
-            src_owners = [copy * 8 + e // per_src for copy in range(2)]
-            tgt_owner = [e // per_tgt]
+            src = side.whole([copy * 32 + e // per_src for copy in range(4)])
+            tgt = side.whole([copy * 8 + e // per_tgt for copy in range(8)])
             for w, shape in (("w1", (ffn, hidden)), ("w3", (ffn, hidden)), ("w2", (hidden, ffn))):
-                pairs[f"layers.{layer:03d}.experts.{e:03d}.{w}"] = (_whole(shape, tgt_owner), _whole(shape, src_owners))
+                params.append(ParamSpec(f"layers.{layer:03d}.experts.{e:03d}.{w}", shape, src, tgt))
+    norm = (side.whole(range(128)), side.whole(range(64)))
 
     def dense(key: str, shape: tuple[int, int], axis: int) -> None:
-        target = replicate(contiguous_split_map(shape, _split(shape[axis], 8), axis), 2)
-        source = replicate(contiguous_split_map(shape, _split(shape[axis], 4), axis), 4)
-        pairs[key] = (target, source)
+        params.append(ParamSpec(key, shape, side.split(axis, 8, 16), side.split(axis, 8, 8)))
 
-    for layer in range(moe_layers):
+    for layer in range(layers):
         dense(f"layers.{layer:03d}.attn.qkv", (3 * hidden, hidden), 0)
         dense(f"layers.{layer:03d}.attn.o", (hidden, hidden), 1)
-        pairs[f"layers.{layer:03d}.norm"] = (replicated_map((hidden,), 16), replicated_map((hidden,), 16))
-    for layer in range(3):
-        dense(f"dense.{layer}.gate", (dense_ffn, hidden), 0)
-        dense(f"dense.{layer}.up", (dense_ffn, hidden), 0)
-        dense(f"dense.{layer}.down", (hidden, dense_ffn), 1)
+        params.append(ParamSpec(f"layers.{layer:03d}.input_norm", (hidden,), *norm))
+        params.append(ParamSpec(f"layers.{layer:03d}.post_norm", (hidden,), *norm))
     dense("embed", (vocab, hidden), 0)
     dense("lm_head", (vocab, hidden), 0)
-    pairs["final_norm"] = (replicated_map((hidden,), 16), replicated_map((hidden,), 16))
-    endpoints = TransferEndpoints({loc: loc for loc in range(16)}, {loc: 16 + loc for loc in range(16)})
-    return Scenario(
-        name,
-        f"MoE {moe_layers} layers x {experts} experts x 3 weights + dense ({len(pairs)} params): experts EP8xDP2, "
-        "dense TP4xDP4 (procs 0-15) -> experts EP16, dense TP8x2 (procs 16-31), bf16",
-        pairs, endpoints, dict.fromkeys(pairs, BF16), policies=("balanced",), repeat=None,
+    params.append(ParamSpec("final_norm", (hidden,), *norm))
+    nodes = {**_nodes(range(128), 8), **_nodes(range(128, 192), 8, 16)}
+    return Layout(tuple(params), {loc: loc for loc in range(128)}, {loc: 128 + loc for loc in range(64)}, nodes)
+
+
+def moe_large_scenario() -> Scenario:
+    """``moe-large``: the 46 323-parameter MoE of issue 27 (build + plan + verify <= 2 s)."""
+    layout = moe_large_layout()
+    return _described(
+        "moe-large",
+        f"MoE {MOE_LARGE_LAYERS} layers x {MOE_LARGE_EXPERTS} experts x 3 + dense ({len(layout.params)} params): "
+        "experts EP32xDP4, dense TP8xDP16 (procs 0-127) -> experts EP8 x8, dense TP8 x8 (procs 128-191), bf16",
+        layout, policies=("balanced",), peer=False, repeat=1, e2e_peers=SCALE_PEERS,
     )
+
+
+def dense70b_layout(layers: int = 80, hidden: int = 8192, ffn: int = 28672, vocab: int = 128256,
+                    kv: int = 1024) -> Layout:
+    """The ``dense-70b`` description: a Llama-70B-shaped model (GQA qkv), trainer TP8 x PP4 x DP8 on
+    256 ranks (rank = tp + 8 dp + 64 pp, Megatron's order; layer l on stage l // (layers/4), embed
+    on the first stage, lm_head and the final norm on the last) -> engine TP8 x 8 replicas on 64."""
+    side = _Sides()
+    per_stage = layers // 4
+    target_split = {axis: side.split(axis, 8, 8) for axis in (0, 1)}
+    target_whole = side.whole(range(64))
+    params: list[ParamSpec] = []
+
+    def split(name: str, shape: tuple[int, int], axis: int, stage: int) -> None:
+        params.append(ParamSpec(name, shape, side.split(axis, 8, 8, 64 * stage), target_split[axis]))
+
+    def whole(name: str, stage: int) -> None:
+        params.append(ParamSpec(name, (hidden,), side.whole(range(64 * stage, 64 * stage + 64)), target_whole))
+
+    split("embed", (vocab, hidden), 0, 0)
+    for layer in range(layers):
+        stage = layer // per_stage
+        split(f"layers.{layer:02d}.attn.qkv", (hidden + 2 * kv, hidden), 0, stage)
+        split(f"layers.{layer:02d}.attn.o", (hidden, hidden), 1, stage)
+        split(f"layers.{layer:02d}.mlp.gate_up", (2 * ffn, hidden), 0, stage)
+        split(f"layers.{layer:02d}.mlp.down", (hidden, ffn), 1, stage)
+        whole(f"layers.{layer:02d}.input_norm", stage)
+        whole(f"layers.{layer:02d}.post_norm", stage)
+    whole("final_norm", 3)
+    split("lm_head", (vocab, hidden), 0, 3)
+    nodes = {**_nodes(range(256), 8), **_nodes(range(256, 320), 8, 32)}
+    return Layout(tuple(params), {loc: loc for loc in range(256)}, {loc: 256 + loc for loc in range(64)}, nodes)
+
+
+def dense70b_scenario() -> Scenario:
+    """``dense-70b``: a 70B-like dense model, TP8 x PP4 x DP8 on 256 ranks -> TP8 x 8 on 64 ranks."""
+    layout = dense70b_layout()
+    return _described(
+        "dense-70b",
+        f"Llama-70B-like, 80 layers ({len(layout.params)} params): TP8xPP4xDP8 (procs 0-255) -> TP8 x8 "
+        "(procs 256-319), bf16",
+        layout, policies=("balanced",), peer=False, repeat=1, e2e_peers=SCALE_PEERS,
+    )
+
+
+def distinct_layout(layout: Layout) -> Layout:
+    """``--distinct``: the same layout with every parameter's shape distinct (per-parameter widths
+    perturbed by small multiples of the TP degrees splitting that axis, as pruned or NAS models
+    and adapters have), so that no planner can reuse work between parameters of one shape."""
+    seen: set[tuple[int, ...]] = set()
+    out: list[ParamSpec] = []
+    for i, p in enumerate(layout.params):
+        step = [1] * len(p.shape)
+        for s in (p.source, p.target):
+            if s.axis is not None:
+                step[s.axis] = math.lcm(step[s.axis], s.tp)
+        # The first axis moves by 1..97 steps, the others by the index's quotient: small, and distinct.
+        bump = [(1 + i % 97) if d == 0 else (1 + i // 97) for d in range(len(p.shape))]
+        if len(p.shape) == 1:
+            bump = [1 + i]
+        shape = tuple(n + b * st for n, b, st in zip(p.shape, bump, step))
+        while shape in seen:  # never, for the bench's layouts; kept so the promise holds for any
+            shape = (shape[0] + step[0] * 97, *shape[1:])
+        seen.add(shape)
+        out.append(ParamSpec(p.name, shape, p.source, p.target))
+    return Layout(tuple(out), layout.source_process, layout.target_process, layout.process_node, layout.dtype,
+                  layout.element_size)
+
+
+def distinct_scenario(scenario: Scenario) -> Scenario:
+    """``--distinct``: ``scenario`` (which must carry a description) with every shape distinct."""
+    if scenario.layout is None:
+        raise UnsupportedLayoutError(f"--distinct: scenario {scenario.name!r} has no plain description")
+    layout = distinct_layout(scenario.layout)
+    return _described(f"{scenario.name}-distinct", f"{scenario.description}; every shape distinct", layout,
+                      policies=scenario.policies, peer=scenario.peer, oracle=scenario.oracle, repeat=scenario.repeat,
+                      e2e_peers=scenario.e2e_peers, rows=False)  # end to end only: the point of --distinct
 
 
 def _at_scale() -> Scenario:
@@ -322,12 +620,18 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     **{f"moe-reshard-{n}": partial(moe_reshard_scenario, n) for n in MOE_RESHARD_BLOCKS},
     "moe-model": moe_model_scenario,
     "moe-model-100k": partial(moe_model_scenario, 130, 256, name="moe-model-100k"),
+    "moe-large": moe_large_scenario,
+    "dense-70b": dense70b_scenario,
 }
 """Every named scenario, built on demand (the 10⁵-piece map takes seconds to build)."""
 
+REPLICATE = "replicate-linear"
+"""Not a scenario: ``replicate``'s time at 128 and 1 024 copies (``replicate_scaling``), run when
+named or in a plain ``refplan bench``."""
+
 QUICK = ("llama-sync", "zero2-sync", "uneven", *(f"moe-gather-{n}" for n in MOE_BLOCKS_QUICK))
 
-DEFAULT = tuple(name for name in SCENARIOS if name != "moe-model-100k")
+DEFAULT = (*(name for name in SCENARIOS if name != "moe-model-100k"), REPLICATE)
 """A plain ``refplan bench``: everything but the 10⁵-parameter batch (about a minute to build and
 plan per contender), which runs when named."""
 
@@ -335,6 +639,11 @@ plan per contender), which runs when named."""
 def scenarios(quick: bool = False) -> list[Scenario]:
     """The named scenarios of ``refplan bench`` (``--quick``: the CI subset), built."""
     return [SCENARIOS[name]() for name in (QUICK if quick else SCENARIOS)]
+
+
+DISTINCT_DEFAULT = ("llama-sync", "zero2-sync", "moe-model")
+"""What ``refplan bench --distinct`` runs unless scenarios are named (the distinct moe-large plans
+one layout per parameter: minutes)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,6 +738,8 @@ class BenchReport:
     sync_whole: dict[str, Any] | None = None  # the whole call against raw on >= 256 MiB (``WHOLE_LAYOUT``)
     sync_fixed: dict[str, Any] | None = None  # a warm call's fixed cost (``FIXED_LAYOUT``)
     peak_memory: dict[str, int] = field(default_factory=dict)
+    e2e: list[E2ERow] = field(default_factory=list)
+    replicate: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -444,6 +755,8 @@ class BenchReport:
             "sync_fixed": self.sync_fixed,
             "cross": self.cross,
             "peak_memory": self.peak_memory,
+            "e2e": [asdict(r) for r in self.e2e],
+            "replicate": self.replicate,
         }
 
 
@@ -537,8 +850,13 @@ def run_bench(
     cost: CostModel | None = None,
     min_split_bytes: int = DEFAULT_MIN_SPLIT_BYTES,
     progress: Callable[[str], None] | None = None,
+    e2e: bool = True,
+    replicate: bool = False,
 ) -> BenchReport:
-    """Run every peer on every scenario, interleaved; return rows, summaries and target checks."""
+    """Run every peer on every scenario, interleaved; return rows, summaries and target checks.
+
+    ``e2e``: on scenarios with a plain description, also time every contender end to end (build
+    from the description + plan, ``E2ERow``); ``replicate``: measure ``replicate_scaling``."""
     model = cost or CostModel()
     ds = deepspeed_planner() if peer else None
     report = BenchReport(
@@ -552,6 +870,25 @@ def run_bench(
         repeat=repeat,
     )
     say = progress or (lambda _text: None)
+    workers: dict[str, Any] = {}
+    try:
+        _run_scenarios(report, chosen, repeat=repeat, peer=peer, oracle=oracle, model=model, ds=ds,
+                       min_split_bytes=min_split_bytes, say=say, e2e=e2e, workers=workers)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    if replicate:
+        say("bench: replicate at 128 and 1024 copies ...")
+        report.replicate = replicate_scaling(max(repeat, 3))
+    report.targets = _targets(report)
+    return report
+
+
+def _run_scenarios(
+    report: BenchReport, chosen: Sequence[Scenario], *, repeat: int, peer: bool, oracle: bool, model: CostModel,
+    ds: tuple[str, Callable[[Pairs], Any], Callable[[Any], dict[str, TransferPlan]]] | None, min_split_bytes: int,
+    say: Callable[[str], None], e2e: bool, workers: dict[str, Any],
+) -> None:
     for scenario in chosen:
         say(f"bench: {scenario.name} ...")
         requests = collect_requests(scenario.pairs, endpoints=scenario.endpoints,
@@ -567,6 +904,12 @@ def run_bench(
         names = scenario.policies or tuple(sorted(POLICIES))
         policies = _policies(names, min_split_bytes, model)
         runs = scenario.repeat or repeat
+        if e2e and scenario.layout is not None:
+            say(f"bench: {scenario.name} end to end ...")
+            report.e2e += _run_e2e(scenario, policies, runs, peer=peer, oracle=oracle,
+                                   min_split_bytes=min_split_bytes, bound=bound, workers=workers)
+        if not scenario.rows:
+            continue
         best: dict[str, float] = {}
         walls: dict[str, float] = {}
         plans_of: dict[str, Any] = {}
@@ -611,7 +954,13 @@ def run_bench(
                 continue
             plans = plans_of.pop(key)
             if key in peer_names:
-                plans = _as_plans(peer_convert[key](plans), key)
+                try:
+                    plans = _as_plans(peer_convert[key](plans), key)
+                except Exception as exc:  # e.g. a copy from a rank that does not hold the parameter
+                    report.rows.append(Row(scenario.name, who, how, None, error=(
+                        f"wrong plan: it does not convert ({type(exc).__name__}: "
+                        f"{(str(exc).splitlines() or [''])[0][:120]})")))
+                    continue
             measured = _measure(scenario, plans, bound, model)
             oracle_s = oracle_wall = None
             status = None
@@ -633,8 +982,6 @@ def run_bench(
         if scenario.name in MEMORY_SCENARIOS:
             say(f"bench: {scenario.name} peak memory, in a fresh process ...")
             report.peak_memory[scenario.name] = _peak_memory(scenario.name)
-    report.targets = _targets(report)
-    return report
 
 
 MEMORY_SCENARIOS = ("moe-model-100k",)
@@ -712,6 +1059,766 @@ def _cross_check(
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# End to end (issue 27): every contender builds its own inputs from the scenario's description
+# and plans, inside one timed region; the split between the two is read from a clock mark.
+
+
+E2E_PEERS = ("megatron", "megatron-0.16", "awex", "dcp", "deepspeed")
+E2E_POLICIES = ("balanced",)
+"""refplan's policies timed end to end (the default, which the targets judge)."""
+"""The peers refplan's end-to-end time is held to (the fastest of them, per scenario)."""
+SCALE_PEERS = ("megatron-0.16", "awex")
+"""Peers run end to end on the scale scenarios (one round each): the two fastest elsewhere.
+megatron-core 0.19.2 is left out there for time (its per-destination-rank planning took 54 s CPU on
+dense-70b alone), DCP and DeepSpeed as well (tens of seconds per round at 46 323 parameters)."""
+E2E_TARGET_SCENARIOS = ("llama-sync", "zero2-sync", "moe-model")
+"""End-to-end build + plan <= the fastest peer's, on these and on their ``-distinct`` forms."""
+TARGET_E2E_VS_FASTEST = 1.0
+TARGET_LARGE_MOE_SECONDS = 2.0
+"""moe-large: refplan's build + plan + verify, CPU seconds."""
+TARGET_REPLICATE_GROWTH = 10.0
+"""``replicate`` at 1 024 copies <= this x its time at 128 (linear would be 8x)."""
+REPLICATE_COPIES = (128, 1024)
+
+
+@dataclass(frozen=True)
+class Stages:
+    """CPU and wall seconds of one build + plan region, split at the clock mark between them."""
+
+    build: float
+    plan: float
+    build_wall: float
+    plan_wall: float
+
+
+@dataclass
+class Contender:
+    """One contender of the end-to-end rows: ``run(gc_off)`` builds from the description and plans
+    (timed), ``plans(output)`` turns its output into ``TransferPlan``s afterwards (not timed)."""
+
+    key: str
+    peer: str
+    label: str
+    run: Callable[[bool], tuple[Stages, Any]]
+    plans: Callable[[Any], dict[str, TransferPlan]]
+
+
+def _staged(build: Callable[[], Any], plan: Callable[[Any], Any], gc_off: bool) -> tuple[Stages, Any]:
+    """Time ``plan(build())`` as one region, with a clock mark between the two stages. The
+    collector runs as the library ships it (``gc_off``: disabled for the whole region); one full
+    collection before the region, so garbage of the previous contender is not charged to this one."""
+    gc.collect()
+    paused = gc_off and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        inputs = build()
+        wall1, cpu1 = time.perf_counter(), time.process_time()
+        output = plan(inputs)
+        wall2, cpu2 = time.perf_counter(), time.process_time()
+    finally:
+        if paused:
+            gc.enable()
+    return Stages(cpu1 - cpu0, cpu2 - cpu1, wall1 - wall0, wall2 - wall1), output
+
+
+def _refplan_contender(layout: Layout, key: str, policy: ReplicaPolicy, min_split_bytes: int) -> Contender:
+    def build() -> tuple[Pairs, TransferEndpoints, dict[str, int]]:
+        return build_refplan(layout)
+
+    def plan(built: tuple[Pairs, TransferEndpoints, dict[str, int]]) -> tuple[Pairs, dict[str, TransferPlan]]:
+        pairs, endpoints, sizes = built
+        return pairs, plan_transfers(pairs, endpoints=endpoints, element_size=sizes, replica_policy=policy,
+                                     min_split_bytes=min_split_bytes, process_node=layout.process_node)
+
+    return Contender(f"refplan:{key}", "refplan", key, partial(_staged, build, plan), lambda out: out[1])
+
+
+def _sorted_params(layout: Layout) -> list[ParamSpec]:
+    """Parameters by name: the peers' adapters plan a case's parameters in name order."""
+    return sorted(layout.params, key=lambda p: p.name)
+
+
+# Megatron-Core. Both versions build their ``ParameterMetadata`` -- what each rank's
+# ``extract_param_metadata`` reports -- with one function, ``megatron_rosters``, field for field
+# as ``MegatronAdapter.translate`` (peers/megatron.py) does from refplan's maps, but from the
+# description: bench-local, because the adapter has no builder from a description. 0.16.1 runs it
+# in this process; 0.19.2 runs the same source in its worker, which times build and plan itself.
+
+
+def megatron_doc(layout: Layout, replicated_tp: bool = False) -> dict[str, Any]:
+    """The description in Megatron's terms, as JSON-able data: sides by index, in ranks (Megatron's
+    world is processes), parameters in name order. A change of representation, not a build."""
+    index: dict[tuple[int, int], int] = {}
+    sides: list[Any] = []
+
+    def at(side: Side, process: Mapping[int, int]) -> int:
+        key = (id(side), id(process))
+        if key not in index:
+            index[key] = len(sides)
+            sides.append([side.axis, [[process[loc] for loc in g] for g in side.groups]])
+        return index[key]
+
+    params = [[p.name, list(p.shape), at(p.source, layout.source_process), at(p.target, layout.target_process)]
+              for p in _sorted_params(layout)]
+    return {"sides": sides, "params": params, "dtype": layout.dtype, "replicated_tp": replicated_tp}
+
+
+def megatron_rosters(doc: dict[str, Any], parameter_metadata: Any, torch: Any) -> tuple[dict[int, dict[str, Any]],
+                                                                                      dict[str, list[Any]]]:
+    """(destination rosters ``{rank: {name: metadata}}``, source rosters ``{name: [metadata by
+    rank]}``): what ``build_plan_from_rosters`` takes (0.19.2) and ``build_centralized_reshard_plan``
+    has gathered (0.16.1), each field as ``MegatronAdapter.translate`` sets it: a split parameter
+    carries its TP and DP groups; a replicated one (a norm) the model's groups of its rank (0.19.2
+    fills the TP group too, ``doc["replicated_tp"]``); every one the pipeline group of the world.
+    Self-contained: the 0.19.2 worker runs this function's source."""
+    dtype = getattr(torch, doc["dtype"])
+    element_size = torch.empty(0, dtype=dtype).element_size()
+    sides = doc["sides"]
+    replicated_tp = bool(doc.get("replicated_tp"))
+    # The model's own groups per side and rank (the first split parameter naming the rank, in name
+    # order), and the ranks of each side.
+    model: list[dict[int, tuple[list[int], list[int]]]] = [{}, {}]
+    ranks: list[set[int]] = [set(), set()]
+    seen: set[int] = set()
+    for _name, _shape, source, target in doc["params"]:
+        for k, index in ((0, source), (1, target)):
+            if index in seen:
+                continue
+            seen.add(index)
+            axis, groups = sides[index]
+            for group in groups:
+                ranks[k].update(group)
+            if axis is None:
+                continue
+            for j in range(len(groups[0])):
+                dp = sorted(g[j] for g in groups)
+                for group in groups:
+                    model[k].setdefault(group[j], (list(group), dp))
+    shared = bool(ranks[0] & ranks[1])
+    pipeline = []
+    for k in (0, 1):
+        span = ranks[0] | ranks[1] if shared else ranks[k]
+        pipeline.append(list(range(0 if shared else min(span, default=0), max(span, default=-1) + 1)))
+    dst: dict[int, dict[str, Any]] = {}
+    src: dict[str, list[Any]] = {}
+    for name, shape, source, target in doc["params"]:
+        for k, index in ((0, source), (1, target)):
+            axis, groups = sides[index]
+            metas: list[tuple[int, Any]] = []
+            if axis is None:
+                whole = tuple(shape)
+                holders = sorted(g[0] for g in groups)
+                for rank in holders:
+                    model_tp, model_dp = model[k].get(rank, ([rank], holders))
+                    metas.append((rank, parameter_metadata(
+                        name=name, shape=whole, dtype=dtype, element_size=element_size, is_tp=False,
+                        partition_dim=0, partition_stride=1, owner_rank=rank,
+                        tensor_parallel_group_ranks=list(model_tp) if replicated_tp else None,
+                        data_parallel_group_ranks=list(model_dp), pipeline_parallel_group_ranks=list(pipeline[k]),
+                        resolved_name=name)))
+            else:
+                tp = len(groups[0])
+                if shape[axis] % tp:
+                    raise ValueError(f"{name}: uneven TP split ({shape[axis]} over {tp})")
+                local = list(shape)
+                local[axis] //= tp
+                shard = tuple(local)
+                for group in groups:
+                    for j, rank in enumerate(group):
+                        metas.append((rank, parameter_metadata(
+                            name=name, shape=shard, dtype=dtype, element_size=element_size, is_tp=True,
+                            partition_dim=axis, partition_stride=1, owner_rank=rank,
+                            tensor_parallel_group_ranks=list(group),
+                            data_parallel_group_ranks=sorted(g[j] for g in groups),
+                            pipeline_parallel_group_ranks=list(pipeline[k]), resolved_name=name)))
+            if k == 0:
+                src[name] = [m for _, m in sorted(metas, key=lambda rm: rm[0])]
+            else:
+                for rank, m in metas:
+                    dst.setdefault(rank, {})[name] = m
+    return dst, src
+
+
+_MEGATRON_WORKER_MAIN = '''
+
+def main():
+    import contextlib, gc, io, json, logging, sys, time, warnings
+    sys.path.insert(0, sys.argv[1])
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import torch
+        from megatron.core.resharding.planner import build_plan_from_rosters
+        from megatron.core.resharding.utils import ParameterMetadata
+    from importlib.metadata import version
+    print(json.dumps({"ready": version("megatron-core")}), flush=True)
+    doc = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "doc" in request:
+            doc = request["doc"]
+            print(json.dumps({"loaded": len(doc["params"])}), flush=True)
+            continue
+        try:
+            gc.collect()
+            paused = request.get("gc_off") and gc.isenabled()
+            if paused:
+                gc.disable()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    wall0, cpu0 = time.perf_counter(), time.process_time()
+                    dst, src = megatron_rosters(doc, ParameterMetadata, torch)
+                    wall1, cpu1 = time.perf_counter(), time.process_time()
+                    plans = [(rank, build_plan_from_rosters(dst, src, rank)) for rank in sorted(dst)]
+                    wall2, cpu2 = time.perf_counter(), time.process_time()
+            finally:
+                if paused:
+                    gc.enable()
+            ops = [[op.param_name, rank, op.peer_rank, [[s.start, s.stop, s.step] for s in op.peer_slice],
+                    [[s.start, s.stop, s.step] for s in op.my_slice]] for rank, plan in plans for op in plan.recv_ops]
+            answer = {"ops": ops, "build": [cpu1 - cpu0, wall1 - wall0], "plan": [cpu2 - cpu1, wall2 - wall1]}
+        except Exception as exc:
+            answer = {"error": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0]}
+        print(json.dumps(answer), flush=True)
+
+
+main()
+'''
+
+
+class _MegatronWorker:
+    """megatron-core 0.19.2 in a subprocess of its own (its wheel is for CPython 3.12 and it stays
+    off this process's path, as in ``peers/megatron_worker.py``), running ``megatron_rosters``
+    and ``build_plan_from_rosters`` for every destination rank, and timing both itself: a round
+    trip (encoding, pipes) is not what a user of Megatron pays."""
+
+    def __init__(self, target: str) -> None:
+        import inspect
+        import subprocess
+        import textwrap
+
+        source = ("from __future__ import annotations\nfrom typing import Any\n\n\n"
+                  + textwrap.dedent(inspect.getsource(megatron_rosters)) + _MEGATRON_WORKER_MAIN)
+        self._proc = subprocess.Popen([sys.executable, "-P", "-c", source, target], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.version = str(self._ask(None)["ready"])
+
+    def _ask(self, request: dict[str, Any] | None) -> dict[str, Any]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        if request is not None:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise ImportError("the megatron-core 0.19.2 bench worker exited (is its folder complete? `make peers`)")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def load(self, doc: dict[str, Any]) -> None:
+        self._ask({"doc": doc})
+
+    def run(self, gc_off: bool) -> tuple[Stages, list[Any]]:
+        answer = self._ask({"gc_off": gc_off})
+        if "error" in answer:
+            raise RuntimeError(f"{answer['error']}: {answer['message']}")
+        (build, build_wall), (plan, plan_wall) = answer["build"], answer["plan"]
+        return Stages(build, plan, build_wall, plan_wall), answer["ops"]
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=30)
+
+
+class _Shaped(NamedTuple):
+    shape: tuple[int, ...]
+
+
+def _megatron_view(layout: Layout) -> dict[str, Any]:
+    """What ``MegatronAdapter.convert`` reads (rank -> location per side, local shapes), from the
+    description, after timing."""
+    loc_of: dict[str, dict[str, dict[int, int]]] = {"source": {}, "target": {}}
+    shapes: dict[str, dict[str, dict[int, _Shaped]]] = {"source": {}, "target": {}}
+    for p in layout.params:
+        for what, side, process in (("source", p.source, layout.source_process),
+                                    ("target", p.target, layout.target_process)):
+            local = _Shaped(_boxes(p.shape, side)[0][1])
+            loc_of[what][p.name] = {process[loc]: loc for loc in side.locations()}
+            shapes[what][p.name] = {process[loc]: local for loc in side.locations()}
+    return {"names": sorted(p.name for p in layout.params), "loc_of": loc_of, "meta": shapes,
+            "logical": {p.name: p.shape for p in layout.params}}
+
+
+def _megatron_contenders(layout: Layout, specs: Sequence[str], workers: dict[str, Any]) -> dict[str, Contender | str]:
+    out: dict[str, Contender | str] = {}
+    try:
+        from ..conformance.peers import MegatronAdapter, megatron_target
+        from ..conformance.peers.common import _quiet
+        adapter = MegatronAdapter()
+    except Exception as exc:
+        return dict.fromkeys(specs, f"planner megatron: the peer is not importable ({type(exc).__name__}: {exc})")
+    doc = megatron_doc(layout)
+    view = _megatron_view(layout)
+
+    def plans(output: list[Any]) -> dict[str, TransferPlan]:
+        held = view["meta"]["source"]
+        for name, dst_rank, _dst, ops in output:
+            for src_rank, _src, _to in ops:
+                if src_rank not in held[name]:  # a wrong copy (the expert-misrouting finding), said as such
+                    raise UnsupportedLayoutError(
+                        f"reads parameter {name!r} for destination rank {dst_rank} from rank {src_rank}, which does "
+                        "not hold it (its plan is wrong for this description)")
+        return _as_plans(adapter.convert(view, output), "megatron")
+
+    if "megatron-0.16" in specs:
+        utils, torch = adapter._utils, adapter._torch
+
+        def build() -> Any:
+            dst, src = megatron_rosters(doc, utils.ParameterMetadata, torch)
+            return {"dst_by_rank": sorted((rank, list(by.items())) for rank, by in dst.items()), "src_lists": src}
+
+        def plan(problem: Any) -> Any:
+            with _quiet():
+                return adapter.call_peer(problem)
+
+        out["megatron-0.16"] = Contender("megatron-0.16", "megatron-0.16", adapter.name,
+                                         partial(_staged, build, plan), plans)
+    if "megatron" in specs:
+        target = megatron_target()
+        if not (target / "megatron" / "core" / "resharding" / "planner.py").is_file():
+            out["megatron"] = f"planner 'megatron': no megatron-core 0.19.2 in {target}; `make peers` installs it"
+        else:
+            try:
+                worker = workers.get("megatron")
+                if worker is None:
+                    worker = workers["megatron"] = _MegatronWorker(str(target))
+                worker.load(megatron_doc(layout, replicated_tp=True))  # 0.19.2 fills a norm's TP group
+            except Exception as exc:
+                out["megatron"] = f"{type(exc).__name__}: {exc}"
+                return out
+            shapes = view["meta"]["target"]
+
+            def regroup(ops: list[Any]) -> dict[str, TransferPlan]:
+                grouped: dict[tuple[str, int], list[Any]] = {}
+                for name, rank, peer, src, dst in ops:
+                    grouped.setdefault((name, rank), []).append(
+                        (peer, tuple(slice(*s) for s in src), tuple(slice(*s) for s in dst)))
+                return plans([(name, rank, shapes[name][rank], o) for (name, rank), o in grouped.items()])
+
+            out["megatron"] = Contender("megatron", "megatron", f"megatron-core {worker.version}", worker.run,
+                                        regroup)
+    return out
+
+
+# Awex: ``ParameterMeta``s as its meta resolver builds them from the ranks' shards, field for field
+# as ``AwexAdapter._param_meta`` does (peers/awex.py); bench-local, from the description.
+
+
+def _awex_contender(layout: Layout) -> Contender | str:
+    try:
+        from ..conformance.peers import AwexAdapter
+        from ..conformance.peers.common import _quiet
+        adapter = AwexAdapter()
+    except Exception as exc:
+        return f"planner awex: the peer is not importable ({type(exc).__name__}: {exc})"
+    wm, torch = adapter._meta, adapter._torch
+    params = _sorted_params(layout)
+
+    def meta(name: str, shape: tuple[int, ...], side: Side, dtype: Any, world: int) -> Any:
+        boxes = _boxes(shape, side)
+        replicas = []
+        for group in side.groups:
+            shards = [wm.ParameterShardMeta(
+                tp_rank=j, attn_tp_rank=0, pp_rank=0, ep_rank=0, ep_tp_rank=0, global_rank=loc, world_size=world,
+                engine_rank=0, name=name, shape=boxes[j][1], numel=math.prod(boxes[j][1]), dtype=dtype,
+                global_offset=boxes[j][0]) for j, loc in enumerate(group)]
+            replicas.append(wm.ParameterReplicaMeta(shards=shards))
+        return wm.ParameterMeta(name=name, global_numel=math.prod(shape), global_shape=shape, dtype=dtype,
+                                shards=[s for r in replicas for s in r.shards], replicas=replicas)
+
+    def build() -> dict[str, Any]:
+        dtype = getattr(torch, layout.dtype)
+        train_world = max(layout.source_process) + 1
+        infer_world = max(layout.target_process) + 1
+        return {
+            "infer": [meta(p.name, p.shape, p.target, dtype, infer_world) for p in params],
+            "train": [meta(p.name, p.shape, p.source, dtype, train_world) for p in params],
+            "infer_world": infer_world, "train_world": train_world,
+        }
+
+    def plan(problem: dict[str, Any]) -> Any:
+        with _quiet():
+            return problem, adapter.call_peer(problem)
+
+    def plans(output: Any) -> dict[str, TransferPlan]:
+        problem, ops = output
+        view = {**problem, "names": [p.name for p in params], "logical": {p.name: (p.shape, p.shape) for p in params}}
+        return _as_plans(adapter.convert(view, ops), "awex")
+
+    return Contender("awex", "awex", adapter.name, partial(_staged, build, plan), plans)
+
+
+# DCP: every source location one rank's ``SavePlan`` of SHARD ``WriteItem``s, every target
+# location its local chunks, as ``DCPAdapter.translate`` builds them (peers/dcp.py); bench-local.
+
+
+def _dcp_contender(layout: Layout) -> Contender | str:
+    try:
+        from ..box import row_major_strides
+        from ..conformance.peers import DCPAdapter
+        from ..conformance.peers.common import Chunk, _quiet
+        from ..conformance.peers.dcp import _DCPProblem
+        adapter = DCPAdapter()
+    except Exception as exc:
+        return f"planner dcp: the peer is not importable ({type(exc).__name__}: {exc})"
+    md, pl, torch = adapter._md, adapter._pl, adapter._torch
+    params = _sorted_params(layout)
+
+    def build() -> Any:
+        dtype = getattr(torch, layout.dtype)
+        items: dict[int, list[Any]] = {}
+        targets: dict[str, dict[int, list[Any]]] = {}
+        for p in params:
+            size = torch.Size(p.shape)
+            properties = md.TensorProperties(dtype=dtype)
+            boxes = _boxes(p.shape, p.source)
+            for group in p.source.groups:
+                for (origin, shape), loc in zip(boxes, group):
+                    chunk = md.ChunkStorageMetadata(offsets=torch.Size(origin), sizes=torch.Size(shape))
+                    items.setdefault(loc, []).append(pl.WriteItem(
+                        index=md.MetadataIndex(p.name, torch.Size(origin)), type=pl.WriteItemType.SHARD,
+                        tensor_data=pl.TensorWriteData(chunk=chunk, properties=properties, size=size)))
+            boxes = _boxes(p.shape, p.target)
+            by_loc: dict[int, list[Any]] = {}
+            for group in p.target.groups:
+                for (origin, shape), loc in zip(boxes, group):
+                    by_loc[loc] = [Chunk(loc, origin, shape, 0, row_major_strides(shape), (loc,))]
+            targets[p.name] = by_loc
+        locs = sorted(items)
+        return _DCPProblem([p.name for p in params], {p.name: p.shape for p in params}, locs,
+                           [pl.SavePlan(items[loc]) for loc in locs], {}, {}, targets)
+
+    def plan(problem: Any) -> Any:
+        with _quiet():
+            return problem, adapter.call_peer(problem)
+
+    def plans(output: Any) -> dict[str, TransferPlan]:
+        problem, raw = output
+        for p in params:  # where each saved chunk sits in its rank's memory: a whole shard, row-major
+            for group in p.source.groups:
+                for (origin, shape), loc in zip(_boxes(p.shape, p.source), group):
+                    problem.placements[(p.name, loc, origin, shape)] = (0, row_major_strides(shape))
+        return _as_plans(adapter.convert(problem, raw), "dcp")
+
+    return Contender("dcp", "dcp", adapter.name, partial(_staged, build, plan), plans)
+
+
+# DeepSpeed: its own ``ParamAffineMap``s, with its own classes (it has no ``replicate``: the
+# replicas are named on each piece, as its ``replicated_map`` does); bench-local.
+
+
+def _deepspeed_contender(layout: Layout) -> Contender | str:
+    info = deepspeed_planner()
+    if info is None:
+        return "planner deepspeed: not importable (extra 'peer', deepspeed==0.19.8)"
+    from deepspeed.checkpoint import affine as ds_affine
+    from deepspeed.checkpoint import affine_transfer as ds_transfer
+
+    from ..box import row_major_strides
+
+    def side_map(shape: tuple[int, ...], side: Side) -> Any:
+        strides = row_major_strides(shape)
+        shard_shapes: dict[int, tuple[int, ...]] = {}
+        pieces: dict[int, list[Any]] = {}
+        for j, (origin, local) in enumerate(_boxes(shape, side)):
+            holders = sorted(g[j] for g in side.groups)
+            piece = ds_affine.AffinePiece(
+                shape=local, source_offset=sum(o * s for o, s in zip(origin, strides)), source_strides=strides,
+                dest_offset=0, dest_strides=row_major_strides(local), locations=holders)
+            for loc in holders:
+                shard_shapes[loc] = local
+                pieces[loc] = [piece]
+        return ds_affine.ParamAffineMap(logical_shape=shape, shard_shapes=shard_shapes, pieces_by_rank=pieces)
+
+    def build() -> Any:
+        return {p.name: (side_map(p.shape, p.target), side_map(p.shape, p.source)) for p in _sorted_params(layout)}
+
+    def plan(maps: Any) -> Any:
+        return {name: ds_transfer.plan_transfer(t, s) for name, (t, s) in maps.items()}
+
+    def plans(raw: Any) -> dict[str, TransferPlan]:
+        return {name: TransferPlan.from_dict(p.to_dict(), f"deepspeed[{name}]") for name, p in raw.items()}
+
+    return Contender("deepspeed", "deepspeed", f"deepspeed {info[0]}", partial(_staged, build, plan), plans)
+
+
+@dataclass(frozen=True)
+class E2ERow:
+    """One contender on one described scenario, end to end. CPU seconds of this process (of the
+    worker's, for megatron-core 0.19.2); ``build_seconds``/``plan_seconds`` are the two stages of the
+    round with the best ``e2e_seconds`` (build + plan, GC as the library ships it); ``plan_only_seconds``
+    the best plan stage of any round; ``gc_off_*`` the same with the collector disabled."""
+
+    scenario: str
+    contender: str
+    peer: str
+    label: str
+    rounds: int = 0
+    build_seconds: float | None = None
+    plan_seconds: float | None = None
+    e2e_seconds: float | None = None
+    e2e_median_seconds: float | None = None
+    e2e_wall_seconds: float | None = None
+    plan_only_seconds: float | None = None
+    gc_off_e2e_seconds: float | None = None
+    gc_off_plan_seconds: float | None = None
+    verify_seconds: float | None = None
+    oracle: str | None = None
+    segments: int = 0
+    lower_bound_ratio: float | None = None
+    error: str | None = None
+
+
+def _e2e_contenders(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], min_split_bytes: int,
+                    peer: bool, workers: dict[str, Any]) -> tuple[list[Contender], dict[str, tuple[str, str]]]:
+    """refplan with each policy, then the peers (or why each cannot run: key -> (label, reason))."""
+    layout = scenario.layout
+    assert layout is not None
+    # refplan with its default policy (what the targets judge; every policy's plan-only figures are in
+    # the rows above): one build + plan per round is what a user of the default pays.
+    chosen = {name: policies[name] for name in E2E_POLICIES if name in policies} or dict(list(policies.items())[:1])
+    contenders = [_refplan_contender(layout, name, policy, min_split_bytes) for name, policy in chosen.items()]
+    missing: dict[str, tuple[str, str]] = {}
+    if not peer:
+        return contenders, missing
+    specs = scenario.e2e_peers if scenario.e2e_peers is not None else E2E_PEERS
+    made: dict[str, Contender | str] = {}
+    mega = [s for s in specs if s.startswith("megatron")]
+    if mega:
+        try:
+            made.update(_megatron_contenders(layout, mega, workers))
+        except Exception as exc:  # the worker failing to start is a result, not a crash
+            made.update(dict.fromkeys(mega, f"{type(exc).__name__}: {exc}"))
+    builders: dict[str, Callable[[Layout], Contender | str]] = {
+        "awex": _awex_contender, "dcp": _dcp_contender, "deepspeed": _deepspeed_contender}
+    for spec in specs:
+        if spec in builders:
+            try:
+                made[spec] = builders[spec](layout)
+            except Exception as exc:
+                made[spec] = f"{type(exc).__name__}: {exc}"
+    for spec in specs:
+        got = made.get(spec, "not a peer")
+        if isinstance(got, str):
+            missing[spec] = (spec, got)
+        else:
+            contenders.append(got)
+    return contenders, missing
+
+
+def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: int, *, peer: bool, oracle: bool,
+             min_split_bytes: int, bound: LoadLowerBound, workers: dict[str, Any]) -> list[E2ERow]:
+    """Interleaved rounds: every contender builds from the description and plans, GC as shipped and
+    GC off, in each round (same machine load for all). After the last round each contender's plans
+    are checked by the oracle (refplan's verify timed, best of ``runs``), then dropped, so that
+    one contender's output at a time is alive."""
+    from ..verify import verify_plans
+
+    contenders, missing = _e2e_contenders(scenario, policies, min_split_bytes, peer, workers)
+    on: dict[str, list[Stages]] = {c.key: [] for c in contenders}
+    off: dict[str, list[Stages]] = {c.key: [] for c in contenders}
+    errors: dict[str, str] = {}
+    checked: dict[str, tuple[str | None, float | None, int, float | None]] = {}
+    for round_ in range(runs):
+        last = round_ == runs - 1
+        for c in contenders:
+            if c.key in errors:
+                continue
+            try:
+                stages, _ = c.run(False)
+                on[c.key].append(stages)
+                del _
+                stages, output = c.run(True)
+                off[c.key].append(stages)
+            except Exception as exc:  # a peer refusing is a result, not a crash
+                errors[c.key] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+                continue
+            if not last:
+                del output
+                continue
+            try:
+                plans = c.plans(output)
+            except Exception as exc:  # an answer that names what the description does not hold
+                errors[c.key] = f"wrong plan: {(str(exc).splitlines() or [''])[0][:200]}"
+                del output
+                continue
+            status = seconds = None
+            if oracle and scenario.oracle:
+                if c.peer == "refplan":
+                    pairs = output[0]
+                    seconds, _wall, status = _best_verify(pairs, plans, runs)
+                else:
+                    status = verify_plans(scenario.pairs, plans).status
+            del output
+            load = sender_load(plans, endpoints=scenario.endpoints, element_size=scenario.element_size,
+                               senders=list(bound.senders))
+            checked[c.key] = (status, seconds, sum(len(p.segments) for p in plans.values()),
+                              bound.ratio(max(load.sent.values(), default=0)))
+            del plans
+    rows: list[E2ERow] = []
+    for c in contenders:
+        if c.key in errors and c.key not in checked:
+            rows.append(E2ERow(scenario.name, c.key, c.peer, c.label, rounds=len(on[c.key]), error=errors[c.key]))
+            continue
+        best = min(on[c.key], key=lambda s: s.build + s.plan)
+        status, seconds, segments, ratio = checked[c.key]
+        rows.append(E2ERow(
+            scenario.name, c.key, c.peer, c.label, rounds=len(on[c.key]), build_seconds=best.build,
+            plan_seconds=best.plan, e2e_seconds=best.build + best.plan,
+            e2e_median_seconds=statistics.median(s.build + s.plan for s in on[c.key]),
+            e2e_wall_seconds=min(s.build_wall + s.plan_wall for s in on[c.key]),
+            plan_only_seconds=min(s.plan for s in on[c.key]),
+            gc_off_e2e_seconds=min(s.build + s.plan for s in off[c.key]),
+            gc_off_plan_seconds=min(s.plan for s in off[c.key]),
+            verify_seconds=seconds, oracle=status, segments=segments, lower_bound_ratio=ratio,
+        ))
+    rows += [E2ERow(scenario.name, key, key, label, error=why) for key, (label, why) in missing.items()]
+    return rows
+
+
+def _best_verify(pairs: Pairs, plans: Mapping[str, TransferPlan], repeat: int) -> tuple[float, float, str]:
+    """Best-of-``repeat`` CPU and wall seconds of ``verify_plans`` (GC as it ships), and its verdict."""
+    from ..verify import verify_plans
+
+    best = wall = float("inf")
+    status = "?"
+    for _ in range(repeat):
+        cpu, elapsed, verdict = _timed(lambda: verify_plans(pairs, plans))
+        best, wall, status = min(best, cpu), min(wall, elapsed), verdict.status
+    return best, wall, status
+
+
+def replicate_scaling(repeat: int = 3, copies: Sequence[int] = REPLICATE_COPIES) -> dict[str, Any]:
+    """``replicate``'s growth in copies: one 4096x4096 parameter, TP=1 x DP=k -> TP=8 on 8 other
+    ranks. The source side's build (``replicate(contiguous_split_map(...), k)``, what a user
+    calls), best of ``repeat`` CPU seconds, and the whole build + plan beside it."""
+    shape = (4096, 4096)
+    target = Side(0, (tuple(range(8)),))
+    out: dict[str, Any] = {"shape": list(shape), "copies": list(copies), "build_seconds": {},
+                           "build_plan_seconds": {}}
+    for k in copies:
+        source = Side(0, tuple((c,) for c in range(k)))
+        layout = Layout((ParamSpec("w", shape, source, target),), {c: c for c in range(k)},
+                        {t: k + t for t in range(8)})
+        best = whole = float("inf")
+        for _ in range(repeat):
+            cpu, _wall, _built = _timed(partial(refplan_side, shape, source))
+            best = min(best, cpu)
+            del _built
+            stages, _out = _staged(partial(build_refplan, layout),
+                                   lambda b: plan_transfers(b[0], endpoints=b[1], element_size=b[2]), False)
+            whole = min(whole, stages.build + stages.plan)
+            del _out
+        out["build_seconds"][str(k)] = best
+        out["build_plan_seconds"][str(k)] = whole
+    low, high = str(min(copies)), str(max(copies))
+    out["ratio"] = out["build_seconds"][high] / out["build_seconds"][low] if out["build_seconds"][low] else None
+    return out
+
+
+def _e2e_row(report: BenchReport, scenario: str, contender: str) -> E2ERow | None:
+    return next((r for r in report.e2e if r.scenario == scenario and r.contender == contender), None)
+
+
+def _e2e_targets(report: BenchReport) -> list[dict[str, Any]]:
+    """Issue 27's targets, from this run's end-to-end rows."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, met: bool | None, detail: str) -> None:
+        out.append({"target": name, "met": met, "detail": detail})
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1e3:.1f}"
+
+    for base in E2E_TARGET_SCENARIOS:
+        for name in (base, f"{base}-distinct"):
+            mine = _e2e_row(report, name, "refplan:balanced")
+            if mine is None or mine.e2e_seconds is None:
+                continue
+            label = f"{name} build+plan <= {TARGET_E2E_VS_FASTEST:g}x the fastest peer's build+plan"
+            peers = [r for r in report.e2e if r.scenario == name and r.peer in E2E_PEERS and r.e2e_seconds]
+            if not peers:
+                add(label, None, "no peer ran")
+                continue
+            fastest = min(peers, key=lambda r: r.e2e_seconds or 0.0)
+            assert fastest.e2e_seconds is not None
+            ratio = mine.e2e_seconds / fastest.e2e_seconds
+            off = (mine.gc_off_e2e_seconds / fastest.gc_off_e2e_seconds
+                   if mine.gc_off_e2e_seconds and fastest.gc_off_e2e_seconds else None)
+            plan_only = (mine.plan_only_seconds / fastest.plan_only_seconds
+                         if mine.plan_only_seconds and fastest.plan_only_seconds else None)
+            add(label, ratio <= TARGET_E2E_VS_FASTEST,
+                f"refplan {ms(mine.build_seconds)} + {ms(mine.plan_seconds)} = {ms(mine.e2e_seconds)} ms vs "
+                f"{fastest.label} {ms(fastest.build_seconds)} + {ms(fastest.plan_seconds)} = "
+                f"{ms(fastest.e2e_seconds)} ms = {ratio:.2f}x (GC off {_fmt(off)}x, plan only {_fmt(plan_only)}x)")
+    for row in report.e2e:
+        if row.contender != "refplan:balanced" or row.verify_seconds is None or not row.plan_only_seconds:
+            continue
+        add(f"{row.scenario} verify <= plan", row.verify_seconds <= row.plan_only_seconds,
+            f"verify {ms(row.verify_seconds)} ms, plan {ms(row.plan_only_seconds)} ms = "
+            f"{row.verify_seconds / row.plan_only_seconds:.2f}x")
+    large = _e2e_row(report, "moe-large", "refplan:balanced")
+    if large is not None and large.e2e_seconds is not None:
+        total = large.e2e_seconds + (large.verify_seconds or 0.0)
+        add(f"moe-large build + plan + verify <= {TARGET_LARGE_MOE_SECONDS:g} s",
+            total <= TARGET_LARGE_MOE_SECONDS if large.verify_seconds is not None else None,
+            f"{large.build_seconds or 0:.2f} + {large.plan_seconds or 0:.2f} + "
+            f"{large.verify_seconds if large.verify_seconds is not None else float('nan'):.2f} = {total:.2f} s CPU")
+    rep = report.replicate
+    if rep is not None and rep.get("ratio") is not None:
+        low, high = str(min(rep["copies"])), str(max(rep["copies"]))
+        add(f"linear replicate: {high} copies <= {TARGET_REPLICATE_GROWTH:g}x {low} copies",
+            rep["ratio"] <= TARGET_REPLICATE_GROWTH,
+            f"{rep['build_seconds'][high] * 1e3:.2f} ms vs {rep['build_seconds'][low] * 1e3:.2f} ms = "
+            f"{rep['ratio']:.1f}x (one {rep['shape'][0]}x{rep['shape'][1]} parameter, TP1xDP=k; build + plan "
+            f"{rep['build_plan_seconds'][high] * 1e3:.1f} vs {rep['build_plan_seconds'][low] * 1e3:.1f} ms)")
+    return out
+
+
+def _e2e_lines(report: BenchReport, scenario: ScenarioSummary) -> list[str]:
+    rows = [r for r in report.e2e if r.scenario == scenario.name]
+    if not rows:
+        return []
+    us = 1e6 / max(scenario.parameters, 1)
+    lines = [
+        "  end to end, from the plain description (CPU ms, best round of build+plan; GC as shipped, then GC off):",
+        f"  {'contender':<28}{'build':>9}{'plan':>9}{'b+p':>9}{'us/par':>8}{'xfast':>7}{'plan*':>9}"
+        f"{'b+p off':>9}{'plan off':>9}{'verify':>9}  oracle",
+    ]
+    timed = [r for r in rows if r.peer in E2E_PEERS and r.e2e_seconds]
+    fastest = min((r.e2e_seconds or 0.0 for r in timed), default=None)
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1e3:.1f}"
+
+    for r in rows:
+        label = r.contender if r.peer == "refplan" else r.label
+        if r.error is not None:
+            lines.append(f"  {label:<28}{r.error[:160]}")
+            continue
+        ratio = f"{(r.e2e_seconds or 0.0) / fastest:.2f}" if fastest else "-"
+        lines.append(
+            f"  {label:<28}{ms(r.build_seconds):>9}{ms(r.plan_seconds):>9}{ms(r.e2e_seconds):>9}"
+            f"{(r.e2e_seconds or 0.0) * us:>8.1f}{ratio:>7}{ms(r.plan_only_seconds):>9}{ms(r.gc_off_e2e_seconds):>9}"
+            f"{ms(r.gc_off_plan_seconds):>9}{ms(r.verify_seconds):>9}  {r.oracle or '-'}"
+        )
+    lines.append("  (plan*: the best plan stage of any round; xfast: build+plan over the fastest peer's)")
+    return lines
+
+
 def _row(report: BenchReport, scenario: str, peer: str, policy: str | None = None) -> Row | None:
     for row in report.rows:
         if row.scenario == scenario and row.peer == peer and (policy is None or row.policy == policy):
@@ -755,12 +1862,13 @@ def _targets(report: BenchReport) -> list[dict[str, Any]]:
         if mine is None or mine.plan_seconds is None:
             continue
         if not timed:
-            add(f"{scenario} plan <= fastest peer's plan", None, "no peer ran")
+            add(f"{scenario} plan only <= fastest peer's plan only", None, "no peer ran")
             continue
         seconds, fastest = min(timed)
         ratio = mine.plan_seconds / seconds
-        add(f"{scenario} plan <= fastest peer's plan", ratio <= 1.0,
-            f"{mine.plan_seconds:.3f} s vs {fastest} {seconds:.3f} s = {ratio:.2f}x")
+        add(f"{scenario} plan only <= fastest peer's plan only", ratio <= 1.0,
+            f"{mine.plan_seconds:.3f} s vs {fastest} {seconds:.3f} s = {ratio:.2f}x (inputs built beforehand; "
+            "the end-to-end line above is what a user pays)")
     mine = _row(report, "moe-model", "refplan", "balanced")
     peer = _row(report, "moe-model", "deepspeed")
     if mine is not None and mine.plan_seconds is not None and mine.oracle_seconds is not None:
@@ -781,7 +1889,7 @@ def _targets(report: BenchReport) -> list[dict[str, Any]]:
             scale.plan_wall_seconds < TARGET_SCALE_SECONDS,
             f"plan {scale.plan_wall_seconds:.2f} s wall ({scale.plan_seconds:.2f} s CPU), oracle "
             f"{scale.oracle_wall_seconds or 0.0:.2f} s wall")
-    return out
+    return _e2e_targets(report) + out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1237,8 +2345,9 @@ def format_report(report: BenchReport) -> str:
             f"  {s.parameters} params, {s.pieces} pieces, {s.requests} requests, {s.senders} senders; lower bound "
             f"{_mib(s.lower_bound_bytes)} MiB on the busiest sender, sync >= {s.sync_lower_bound_seconds * 1e3:.2f} ms"
         )
-        lines.append(header)
-        lines += _per_parameter(report, s)
+        if any(r.scenario == s.name for r in report.rows):
+            lines.append(header)
+            lines += _per_parameter(report, s)
         for r in report.rows:
             if r.scenario != s.name:
                 continue
@@ -1257,6 +2366,7 @@ def format_report(report: BenchReport) -> str:
                 f"  {label:<26}{plan:>7}{vs:>7}{oracle:>10}{r.segments:>8}{r.split_requests:>7}"
                 f"{_mib(r.max_bytes):>10}{_mib(r.mean_bytes):>10}{ratio:>8}{sync:>9}  {r.oracle or '-'}"
             )
+        lines += _e2e_lines(report, s)
     if report.sync_rows:
         lines.append("")
         lines.append("real syncs (gloo, 4 processes on this machine; slowest process's move time; x = ratio to "
@@ -1271,6 +2381,13 @@ def format_report(report: BenchReport) -> str:
                 f"{_mib(row['bytes'])} MiB)   estimate {row['estimate_seconds'] * 1e3:.2f} ms"
                 + (f" x{est:.2f}" if est is not None else "")
             )
+    rep = report.replicate
+    if rep is not None:
+        lines.append("")
+        lines.append(f"replicate: one {rep['shape'][0]}x{rep['shape'][1]} parameter, TP1 x DP=k -> TP8 (CPU ms, "
+                     "best of the repeats): " + ", ".join(
+                         f"k={k}: build {rep['build_seconds'][str(k)] * 1e3:.2f}, build+plan "
+                         f"{rep['build_plan_seconds'][str(k)] * 1e3:.2f}" for k in rep["copies"]))
     for raw in (report.sync_whole, report.sync_raw, report.sync_fixed):
         if raw is not None:
             lines += _raw_lines(raw)
@@ -1289,9 +2406,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CI smoke: llama/zero2/uneven, moe-gather 64 and 256, one run each (< 1 minute)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--scenario", action="append", metavar="NAME",
-                        help="run only these scenarios (repeatable), e.g. llama-sync, moe-gather-4096")
+                        help="run only these scenarios (repeatable), e.g. llama-sync, moe-gather-4096, moe-large, "
+                             f"{REPLICATE}")
     parser.add_argument("--repeat", type=int, help="runs per contender, best kept (default 3; --quick 1)")
-    parser.add_argument("--no-peer", action="store_true", help="do not run DeepSpeed even if importable")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="do not run the peers (DeepSpeed, DCP, Megatron-Core, Awex) even if importable")
     parser.add_argument("--no-oracle", action="store_true", help="skip refplan.verify on the plans")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help=f"network alpha, seconds per message (model input; default {DEFAULT_ALPHA})")
@@ -1299,6 +2418,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"network beta, bytes per second (model input; default {DEFAULT_BETA:.0f})")
     parser.add_argument("--min-split-bytes", type=int, default=DEFAULT_MIN_SPLIT_BYTES,
                         help="smallest part of a split, for split_balanced and the planner (default 8 MiB)")
+    parser.add_argument("--distinct", action="store_true",
+                        help="every parameter's shape distinct (no layout repeats); runs the described scenarios "
+                             f"({', '.join(DISTINCT_DEFAULT)} unless --scenario names others)")
+    parser.add_argument("--e2e-only", action="store_true",
+                        help="only the end-to-end rows, on the scenarios with a plain description")
+    parser.add_argument("--no-e2e", action="store_true",
+                        help="skip the end-to-end rows (build from the description + plan)")
     parser.add_argument("--sync", action="store_true",
                         help="add real zero2 syncs on 4 gloo processes (first_holder, balanced, split_balanced)")
     parser.add_argument("--sync-runs", type=int, default=5, help="runs per policy for --sync (median reported)")
@@ -1308,7 +2434,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     """``refplan bench``: run, print the table (or JSON). Exit 0; 2 on bad options."""
     quick = bool(getattr(args, "quick", False))
     wanted = getattr(args, "scenario", None) or list(QUICK if quick else DEFAULT)
-    unknown = [w for w in wanted if w not in SCENARIOS]
+    unknown = [w for w in wanted if w not in SCENARIOS and w != REPLICATE]
     if unknown:
         print(f"refplan bench: unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
         return 2
@@ -1317,13 +2443,25 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         print("refplan bench: --repeat must be >= 1, --beta > 0, --alpha and --min-split-bytes >= 0",
               file=sys.stderr)
         return 2
-    chosen = [SCENARIOS[w]() for w in wanted]
+    distinct = bool(getattr(args, "distinct", False))
+    if distinct and not getattr(args, "scenario", None):
+        wanted = list(DISTINCT_DEFAULT)
+    replicate = REPLICATE in wanted
+    chosen = [SCENARIOS[w]() for w in wanted if w != REPLICATE]
+    if getattr(args, "e2e_only", False):
+        chosen = [dataclasses.replace(s, rows=False) for s in chosen if s.layout is not None]
+    if distinct:
+        skipped = [s.name for s in chosen if s.layout is None]
+        if skipped:
+            print(f"refplan bench --distinct: {skipped} have no plain description; left out", file=sys.stderr)
+        chosen = [distinct_scenario(s) for s in chosen if s.layout is not None]
     cost = CostModel().with_network(args.alpha, args.beta)
     as_json = bool(getattr(args, "json", False))
     report = run_bench(
         chosen, repeat=repeat, peer=not getattr(args, "no_peer", False), oracle=not getattr(args, "no_oracle", False),
         cost=cost, min_split_bytes=args.min_split_bytes,
         progress=None if as_json else (lambda text: print(text, file=sys.stderr, flush=True)),
+        e2e=not getattr(args, "no_e2e", False), replicate=replicate,
     )
     if getattr(args, "sync", False):
         runs = max(1, int(getattr(args, "sync_runs", 5)))
