@@ -109,6 +109,11 @@ SMALL_MAP_PIECES = 64
 the work. Anything unusual, and every refusal, takes the general path, which decides the same
 (tests/test_small_fast_path.py runs both)."""
 
+SLAB_MAP_PIECES = 64
+"""``planner._slab_layout`` settles a layout whose maps (at most this many pieces each) are
+slabs along one axis without frames, regions or intersection objects; anything else
+takes the general path, which decides the same (tests/test_small_fast_path.py runs both)."""
+
 REMEMBER_PIECES = 256
 """The oracle remembers the validated layout of maps with at most this many pieces within one
 ``verify_plans`` batch (``oracle.layout.validated``)."""
@@ -138,20 +143,21 @@ distinct small plans does not hold a key per segment (at most 1024 × 64 segment
 a model's few dozen distinct layouts stay well below it."""
 
 _SWITCHES = ("ARRAY_MIN_PIECES", "ORACLE_ARRAY_SEGMENTS", "QUIET_SEGMENTS", "MEMO_MAX_PIECES",
-             "REMEMBER_PIECES", "REMEMBER_SEGMENTS", "PAIRWISE_LIMIT", "SMALL_MAP_PIECES")
+             "REMEMBER_PIECES", "REMEMBER_SEGMENTS", "PAIRWISE_LIMIT", "SMALL_MAP_PIECES",
+             "SLAB_MAP_PIECES")
 _ALWAYS = 1 << 62  # a count no input reaches
 _ON: dict[str, int] = {
     # Taken at any size: thresholds of the "from this many on" kind go to 0 or 1, limits of the
     # "up to this many" kind to a count no input reaches.
     "ARRAY_MIN_PIECES": 1, "ORACLE_ARRAY_SEGMENTS": 1, "QUIET_SEGMENTS": 0,
     "MEMO_MAX_PIECES": _ALWAYS, "REMEMBER_PIECES": _ALWAYS, "REMEMBER_SEGMENTS": _ALWAYS,
-    "PAIRWISE_LIMIT": _ALWAYS, "SMALL_MAP_PIECES": _ALWAYS,
+    "PAIRWISE_LIMIT": _ALWAYS, "SMALL_MAP_PIECES": _ALWAYS, "SLAB_MAP_PIECES": _ALWAYS,
 }
 _OFF: dict[str, int] = {
     # Never taken: the plain loop (or, for the pairwise limit, the k-d query) decides everything.
     "ARRAY_MIN_PIECES": _ALWAYS, "ORACLE_ARRAY_SEGMENTS": _ALWAYS, "QUIET_SEGMENTS": _ALWAYS,
     "MEMO_MAX_PIECES": -1, "REMEMBER_PIECES": -1, "REMEMBER_SEGMENTS": -1, "PAIRWISE_LIMIT": -1,
-    "SMALL_MAP_PIECES": -1,
+    "SMALL_MAP_PIECES": -1, "SLAB_MAP_PIECES": -1,
 }
 
 

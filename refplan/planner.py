@@ -9,6 +9,7 @@ against the budget. Any failure raises before anything is returned: no partial p
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import chain, repeat
@@ -18,19 +19,32 @@ from typing import Any, NamedTuple
 
 from . import limits
 from ._gc import cycle_collection_paused
+from .box import row_major_strides
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
 from .frames import NormalizedMap, normalize, pair_budget
-from .limits import PlanBudget
+from .limits import MAX_COORDINATE, PlanBudget
 from .maps import MapContent, ParamAffineMap
-from .plan import TransferPlan, TransferSegment, coalesce, encode_segments, make_plan, make_segment, make_statistics
+from .plan import (
+    _SORT_KEY,
+    TransferPlan,
+    TransferSegment,
+    coalesce,
+    encode_segments,
+    make_plan,
+    make_segment,
+    make_statistics,
+)
 from .policies import balanced, first_holder, from_selector, lpt
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
+    ReplicaCandidate,
     ReplicaPolicy,
     ReplicaRequest,
     ReplicaSelectionRequest,
     TransferEndpoints,
+    _make_request,
+    _new_candidate,
     build_requests,
 )
 
@@ -50,18 +64,26 @@ class _Layout:
     emitted for it, keyed by the answers that produced them: a plan is a pure function of the
     layout, the batch's budget and the chosen holders, so a parameter whose layout and answers
     equal an earlier one's gets that plan (immutable, shared) without emitting or coalescing again.
+
+    Emitting reads only the logical shape, both sides' shard shapes and the number of target
+    frames, kept here so that a layout settled by ``_slab_layout`` (no frames, no intersection
+    objects: ``slabs`` holds what its requests are made of) is emitted by the same code.
     """
 
-    __slots__ = ("checks", "inters", "plans", "regions", "source", "target", "templates")
+    __slots__ = ("checks", "frame_count", "inters", "logical", "plans", "regions", "slabs", "source_shards",
+                 "target_shards", "templates")
 
     def __init__(
         self, target: NormalizedMap, source: NormalizedMap, inters: list[Intersection], regions: int, checks: int
     ) -> None:
-        self.target = target
-        self.source = source
+        self.logical = target.logical_shape
+        self.target_shards: Mapping[int, tuple[int, ...]] = target.shard_shapes
+        self.source_shards: Mapping[int, tuple[int, ...]] = source.shard_shapes
+        self.frame_count = len(target.frames)
         self.inters = inters
         self.regions = regions
         self.checks = checks
+        self.slabs: list[_Slab] | None = None
         self.templates: dict[int | None, list[ReplicaRequest]] = {}
         self.plans: dict[tuple[Any, ...], TransferPlan] = {}
 
@@ -99,27 +121,264 @@ def _prepare(
     key = _content_key(target_map, source_map) if memo is not None else None
     layout = None if key is None or memo is None else memo.get(key)
     if layout is None:
-        source_work = pair_budget(name, "source", budget)
-        source = normalize(source_map, "source", name, budget, source_work)
-        target_work = pair_budget(name, "target", budget)
-        target = normalize(target_map, "target", name, budget, target_work)
-        regions = source_regions(source, source_work)
-        check_target_cover(target, target_work)
-        joint = pair_budget(name, "target", budget)
-        inters = intersections(target, regions, joint)
-        layout = _Layout(target, source, inters, len(regions), source_work.count + target_work.count + joint.count)
+        layout = _slab_layout(target_map, source_map, budget)
+        if layout is None:
+            layout = _validated(name, target_map, source_map, budget)
         if key is not None and memo is not None:
             memo[key] = layout
     # A remembered layout with requests for this element size never gets here: ``_prepare_batch``
     # hands out those shared requests itself.
-    requests = build_requests(
-        name, layout.inters, endpoints=endpoints, element_size=element_size, process_node=process_node
-    )
+    requests = None
+    if layout.slabs is not None:
+        requests = _slab_requests(name, layout.slabs, element_size, endpoints, process_node)
+        if requests is None:  # a location or process without a binding: ``build_requests`` names it
+            layout = _validated(name, target_map, source_map, budget)
+    if requests is None:
+        requests = build_requests(
+            name, layout.inters, endpoints=endpoints, element_size=element_size, process_node=process_node
+        )
     if key is not None:
         # Built (and so bound to endpoints without error) for this parameter: later parameters of
         # the layout share these; the policy sees copies named for each parameter (``_for_policy``).
         layout.templates[element_size] = requests
     return _Prepared(name, layout, requests, key is not None)
+
+
+def _validated(name: str, target_map: ParamAffineMap, source_map: ParamAffineMap, budget: PlanBudget) -> _Layout:
+    """The general path: both maps validated into frames, regions and intersections, or refused."""
+    source_work = pair_budget(name, "source", budget)
+    source = normalize(source_map, "source", name, budget, source_work)
+    target_work = pair_budget(name, "target", budget)
+    target = normalize(target_map, "target", name, budget, target_work)
+    regions = source_regions(source, source_work)
+    check_target_cover(target, target_work)
+    joint = pair_budget(name, "target", budget)
+    inters = intersections(target, regions, joint)
+    return _Layout(target, source, inters, len(regions), source_work.count + target_work.count + joint.count)
+
+
+_Slab = tuple[int, tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[ReplicaCandidate, ...]]
+"""One request of a slab layout without its parameter and bytes: (target location, logical
+origin, shape, target offset, target strides, candidates), as ``build_requests`` fills them in."""
+
+_Spans = list[tuple[int, int, tuple[int, ...]]]
+"""A slab map's distinct boxes as (first index, extent, holder locations sorted) along its axis,
+by first index."""
+
+
+def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Spans] | None:
+    """(axis, distinct boxes) of a map in which every location holds one whole-shard piece that is
+    a contiguous slab of F along one axis (every other axis whole), or ``None`` for any other map.
+    The axis is ``None`` when the map has one distinct box, all of F (its span is then along
+    axis 0).
+
+    Also ``None`` unless the map is one that ``frames._small_normalize`` accepts and whose rules
+    all pass: at most ``limits.SLAB_MAP_PIECES`` (and ``max_pieces_per_map``) pieces, at most
+    ``max_ndim`` positive axes of at most 2**62 with a volume of at most 2**62, F's row-major
+    strides on the logical side and the shard's on the shard side, scale 1, shard offset 0, the
+    distinct boxes laid end to end along the axis from 0 to its extent (so disjoint, and covering
+    F), and each box's pieces naming exactly the locations that hold it. Then every piece is a
+    frame whose box is its slab, and nothing can be refused.
+    """
+    if content.pieces > limits.SLAB_MAP_PIECES or content.pieces > budget.max_pieces_per_map:
+        return None
+    logical = content.logical_shape
+    ndim = len(logical)
+    if not 0 < ndim <= budget.max_ndim or min(logical) <= 0 or max(logical) > MAX_COORDINATE:
+        return None
+    strides = row_major_strides(logical)
+    if strides[0] * logical[0] > MAX_COORDINATE:
+        return None
+    shards = content.shard_shapes
+    held = content.pieces_by_rank
+    if len(shards) != len(held):
+        return None
+    # Replicas repeat one piece object: locations are grouped by piece (by identity; the content
+    # keeps every piece alive), and each piece's checks and span are worked out once.
+    by_piece: dict[int, list[Any]] = {}
+    try:
+        for loc, shard in sorted(shards.items()):
+            (piece,) = held[loc]  # KeyError: no pieces listed; ValueError: none, or several
+            if piece[0] != shard:
+                return None
+            entry = by_piece.get(id(piece))
+            if entry is None:
+                by_piece[id(piece)] = [piece, loc]
+            else:
+                entry.append(loc)
+    except (KeyError, ValueError):
+        return None
+    axis: int | None = None
+    whole = False  # a piece is all of F
+    boxes: dict[tuple[int, int], tuple[list[int], list[Any]]] = {}
+    for piece, *locations in by_piece.values():
+        shape, source_offset, source_strides, dest_offset, dest_strides, declared, scale = piece
+        if len(shape) != ndim or source_strides != strides or dest_offset != 0 or scale != 1.0:
+            return None
+        if shape == logical:
+            whole = True
+        else:
+            if axis is None:  # the first slab that is not all of F names the axis
+                axis = next(a for a in range(ndim) if shape[a] != logical[a])
+            if shape[:axis] != logical[:axis] or shape[axis + 1:] != logical[axis + 1:]:
+                return None
+        if dest_strides != (strides if shape == logical else row_major_strides(shape)):
+            return None
+        along = 0 if axis is None else axis
+        first, within = divmod(source_offset, strides[along])
+        size = shape[along]
+        if within or first < 0 or size <= 0 or first + size > logical[along]:
+            return None
+        group = boxes.get((first, size))
+        if group is None:
+            boxes[(first, size)] = (locations, [declared])
+        else:  # another piece with the same box: its locations join in location order
+            group[0].extend(locations)
+            group[0].sort()
+            group[1].append(declared)
+    if axis is not None and whole:
+        return None  # all of F beside slabs: overlaps (its span was measured along another axis)
+    spans: _Spans = []
+    end = 0
+    for first, size in sorted(boxes):
+        if first != end:  # a gap, or two boxes that overlap
+            return None
+        end = first + size
+        holders, declared_sets = boxes[(first, size)]
+        actual = frozenset(holders)
+        for declared in declared_sets:
+            if declared != actual:
+                return None
+        spans.append((first, size, tuple(holders)))
+    return (axis, spans) if end == logical[0 if axis is None else axis] else None
+
+
+def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget: PlanBudget) -> _Layout | None:
+    """The layout of two slab maps (``_slab_side``) split along the same axis (or one of them
+    all of F), with unreplicated target boxes, settled without frames, regions or intersection
+    objects; ``None`` for anything else (then the general path decides).
+
+    Why: with every parameter's shape distinct the batch memo never hits, and the usual layouts
+    (TP splits of a weight, replicated by DP) paid for frames, regions and intersections that a
+    sorted merge of index ranges along one axis decides. Under these conditions the general path
+    (``_small_normalize``, the separation shortcuts of ``regions``, ``_small_intersections``'s
+    slab join, which finds that axis) accepts both maps and charges, per counter: source
+    ``F_s + 2·G_s`` (``G_s`` distinct boxes, the ``2·G_s`` only if ``G_s > 1``), target
+    ``F_t + F_t`` plus ``F_t`` if ``F_t > 1``, joint ``F_t + G_s + overlaps``. Taken only if each
+    counter stays within ``max_pair_checks`` and ``F_t + G_s`` is below
+    ``limits.ARRAY_MIN_PIECES`` (the general path's own condition for the slab join), so
+    refusals, statistics and requests (``_slab_requests``) are the general path's.
+    tests/test_small_fast_path.py holds both equal.
+    """
+    if type(target_map) is not ParamAffineMap or type(source_map) is not ParamAffineMap:
+        return None
+    target, source = target_map._content, source_map._content
+    if type(target) is not MapContent or type(source) is not MapContent:
+        return None
+    target_side = _slab_side(target, budget)
+    if target_side is None:
+        return None
+    target_axis, target_spans = target_side
+    frames = len(target_spans)
+    if frames != target.pieces:  # a replicated target box: the slab join would not apply
+        return None
+    source_side = _slab_side(source, budget)
+    if source_side is None:
+        return None
+    source_axis, source_spans = source_side
+    if source_axis is not None and target_axis is not None and source_axis != target_axis:
+        return None  # no axis separates both sides' boxes: the slab join does not apply
+    regions = len(source_spans)
+    if frames + regions >= limits.ARRAY_MIN_PIECES:
+        return None
+    source_work = source.pieces + (2 * regions if regions > 1 else 0)
+    target_work = 2 * frames + (frames if frames > 1 else 0)
+    logical = target.logical_shape
+    axis = target_axis if target_axis is not None else source_axis if source_axis is not None else 0
+    if target_axis is None:  # all of F, as a span along the other side's axis
+        target_spans = [(0, logical[axis], target_spans[0][2])]
+    if source_axis is None:
+        source_spans = [(0, logical[axis], source_spans[0][2])]
+    starts = [first for first, _, _ in source_spans]
+    ends = [first + size for first, size, _ in source_spans]
+    # Every holder of a box has it as its whole shard: the shard strides of a box are those of
+    # its shape, which is F's with the box's extent on the axis.
+    before, after = logical[:axis], logical[axis + 1:]
+    zeros_before, zeros_after = (0,) * len(before), (0,) * len(after)
+    source_strides = [row_major_strides((*before, size, *after)) for _, size, _ in source_spans]
+    by_location = sorted([(holders[0], first, size) for first, size, holders in target_spans])
+    slabs: list[_Slab] = []
+    for loc, first, size in by_location:
+        stop = first + size
+        target_strides = row_major_strides((*before, size, *after))
+        step = target_strides[axis]
+        for k in range(bisect_right(ends, first), bisect_left(starts, stop)):
+            region_first, region_size, holders = source_spans[k]
+            lo = max(first, region_first)
+            strides = source_strides[k]
+            offset = (lo - region_first) * strides[axis]
+            candidates = tuple([_new_candidate((holder, offset, strides)) for holder in holders])
+            slabs.append((
+                loc, (*zeros_before, lo, *zeros_after), (*before, min(stop, region_first + region_size) - lo, *after),
+                (lo - first) * step, target_strides, candidates,
+            ))
+    joint = frames + regions + len(slabs)
+    if max(source_work, target_work, joint) > budget.max_pair_checks:
+        return None
+    layout = _new_object(_Layout)
+    layout.logical = logical
+    layout.target_shards = target.shard_shapes
+    layout.source_shards = source.shard_shapes
+    layout.frame_count = frames
+    layout.inters = []
+    layout.regions = regions
+    layout.checks = source_work + target_work + joint
+    layout.slabs = slabs
+    layout.templates = {}
+    layout.plans = {}
+    return layout
+
+
+def _slab_requests(
+    name: str,
+    slabs: list[_Slab],
+    element_size: int | None,
+    endpoints: TransferEndpoints | None = None,
+    process_node: Mapping[int, int] | None = None,
+) -> list[ReplicaRequest] | None:
+    """The requests of a ``_slab_layout`` for parameter ``name``: ``build_requests``'s, field for
+    field, or ``None`` if ``endpoints`` or ``process_node`` leave a location or process of the
+    layout unbound (then ``build_requests`` refuses, naming the first one in its own order)."""
+    out: list[ReplicaRequest] = []
+    append = out.append
+    if endpoints is None:
+        for loc, origin, shape, offset, strides, candidates in slabs:
+            append(_make_request(
+                name, loc, None, origin, shape, offset, strides, candidates, (None,) * len(candidates),
+                None if element_size is None else prod(shape) * element_size, None, None,
+            ))
+        return out
+    targets, sources = endpoints.target, endpoints.source
+    for loc, origin, shape, offset, strides, candidates in slabs:
+        if loc not in targets:
+            return None
+        process = targets[loc]
+        ranks = [c[0] for c in candidates]
+        if not all(rank in sources for rank in ranks):
+            return None
+        processes = tuple([sources[rank] for rank in ranks])
+        node: int | None = None
+        nodes: tuple[int | None, ...] | None = None
+        if process_node is not None:
+            if process not in process_node or not all(p in process_node for p in processes):
+                return None
+            node = process_node[process]
+            nodes = tuple([process_node[p] for p in processes])
+        append(_make_request(
+            name, loc, process, origin, shape, offset, strides, candidates, processes,
+            None if element_size is None else prod(shape) * element_size, nodes, node,
+        ))
+    return out
 
 
 def _renamed(request: ReplicaRequest, name: str) -> ReplicaRequest:
@@ -218,9 +477,11 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
     name = prepared.name
     layout = prepared.layout
     raw = _emit(prepared, answers)
-    segments, merge_checks = coalesce(
-        raw, layout.source.shard_shapes, layout.target.shard_shapes, budget, name
-    )
+    lone = _lone_checks(layout, answers, len(raw), budget)
+    if lone is not None:
+        segments, merge_checks = sorted(raw, key=_SORT_KEY), lone
+    else:
+        segments, merge_checks = coalesce(raw, layout.source_shards, layout.target_shards, budget, name)
     # A budget exhausted only because the policy split requests is the policy's failure (RFC: the
     # extra segments from splits must stay within max_segments and max_plan_bytes); otherwise it
     # is the layout's, refused as a plain budget error.
@@ -232,7 +493,7 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
             f"parameter {name!r}: {len(segments)} segments{blame} exceed max_segments={budget.max_segments}; "
             "the plan is refused, not truncated"
         )
-    logical = layout.target.logical_shape
+    logical = layout.logical
     segments_t = tuple(segments)
     plan_bytes = len(encode_segments(segments_t, logical))
     if plan_bytes > budget.max_plan_bytes:  # R32
@@ -241,10 +502,27 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
             f"{budget.max_plan_bytes}; the plan is refused, not truncated"
         )
     stats = make_statistics(
-        layout.regions, len(layout.target.frames), layout.checks, len(raw), len(segments), plan_bytes,
+        layout.regions, layout.frame_count, layout.checks, len(raw), len(segments), plan_bytes,
         len(prepared.requests), splits, merge_checks,
     )
     return make_plan(segments_t, logical, sum(map(prod, map(_SHAPE, segments))), stats)  # moved = Σ numel
+
+
+def _lone_checks(layout: _Layout, answers: list[ResolvedAnswer], segments: int, budget: PlanBudget) -> int | None:
+    """What ``coalesce`` charges on a slab layout's segments when no request was split, or
+    ``None`` when ``coalesce`` must run (any split, another layout, or a merge budget it refuses).
+
+    Why it is known without coalescing: every source location of a ``_slab_layout`` holds one
+    region and every target location one frame, so a whole answer gives at most one segment per
+    (source location, target location) pair: every group of ``coalesce`` is a lone segment, whose
+    offsets decode (each lies inside its whole-slab shard, whose strides are row-major), so it is
+    kept as it is after one check per axis if merging runs at all; the output is the segments in
+    ``TransferSegment.sort_key`` order (distinct keys: one segment per pair).
+    """
+    if layout.slabs is None or not all(len(parts) == 1 for parts in answers):
+        return None
+    checks = len(layout.logical) * segments if budget.max_merge_passes > 0 else 0
+    return checks if checks <= budget.max_merge_checks else None
 
 
 def _for_policy(

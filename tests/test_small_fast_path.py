@@ -5,7 +5,9 @@ planner its per-layout work: validating both maps, grouping, covering, intersect
 requests, coalescing. For small maps that work now takes pure-Python shortcuts
 (``frames._small_normalize``, the separation shortcuts of ``regions``, the lone-segment shortcut
 of ``plan.coalesce``, shared candidate offsets in ``requests``, holder sets keyed by locations in
-``policies.simple``). Each shortcut claims "same result, same work charged, same refusal", so:
+``policies.simple``), and a layout whose maps are slabs along one axis skips frames, regions and
+intersections altogether (``planner._slab_layout``, ``_slab_requests``, ``_lone_checks``; switch
+``limits.SLAB_MAP_PIECES``). Each shortcut claims "same result, same work charged, same refusal", so:
 
 - drawn layouts are planned with the fast path and with it forced off
   (``limits.SMALL_MAP_PIECES = -1``): the same plans (bytes and statistics) or the same error
@@ -41,7 +43,7 @@ from refplan.frames import (
     normalize,
 )
 from refplan.limits import PlanBudget
-from refplan.maps import AffinePiece, ParamAffineMap, contiguous_split_map, replicate
+from refplan.maps import AffinePiece, MapContent, ParamAffineMap, contiguous_split_map, replicate
 from refplan.plan import (
     PlanStatistics,
     TransferPlan,
@@ -54,11 +56,11 @@ from refplan.plan import (
     make_plan,
     make_statistics,
 )
-from refplan.planner import collect_requests
+from refplan.planner import _lone_checks, _slab_layout, _slab_requests, _slab_side, collect_requests
 from refplan.policies import POLICIES
 from refplan.policies.simple import _Units
 from refplan.regions import check_target_cover, intersections, source_regions
-from refplan.requests import build_requests
+from refplan.requests import ReplicaCandidate, TransferEndpoints, build_requests
 from refplan.strategies import map_batches, param_maps
 
 # ---------------------------------------------------------------------------------------------
@@ -67,13 +69,25 @@ from refplan.strategies import map_batches, param_maps
 
 @contextmanager
 def _general() -> Iterator[None]:
-    """The general path only: no map is small enough for ``_small_normalize``."""
-    saved = limits.SMALL_MAP_PIECES
-    limits.SMALL_MAP_PIECES = -1
+    """The general path only: no map is small enough for ``_small_normalize`` or for
+    ``planner._slab_layout``."""
+    saved = limits.SMALL_MAP_PIECES, limits.SLAB_MAP_PIECES
+    limits.SMALL_MAP_PIECES = limits.SLAB_MAP_PIECES = -1
     try:
         yield
     finally:
-        limits.SMALL_MAP_PIECES = saved
+        limits.SMALL_MAP_PIECES, limits.SLAB_MAP_PIECES = saved
+
+
+@contextmanager
+def _no_slabs() -> Iterator[None]:
+    """Every path but ``planner._slab_layout`` (``_small_normalize`` included)."""
+    saved = limits.SLAB_MAP_PIECES
+    limits.SLAB_MAP_PIECES = -1
+    try:
+        yield
+    finally:
+        limits.SLAB_MAP_PIECES = saved
 
 
 def _outcome(run: Callable[[], Any]) -> Any:
@@ -559,3 +573,316 @@ def test_plan_objects_equal_their_constructors() -> None:
     assert plan.statistics is stats and plan.segments is segments and plan.moved_elements == 3
     assert encode_segments(segments, (3, 3)) == encode_plan(plan.to_dict()) == plan.encode()
     assert encode_segments((), (2,)) == b'{"logical_shape":[2],"segments":[]}'
+
+
+# ---------------------------------------------------------------------------------------------
+# planner: the whole-parameter path for slab layouts (``_slab_layout``).
+
+
+@st.composite
+def _slab_batches(draw: st.DrawFn) -> tuple[dict[str, tuple[ParamAffineMap, ParamAffineMap]], dict[str, Any]]:
+    """Batches of TP splits along axis 0 replicated by DP: mostly layouts ``_slab_layout`` takes,
+    some it declines (an empty part, a replicated target, a split along another axis), some
+    parameters sharing a layout at another element size (its requests rebuilt from the slabs),
+    with and without endpoints and nodes (sometimes one unbound)."""
+    batch: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+    for i in range(draw(st.integers(1, 3))):
+        ndim = draw(st.integers(1, 3))
+        shape = tuple(draw(st.lists(st.integers(1, 7), min_size=ndim, max_size=ndim)))
+        axis = draw(st.sampled_from([0, 0, 0, ndim - 1]))
+
+        def sizes(n: int) -> list[int]:
+            cuts = sorted(draw(st.sets(st.integers(1, max(1, n - 1)), max_size=4)) & set(range(1, n)))
+            if draw(st.integers(0, 5)) == 0:
+                cuts.append(cuts[-1] if cuts else 0)  # an empty part
+            return [b - a for a, b in zip([0, *cuts], [*cuts, n])]
+
+        target = contiguous_split_map(shape, sizes(shape[axis]), axis)
+        if draw(st.integers(0, 4)) == 0:
+            target = replicate(target, 2)
+        source = replicate(contiguous_split_map(shape, sizes(shape[axis]), axis), draw(st.integers(1, 3)))
+        batch[f"p{i}"] = (target, source)
+        if draw(st.booleans()):
+            batch[f"q{i}"] = (target, source)
+    sizes_by_name = None
+    if draw(st.booleans()):
+        sizes_by_name = {name: draw(st.integers(1, 4)) for name in batch}
+    kwargs: dict[str, Any] = {"element_size": sizes_by_name}
+    if draw(st.booleans()):  # every location bound, now and then one missing (a refusal)
+        source = {loc: draw(st.integers(0, 3)) for loc in range(24)}
+        target = {loc: draw(st.integers(0, 3)) for loc in range(12)}
+        if draw(st.integers(0, 5)) == 0:
+            del source[draw(st.integers(0, 3))]
+        kwargs["endpoints"] = TransferEndpoints(source, target)
+        if draw(st.booleans()):
+            kwargs["process_node"] = {p: p // 2 for p in range(4) if p or draw(st.integers(0, 5))}
+    return batch, kwargs
+
+
+def _slab_taken(batch: dict[str, tuple[ParamAffineMap, ParamAffineMap]]) -> bool:
+    return any(_slab_layout(t, s, PlanBudget()) is not None for t, s in batch.values())
+
+
+def test_drawn_slab_layouts_are_planned_the_same_and_exactly_by_every_path() -> None:
+    """Row-slab batches under every policy: the same plan bytes and statistics (or the same
+    refusal) with ``_slab_layout``, without it (``_small_normalize`` still on) and on the general
+    path alone; the oracle judges the plans exact. Counted: enough examples take the slab path."""
+    reached = Reached()
+
+    @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_slab_batches(), st.sampled_from(sorted(POLICIES)))
+    def every(drawn: Any, policy: str) -> None:
+        batch, kwargs = drawn
+        kwargs = {**kwargs, "replica_policy": POLICIES[policy]}
+        slab = _planned(batch, **kwargs)
+        with _no_slabs():
+            small = _planned(batch, **kwargs)
+        with _general():
+            slow = _planned(batch, **kwargs)
+        outcomes = [(o[0], o[1][1] if o[0] == "ok" else o[1]) for o in (slab, small, slow)]
+        assert outcomes[0] == outcomes[1] == outcomes[2]
+        if slab[0] != "ok":
+            reached.hit("refused by every path")
+            return
+        for plans in (slab[1][0], slow[1][0]):
+            assert verify_plans(batch, plans).status == "ok"
+        if _slab_taken(batch):
+            reached.hit("slab path planned, judged exact")
+
+    every()
+    reached.at_least("slab path planned, judged exact", max(1, examples() // 3))
+
+
+_COLUMNS = replicate(contiguous_split_map((8, 6), [2, 4], 1), 2)  # a split along axis 1: locations 0, 2 | 1, 3
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(_CHANGES) - 1), st.integers(0, 1000), st.booleans(), st.booleans())
+def test_every_change_to_a_slab_map_is_taken_only_when_the_general_path_agrees(
+    change: int, pick: int, as_target: bool, columns: bool
+) -> None:
+    """Whatever one-field change is made to a slab map: when ``_slab_side`` still accepts it,
+    the general path validates it to exactly those boxes (slabs along the axis, every other axis
+    whole) and holders; and the whole plan (or the refusal) is the same with the slab path and
+    without it."""
+    m = _mutated(_COLUMNS if columns else _REPLICATED, change, pick)
+    side = _slab_side(m.content, PlanBudget()) if type(m.content) is MapContent else None
+    if side is not None:
+        axis, spans = side
+        with _general():
+            nmap = normalize(m, "source", "w")
+        boxes: dict[Box, list[int]] = {}
+        for f in nmap.frames:
+            boxes.setdefault(f.box, []).append(f.location)
+        along = 0 if axis is None else axis
+        assert spans == [(box.origin[along], box.extent[along], tuple(locs)) for box, locs in sorted(boxes.items())]
+        for box in boxes:
+            assert [o for a, o in enumerate(box.origin) if a != along] == [0] * (len(box.origin) - 1)
+            assert [e for a, e in enumerate(box.extent) if a != along] == [
+                n for a, n in enumerate(m.logical_shape) if a != along
+            ]
+    other = contiguous_split_map((8, 6), [2, 3, 3], 1 if columns else 0)
+    batch = {"w": (m, other) if as_target else (other, m)}
+    slab = _planned(batch)
+    with _general():
+        slow = _planned(batch)
+    assert slab[0] == slow[0]
+    assert (slab[1][1] if slab[0] == "ok" else slab[1]) == (slow[1][1] if slow[0] == "ok" else slow[1])
+
+
+def test_slab_side_of_splits() -> None:
+    assert _slab_side(_REPLICATED.content, PlanBudget()) == (0, [(0, 4, (0, 2)), (4, 4, (1, 3))])
+    split = contiguous_split_map((8, 6), [2, 3, 3], 0)
+    assert _slab_side(split.content, PlanBudget()) == (0, [(0, 2, (0,)), (2, 3, (1,)), (5, 3, (2,))])
+    assert _slab_side(_COLUMNS.content, PlanBudget()) == (1, [(0, 2, (0, 2)), (2, 4, (1, 3))])
+    columns = contiguous_split_map((2, 3, 4), [1, 3], 2)
+    assert _slab_side(columns.content, PlanBudget()) == (2, [(0, 1, (0,)), (1, 3, (1,))])
+    assert _slab_side(contiguous_split_map((5,), [5], 0).content, PlanBudget()) == (None, [(0, 5, (0,))])
+    assert _slab_side(replicate(contiguous_split_map((3, 2, 2), [3], 0), 3).content, PlanBudget()) == (
+        None, [(0, 3, (0, 1, 2))]
+    )
+
+
+@pytest.mark.parametrize(
+    "case", ["empty part", "max_ndim", "max_pieces", "threshold", "gap", "whole beside slabs", "two axes"]
+)
+def test_slab_side_declines(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    budget = PlanBudget()
+    m = _REPLICATED
+    if case == "empty part":
+        m = contiguous_split_map((8, 6), [4, 0, 4], 0)
+    elif case == "max_ndim":
+        budget = PlanBudget(max_ndim=1)
+    elif case == "max_pieces":
+        budget = PlanBudget(max_pieces_per_map=3)
+    elif case == "threshold":
+        monkeypatch.setattr(limits, "SLAB_MAP_PIECES", 3)
+    elif case == "gap":  # rows 0-3 and 5-7 held: row 4 by nobody
+        m = ParamAffineMap((8, 6), {0: (4, 6), 1: (3, 6)}, {
+            0: [piece((4, 6), 0, (6, 1), 0, (6, 1), [0])], 1: [piece((3, 6), 30, (6, 1), 0, (6, 1), [1])],
+        })
+    elif case == "whole beside slabs":
+        # All of F (two rows: span (0, 2) along axis 0) beside columns 0-1 (span (0, 2) along axis
+        # 1) naming the same holders, and columns 2-3: the spans chain, the boxes overlap.
+        m = ParamAffineMap((2, 4), {0: (2, 4), 1: (2, 2), 2: (2, 2)}, {
+            0: [piece((2, 4), 0, (4, 1), 0, (4, 1), [0, 1])], 1: [piece((2, 2), 0, (4, 1), 0, (2, 1), [0, 1])],
+            2: [piece((2, 2), 2, (4, 1), 0, (2, 1), [2])],
+        })
+    else:  # rows 0-1 at location 0, columns 2-3 of rows 2-3 ... split along two axes
+        m = ParamAffineMap((4, 4), {0: (2, 4), 1: (2, 2), 2: (2, 2)}, {
+            0: [piece((2, 4), 0, (4, 1), 0, (4, 1), [0])], 1: [piece((2, 2), 8, (4, 1), 0, (2, 1), [1])],
+            2: [piece((2, 2), 10, (4, 1), 0, (2, 1), [2])],
+        })
+    assert _slab_side(m.content, budget) is None
+    if case == "threshold":
+        monkeypatch.setattr(limits, "SLAB_MAP_PIECES", 4)
+        assert _slab_side(m.content, budget) is not None
+
+
+def test_slab_layout_of_columns_against_all_of_f() -> None:
+    """A split along axis 1 against a replicated whole: one region, offsets along the columns,
+    each side's shard strides; counters (source 2, target 2·2 + 2, joint 2 + 1 + 2) and requests
+    as the general path's."""
+    target = contiguous_split_map((4, 6), [2, 4], 1)
+    source = replicate(contiguous_split_map((4, 6), [4], 0), 2)
+    layout = _slab_layout(target, source, PlanBudget())
+    assert layout is not None
+    assert (layout.regions, layout.frame_count, layout.checks) == (1, 2, 13)
+    assert layout.slabs == [
+        (0, (0, 0), (4, 2), 0, (2, 1), ((0, 0, (6, 1)), (1, 0, (6, 1)))),
+        (1, (0, 2), (4, 4), 0, (4, 1), ((0, 2, (6, 1)), (1, 2, (6, 1)))),
+    ]
+    batch = {"w": (target, source)}
+    assert layout.slabs is not None
+    with _general():
+        assert _slab_requests("w", layout.slabs, 2) == collect_requests(batch, element_size=2)
+        assert plan_transfers(batch)["w"].statistics.pair_checks == 13
+    # Whole on the target side, columns on the source side: the source's axis is the join's.
+    flipped = _slab_layout(source, target, PlanBudget())
+    assert flipped is None  # the target is replicated
+    whole = contiguous_split_map((4, 6), [4], 0)
+    layout = _slab_layout(whole, replicate(target, 2), PlanBudget())
+    assert layout is not None and layout.slabs == [
+        (0, (0, 0), (4, 2), 0, (6, 1), ((0, 0, (2, 1)), (2, 0, (2, 1)))),
+        (0, (0, 2), (4, 4), 2, (6, 1), ((1, 0, (4, 1)), (3, 0, (4, 1)))),
+    ]
+
+
+_STRIDES = (6, 1)
+
+
+def test_slab_layout_of_a_split_against_a_replicated_split() -> None:
+    """Counters as the general path charges them (source 4 + 2·2, target 2·3 + 3, joint 3 + 2 + 4
+    overlaps: the 26 pair checks above), and one slab per overlap in request order."""
+    layout = _slab_layout(contiguous_split_map((8, 6), [2, 3, 3], 0), _REPLICATED, PlanBudget())
+    assert layout is not None
+    assert (layout.regions, layout.frame_count, layout.checks, layout.logical) == (2, 3, 26, (8, 6))
+    assert dict(layout.target_shards) == {0: (2, 6), 1: (3, 6), 2: (3, 6)}
+    assert dict(layout.source_shards) == {0: (4, 6), 1: (4, 6), 2: (4, 6), 3: (4, 6)}
+    assert layout.inters == [] and layout.templates == {} and layout.plans == {}
+    assert layout.slabs == [
+        (0, (0, 0), (2, 6), 0, _STRIDES, ((0, 0, _STRIDES), (2, 0, _STRIDES))),
+        (1, (2, 0), (2, 6), 0, _STRIDES, ((0, 12, _STRIDES), (2, 12, _STRIDES))),
+        (1, (4, 0), (1, 6), 12, _STRIDES, ((1, 0, _STRIDES), (3, 0, _STRIDES))),
+        (2, (5, 0), (3, 6), 0, _STRIDES, ((1, 6, _STRIDES), (3, 6, _STRIDES))),
+    ]
+    assert all(type(c) is ReplicaCandidate for s in layout.slabs for c in s[5])
+
+
+def test_slab_layout_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = contiguous_split_map((8, 6), [2, 3, 3], 0)
+    assert _slab_layout(_REPLICATED, target, PlanBudget()) is None  # replicated target boxes
+    assert _slab_layout(target, contiguous_split_map((8, 6), [3, 3], 1), PlanBudget()) is None
+    assert _slab_layout(contiguous_split_map((8, 6), [3, 3], 1), _REPLICATED, PlanBudget()) is None
+    # The largest counter is 9 (target and joint): one check fewer declines.
+    assert _slab_layout(target, _REPLICATED, PlanBudget(max_pair_checks=8)) is None
+    assert _slab_layout(target, _REPLICATED, PlanBudget(max_pair_checks=9)) is not None
+    # Three frames and two regions: the slab join applies below ARRAY_MIN_PIECES only.
+    monkeypatch.setattr(limits, "ARRAY_MIN_PIECES", 5)
+    assert _slab_layout(target, _REPLICATED, PlanBudget()) is None
+    monkeypatch.setattr(limits, "ARRAY_MIN_PIECES", 6)
+    assert _slab_layout(target, _REPLICATED, PlanBudget()) is not None
+    with limits.fast_paths(False):
+        assert _slab_layout(target, _REPLICATED, PlanBudget()) is None
+
+
+def test_slab_requests_are_build_requests() -> None:
+    batch = {"w": (contiguous_split_map((8, 6), [2, 3, 3], 0), _REPLICATED)}
+    layout = _slab_layout(*batch["w"], PlanBudget())
+    assert layout is not None and layout.slabs is not None
+    for size in (None, 3):
+        got = _slab_requests("w", layout.slabs, size)
+        with _general():
+            want = collect_requests(batch, element_size=None if size is None else {"w": size})
+        assert got == want
+        assert [r.bytes for r in got] == ([None] * 4 if size is None else [36, 36, 18, 54])
+        assert [r.candidate_processes for r in got] == [(None, None)] * 4
+        assert all(r.parameter == "w" and r.target_process is None and r.candidate_nodes is None for r in got)
+
+
+_ENDPOINTS = TransferEndpoints({0: 0, 1: 1, 2: 2, 3: 3}, {0: 1, 1: 2, 2: 0})
+_NODES = {0: 0, 1: 0, 2: 1, 3: 1}
+
+
+def test_slab_requests_bind_processes_and_nodes_as_build_requests() -> None:
+    batch = {"w": (contiguous_split_map((8, 6), [2, 3, 3], 0), _REPLICATED)}
+    layout = _slab_layout(*batch["w"], PlanBudget())
+    assert layout is not None and layout.slabs is not None
+    for nodes in (None, _NODES):
+        got = _slab_requests("w", layout.slabs, 2, _ENDPOINTS, nodes)
+        with _general():
+            want = collect_requests(batch, endpoints=_ENDPOINTS, element_size=2, process_node=nodes)
+        assert got == want
+        assert got is not None
+        assert [r.target_process for r in got] == [1, 2, 2, 0]
+        assert [r.candidate_processes for r in got] == [(0, 2), (0, 2), (1, 3), (1, 3)]
+        assert [r.target_node for r in got] == ([None] * 4 if nodes is None else [0, 1, 1, 0])
+        assert [r.candidate_nodes for r in got] == ([None] * 4 if nodes is None else [(0, 1)] * 4)
+
+
+@pytest.mark.parametrize("unbound", ["target location", "source location", "target process", "source process"])
+def test_slab_requests_leave_an_unbound_location_to_build_requests(unbound: str) -> None:
+    """``None`` from ``_slab_requests``; the planner then refuses exactly as the general path."""
+    batch = {"w": (contiguous_split_map((8, 6), [2, 3, 3], 0), _REPLICATED)}
+    layout = _slab_layout(*batch["w"], PlanBudget())
+    assert layout is not None and layout.slabs is not None
+    source, target = dict(_ENDPOINTS.source), dict(_ENDPOINTS.target)
+    nodes = dict(_NODES)
+    if unbound == "target location":
+        del target[2]
+    elif unbound == "source location":
+        del source[3]
+    elif unbound == "target process":
+        del nodes[0]  # target location 2's process
+    else:
+        del nodes[3]  # source location 3's process, which no target location is bound to
+    endpoints = TransferEndpoints(source, target)
+    assert _slab_requests("w", layout.slabs, None, endpoints, nodes) is None
+    fast = _planned(batch, endpoints=endpoints, process_node=nodes)
+    with _general():
+        slow = _planned(batch, endpoints=endpoints, process_node=nodes)
+    assert fast == slow
+    assert fast[0] == "InvalidMapError"
+
+
+def test_lone_checks_are_what_coalesce_charges_on_a_slab_layout() -> None:
+    """One check per axis per segment when nothing was split (no merge partner exists), none
+    without merge passes; ``None`` (coalesce decides) for a split, a refusing merge budget or a
+    layout not made by ``_slab_layout``; and the same count as ``coalesce`` reports."""
+    batch = {"w": (contiguous_split_map((8, 6), [2, 3, 3], 0), _REPLICATED)}
+    layout = _slab_layout(*batch["w"], PlanBudget())
+    assert layout is not None
+    whole: list[Any] = [[("box", "holder")]] * 4
+    assert _lone_checks(layout, whole, 4, PlanBudget()) == 8
+    assert _lone_checks(layout, whole, 3, PlanBudget()) == 6
+    assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_passes=0)) == 0
+    assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_checks=8)) == 8
+    assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_checks=7)) is None
+    assert _lone_checks(layout, [*whole[:3], [("a", 0), ("b", 1)]], 5, PlanBudget()) is None
+    layout.slabs = None
+    assert _lone_checks(layout, whole, 4, PlanBudget()) is None
+    plan = plan_transfers(batch)["w"]
+    with _general():
+        general = plan_transfers(batch)["w"]
+    assert plan.statistics.merge_checks == general.statistics.merge_checks == 8
+    assert plan.segments == general.segments
