@@ -384,7 +384,7 @@ def test_places_carry_what_judge_reads() -> None:
     assert read is not None
     shards, plain = read
     assert list(shards) == [0, 1, 2, 3] == list(plain)
-    assert plain[1] == ((4, 4), (4, 1), (((4, 0), (0, 0), (4, 4), frozenset({1, 3})),), [4, 0], 16)
+    assert plain[1] == ((4, 4), (4, 1), (((4, 0), (0, 0), (4, 4), frozenset({1, 3})),), (4, 0), 16)
     multi = small.read_map(two_pieces())
     assert multi is not None
     assert multi[1][0] == ((4, 4), (4, 1), (((4, 0), (0, 0), (2, 4), frozenset({0})),
@@ -626,3 +626,190 @@ def test_judge_never_says_ok_when_pieces_do_not_cover_a_box() -> None:
         assert (small.judge(plan, broken_source, tgt) == ok_verdict(1)) is ok
         broken_target = Layout("target", (4, 2), {0: (4, 2)}, {}, {0: place})
         assert (small.judge(plan, src, broken_target, gaps=False) == ok_verdict(1)) is ok
+
+
+# -- the unrolled matrix case, the batch memo and the cheap verdict copies (issue 27) ------------------
+
+
+@pytest.mark.parametrize("holders", [1, 2])
+def test_read_map_declines_a_matrix_piece_past_f_on_either_axis(holders: int) -> None:
+    """A one-piece location of a matrix is read by the unrolled decode: each axis' bound is
+    checked (a piece one column or one row past F is the map's only fault)."""
+    assert small.read_map(rows((8, 4), [4, 4], holders=holders)) is not None
+    for offset in (1, 3, 20):  # columns 1:5 or 3:7 of rows 0:4; rows 5:9
+        m = rows((8, 4), [4, 4], holders=holders, source_offset=offset)
+        assert small.read_map(m) is None, offset
+        with pytest.raises(AffineTransferError), small._general_only():
+            validate_map(m, "source")
+    by_cols = contiguous_split_map((4, 8), [4, 4], 1)  # origins (0, 0) and (0, 4): at F's edge exactly
+    read = fast(by_cols, "target")
+    assert read is not None and same_layout(read, general(by_cols, "target"))
+    assert read.plain is not None and read.plain[1] == ((4, 4), (4, 1), (((0, 4), (0, 0), (4, 4), frozenset({1})),),
+                                                        (0, 4), 16)
+
+
+@pytest.mark.parametrize(("shard", "offset"), [((0, 2), 8), ((2, 0), 4)])
+def test_read_map_declines_a_matrix_shard_empty_on_either_axis(shard: tuple[int, int], offset: int) -> None:
+    """One empty piece that is its whole (empty) shard, at an origin of its own (F's row 4, or
+    row 2 with no column): valid, and the general path lists no piece there; the unrolled decode
+    declines it on either axis (every later check would pass it)."""
+    logical = (4, 2)
+    all_of_f = [rp((4, 2), (0, 0), (0, 0), logical, (4, 2), [0])]
+    empty = AffinePiece(shard, offset, row_major_strides(logical), 0, row_major_strides(shard), [1])
+    m = ParamAffineMap(logical, {0: (4, 2), 1: shard}, {0: all_of_f, 1: [empty]})
+    assert small.read_map(m) is None
+    assert general(m, "target").held[1] == []
+
+
+def test_read_map_declines_a_matrix_piece_with_a_third_axis() -> None:
+    """A piece (and shard) of three axes whose F strides are a matrix's: the map is refused (by
+    the general path), never read as a matrix."""
+    logical = (2, 2)
+    piece = AffinePiece((2, 2, 1), 0, (2, 1), 0, (2, 1, 1), [0])
+    m = ParamAffineMap(logical, {0: (2, 2, 1)}, {0: [piece]})
+    assert small.read_map(m) is None
+    with pytest.raises(AffineTransferError), small._general_only():
+        validate_map(m, "target")
+
+
+def test_judge_checks_each_axis_of_a_matrix_segment() -> None:
+    """The unrolled read decode and translation check: each axis alone declines."""
+    src, tgt = layouts()
+    cols = [seg(0, 0, (4, 1), 0, 0, (4, 1), (2, 2)), seg(2, 2, (4, 1), 0, 2, (4, 1), (2, 2)), *GOOD[1:]]
+    assert small.judge(cols, src, tgt) == ok_verdict(5)
+    changes: dict[str, list[TransferSegment]] = {
+        "reads columns 0:2 into columns 2:4": [cols[0], seg(2, 0, (4, 1), 0, 2, (4, 1), (2, 2)), *GOOD[1:]],
+        "reads rows 1:3 into rows 0:2": [seg(0, 4, (4, 1), 0, 0, (4, 1), (2, 4)), *GOOD[1:]],
+        "reads one column past its shard": [seg(0, 1, (4, 1), 0, 0, (4, 1), (2, 4)), *GOOD[1:]],
+        "reads one row past its shard": [seg(0, 12, (4, 1), 0, 0, (4, 1), (2, 4)), *GOOD[1:]],
+        "no column": [seg(0, 0, (4, 1), 0, 0, (4, 1), (2, 0)), *GOOD[1:]],
+        "no row": [seg(0, 0, (4, 1), 0, 0, (4, 1), (0, 4)), *GOOD[1:]],
+    }
+    for name, plan in changes.items():
+        assert small.judge(plan, src, tgt, gaps=False) is None, name
+        fast_verdict, general_verdict = both_ways(TGT, SRC, plan)
+        assert fast_verdict == general_verdict and not fast_verdict.ok, name
+    # A read box past its shard on one axis, with the translation agreeing: only the bound refuses.
+    for axis in (0, 1):
+        logical = (8, 2) if axis == 0 else (2, 8)
+        whole = contiguous_split_map(logical, [logical[axis]], axis)
+        halves = contiguous_split_map(logical, [logical[axis] // 2] * 2, axis)
+        h_src, w_tgt = layouts(whole, halves)
+        strides = row_major_strides(logical)
+        too_far = [seg(0, 0, row_major_strides(halves.shard_shapes[0]), 0, 0, strides, logical)]
+        assert small.judge(too_far, h_src, w_tgt) is None, axis
+        fast_verdict, general_verdict = both_ways(whole, halves, too_far)
+        assert fast_verdict == general_verdict and not fast_verdict.ok, axis
+
+
+def test_judge_checks_each_axis_beyond_a_matrix() -> None:
+    """Three axes take the general decode and translation check: right and wrong alike."""
+    logical = (4, 3, 2)
+    target = contiguous_split_map(logical, [2, 2], 0)
+    source = replicate(contiguous_split_map(logical, [4], 0), 2)
+    src, tgt = layouts(target, source)
+    plan = plan_transfer(target, source)
+    assert small.judge(plan.segments, src, tgt) == ok_verdict(len(plan.segments)) == ok_verdict(2)
+    first = plan.segments[0]
+    for offset in (1, 6, 12):  # one element, one row, two rows further on
+        moved = [TransferSegment(**{**first.__dict__, "source_offset": first.source_offset + offset}),
+                 *plan.segments[1:]]
+        assert small.judge(moved, src, tgt, gaps=False) is None, offset
+        fast_verdict, general_verdict = both_ways(target, source, moved)
+        assert fast_verdict == general_verdict and not fast_verdict.ok, offset
+    # Split along the last axis: a segment reading the other column is inside its shard and wrong
+    # on that axis alone (the translation check compares every axis).
+    by_last = contiguous_split_map(logical, [1, 1], 2)
+    w_src, l_tgt = layouts(by_last, source)
+    right = [seg(0, c, (6, 2, 1), c, 0, (3, 1, 1), (4, 3, 1)) for c in (0, 1)]
+    assert small.judge(right, w_src, l_tgt) == ok_verdict(2)
+    crossed = [seg(0, 1 - c, (6, 2, 1), c, 0, (3, 1, 1), (4, 3, 1)) for c in (0, 1)]
+    assert small.judge(crossed, w_src, l_tgt) is None
+    fast_verdict, general_verdict = both_ways(by_last, source, crossed)
+    assert fast_verdict == general_verdict and not fast_verdict.ok
+
+
+def test_the_verdict_memo_reads_content_only_for_a_pair_seen_again(
+    monkeypatch: pytest.MonkeyPatch, oracle_work: dict[str, int]
+) -> None:
+    """The first plan on a pair of layouts is filed without reading its content; plans on a pair
+    seen before are compared by content (the first one's read then), each verdict under its name."""
+    import refplan.oracle.judge as judge_module
+
+    reads = {"n": 0}
+    content = judge_module._segment_content
+
+    def counted(segment: TransferSegment) -> Any:
+        reads["n"] += 1
+        return content(segment)
+
+    monkeypatch.setattr(judge_module, "_segment_content", counted)
+    distinct = {f"p{i}": (contiguous_split_map((8, 4 + i), [4, 4], 0), src_of(4 + i)) for i in range(3)}
+    plans: dict[str, Any] = {name: plan_transfer(*pair) for name, pair in distinct.items()}
+    assert verify_plans(distinct, plans).ok
+    assert reads["n"] == 0 and oracle_work["check_plan"] == 3
+    twins = {name: (TGT, SRC) for name in ("a", "b", "c", "d", "e")}
+    wrong = [seg(0, 4, (4, 1), 0, 0, (4, 1), (2, 4)), *GOOD[1:]]
+    twin_plans: dict[str, Any] = {"a": GOOD, "b": list(GOOD), "c": wrong, "d": list(wrong), "e": GOOD}
+    result = verify_plans(twins, twin_plans)
+    # Judged: a (b and e then by content), c (d by content), and c with the maps swapped (a failing
+    # plan is, for the swapped-maps note; d's swapped judgement is then c's by content).
+    assert oracle_work["check_plan"] == 3 + 3
+    # Read: b, c, d, e (four segments each); a's content when b came; d again on the swapped pair,
+    # and c's content there when d came. The first plan on each pair is not read until then.
+    assert reads["n"] == 4 * (4 + 1 + 2)
+    assert [result.verdicts[n].ok for n in "abcde"] == [True, True, False, False, True]
+    assert all(v.parameter == n for n, v in result.verdicts.items())
+    with small._general_only():
+        assert verify_plans(twins, twin_plans) == result
+    assert verify_plan(TGT, SRC, wrong, parameter="d") == result.verdicts["d"]
+
+
+def src_of(cols: int) -> ParamAffineMap:
+    """``SRC``'s layout (rows 0:4 on 0 and 2, rows 4:8 on 1 and 3) for an (8, cols) parameter."""
+    return replicate(contiguous_split_map((8, cols), [4, 4], 0), 2)
+
+
+def test_verdict_copies_and_the_ok_verdict() -> None:
+    full = Verdict("invalid", "a", "why", 1, 2, (3, 4), (5,), "E: m", 6, 7)
+    named = full.with_parameter("b")
+    assert type(named) is Verdict and named is not full and full.parameter == "a"
+    assert named == Verdict("invalid", "b", "why", 1, 2, (3, 4), (5,), "E: m", 6, 7)
+    assert list(vars(named)) == list(vars(full)) and hash(named) == hash(Verdict(**{**vars(full), "parameter": "b"}))
+    assert full.with_parameter(None).parameter is None and str(named).startswith("invalid: parameter 'b': why")
+    assert ok_verdict(3) is ok_verdict(3) and ok_verdict(3) == Verdict(
+        "ok", None, "3 segment(s) verified: every target element is written exactly once with its own logical "
+        "element, read from a source location that holds it", checked_segments=3)
+    assert ok_verdict(0).checked_segments == 0 and ok_verdict(2) != ok_verdict(3)
+
+
+def test_plain_segments_are_ints_and_tuples_of_ints() -> None:
+    from refplan.oracle.segments import _plain
+
+    good = GOOD[0]
+    assert _plain([]) and _plain(GOOD)
+    odd_values: list[dict[str, Any]] = [
+        {"source_rank": True}, {"source_offset": 0.0}, {"target_rank": "0"}, {"target_offset": None},
+        {"shape": [2, 4]}, {"source_strides": [4, 1]}, {"target_strides": [4, 1]}, {"target_strides": (4, True)},
+        {"shape": (2, 4.0)},
+        {"source_strides": (4.0, 1)},
+    ]
+    for change in odd_values:
+        odd = TransferSegment(**{**good.__dict__, **change})
+        assert not _plain([odd]) and not _plain([*GOOD, odd]) and not _plain([odd, *GOOD]), change
+
+
+def test_judge_declines_maps_of_different_ranks() -> None:
+    """``segment_errors`` (``refplan verify --all``) judges segments without comparing the two
+    logical shapes: a matrix target and a three-axis source are the general path's to answer."""
+    target = contiguous_split_map((4, 6), [4], 0)
+    source = contiguous_split_map((4, 3, 2), [4], 0)
+    src, tgt = fast(source, "source"), fast(target, "target")
+    assert src is not None and tgt is not None
+    # Columns 0:3 of the target from a box whose first two axes line up: the strides do not.
+    half = [seg(0, 0, (6, 2, 1), 0, 0, (6, 1), (4, 3))]
+    assert small.judge(half, src, tgt, gaps=False) is None
+    found = segment_errors(target, source, half, limit=5, scan=10)
+    with small._general_only():
+        assert found == segment_errors(target, source, half, limit=5, scan=10)
+    assert [index for index, _ in found[0]] == [0] and found[1] == 1

@@ -410,6 +410,12 @@ def _check_values(
     )
 
 
+Judged = dict[tuple[Any, ...], tuple[Layout, Layout, Verdict, "list[TransferSegment] | tuple[Any, ...]"]]
+"""``_judge``'s memo of verdicts within one batch, one entry per distinct plan: keyed by the two
+layouts' identities alone (the first plan judged on them: its segments, or once read, their
+content) or by the identities and the plan's content (each later plan with other content)."""
+
+
 _NO_PLAN: Any = object()
 """``verify_plan``'s default for ``plan``: only there to name the two-argument batch call."""
 
@@ -460,7 +466,7 @@ def _verify_plan(
     parameter: str | None = None,
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
-    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] | None = None,
+    judged: Judged | None = None,
 ) -> Verdict:
     """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps
     and ``judged`` the verdicts of small plans (see ``_judge``).
@@ -541,7 +547,7 @@ def _judge(
     parameter: str | None = None,
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
-    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] | None = None,
+    judged: Judged | None = None,
 ) -> Verdict:
     """One judgement of ``plan`` against the maps as given (``_verify_plan`` without the swap)."""
     try:
@@ -583,10 +589,31 @@ def _judge(
     # one's — every field of every segment, in order — gets that verdict under its own name. The
     # layouts are keyed by identity: ``validated`` hands out one object per distinct map content,
     # and the entry holds both, so their ids cannot be reused by other objects meanwhile.
-    key = (id(src), id(tgt), *map(_segment_content, segments))
+    #
+    # The first plan judged against a pair of layouts is filed under the pair alone, with its
+    # segments, and no content key is built: when every parameter has layouts of its own (per-layer
+    # widths, pruned models: issue 27) no plan is ever looked up again, and building and hashing
+    # that key was about a tenth of the judgement. A later plan on the same pair reads the first
+    # one's content then (the segments are frozen and the list is the oracle's own, so it is the
+    # content that was judged) and keeps it in place of the segments; a plan with other content is
+    # filed under (pair, content). One entry per distinct plan, as ``verify_stream``'s bound counts.
+    pair = (id(src), id(tgt))
+    first = judged.get(pair)
+    if first is None:
+        verdict = check_plan(segments, src, tgt, fallback_elements)
+        judged[pair] = (src, tgt, verdict, segments)
+        return verdict.with_parameter(parameter)
+    content = tuple(map(_segment_content, segments))
+    first_content = first[3]
+    if type(first_content) is list:  # the first plan's segments, not read as content yet
+        first_content = tuple(map(_segment_content, first_content))
+        judged[pair] = (src, tgt, first[2], first_content)
+    if content == first_content:
+        return first[2].with_parameter(parameter)
+    key = (*pair, content)  # three items: never a pair's key
     earlier = judged.get(key)
     if earlier is None:
-        earlier = judged[key] = (src, tgt, check_plan(segments, src, tgt, fallback_elements))
+        earlier = judged[key] = (src, tgt, check_plan(segments, src, tgt, fallback_elements), content)
     return earlier[2].with_parameter(parameter)
 
 
@@ -645,7 +672,7 @@ def _verify_plans(
 ) -> BatchVerdict:
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
-    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] = {}
+    judged: Judged = {}
     for name in sorted(set(pairs) | set(plans)):
         if name not in plans:
             verdicts[name] = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")

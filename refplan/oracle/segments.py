@@ -47,6 +47,7 @@ _FIELDS = attrgetter(
     "source_rank", "source_offset", "target_rank", "target_offset", "shape", "source_strides", "target_strides"
 )
 _INTS = frozenset({int})
+_SEGMENT = frozenset({TransferSegment})  # the exact class: ``isinstance`` is then not asked per segment
 
 
 def _plain(segments: Sequence[TransferSegment]) -> bool:
@@ -54,15 +55,17 @@ def _plain(segments: Sequence[TransferSegment]) -> bool:
 
     The dataclass's constructor converts nothing, so a segment built in Python (or forced with
     ``object.__setattr__``) may hold lists, numpy integers, floats or bools, and the judgement
-    hashes fields and compares them with tuples. About half a microsecond per segment.
+    hashes fields and compares them with tuples. The vector fields are found to be tuples before
+    they are unpacked; the types of every scalar and entry are then asked once, for the whole plan.
+    About 0.4 µs per segment.
     """
+    values: list[Any] = []
     for seg in segments:
         a, b, c, d, shape, s_str, t_str = _FIELDS(seg)
         if type(shape) is not tuple or type(s_str) is not tuple or type(t_str) is not tuple:
             return False
-        if not _INTS.issuperset(map(type, (a, b, c, d, *shape, *s_str, *t_str))):
-            return False
-    return True
+        values += (a, b, c, d, *shape, *s_str, *t_str)
+    return _INTS.issuperset(map(type, values))
 
 
 def _as_plain(segments: list[TransferSegment]) -> list[TransferSegment]:
@@ -89,7 +92,7 @@ def parse_plan(plan: PlanLike) -> tuple[list[TransferSegment], tuple[int, ...] |
             listed, logical = list(plan.segments), tuple(plan.logical_shape)
         except Exception as exc:  # fields forced past the frozen dataclass
             raise InvalidMapError(f"plan: cannot be read ({type(exc).__name__})") from None
-        if not all(isinstance(seg, TransferSegment) for seg in listed):
+        if not _SEGMENT.issuperset(map(type, listed)) and not all(isinstance(seg, TransferSegment) for seg in listed):
             raise InvalidMapError("plan.segments: expected TransferSegment objects")
         return _as_plain(listed), logical
     if isinstance(plan, Mapping):

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import limits
 from .._gc import cycle_collection_paused
-from .judge import FALLBACK_MAX_ELEMENTS, _verify_plan, verify_plans
+from .judge import FALLBACK_MAX_ELEMENTS, Judged, _verify_plan, verify_plans
 from .layout import Layout, MapLike
 from .segments import PlanLike
 from .verdict import BatchVerdict, Verdict, worst
@@ -44,7 +44,7 @@ def verify_stream(
     """
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
-    judged: dict[tuple[Any, ...], tuple[Layout, Layout, Verdict]] = {}
+    judged: Judged = {}
     with cycle_collection_paused():
         for name, plan in plans:
             if name in pairs:
