@@ -9,10 +9,15 @@ release's own path: 0.16.1's ``extract_param_metadata`` as ``build_centralized_r
 an engine on other ranks). Every field of every rank's metadata must be equal: a difference means the
 peer is judged on input its front door never produces.
 
-Grouped experts are not compared: Megatron builds them only through Transformer Engine
-(``TEGroupedLinear``, megatron/core/extensions/transformer_engine.py:1459 in 0.16.1), which is not
-installed here (it needs CUDA); its ``weightK`` parameters are TP-marked by TE's
-``GroupedLinear.reset_parameters``.
+Grouped experts: Megatron builds them only through Transformer Engine (``TEGroupedLinear``,
+megatron/core/extensions/transformer_engine.py:1459 in 0.16.1), which is not installed here (it needs
+CUDA). The worker builds the parameters TE would hold instead, with the attributes TE and Megatron stamp
+on them: ``GroupedLinear.reset_parameters`` marks every ``weightK`` tensor-parallel on axis 0 with
+stride 1 (TE's grouped_linear.py:730-738 at 8ebb47e5; ``parallel_mode`` is None once
+``TEGroupedLinear`` takes the expert communication over under EP, transformer_engine.py:1520-1531),
+and ``TEGroupedLinear`` sets ``allreduce=False`` on them under EP (transformer_engine.py:1551), in a
+``pg_collection`` with EP and expert-TP groups; then the same extractors read them
+(``test_expert_metadata_is_te_marked``).
 """
 
 from __future__ import annotations
@@ -231,3 +236,66 @@ def test_tp_marking_without_initialization(extractors: Any) -> None:
     assert marked["megatron-0.16"] == {"layers.0.weight": False, "layers.1.weight": False, "layers.2.norm": False}
     if "megatron" in marked:
         assert marked["megatron"] == {"layers.0.weight": True, "layers.1.weight": True, "layers.2.norm": False}
+
+
+EXPERT_CONFIG: dict[str, Any] = {
+    "source": {"tp": 2, "dp": 2, "ep": 2}, "target": {"tp": 4, "dp": 1, "ep": 4}, "experts": 4,
+    "expert_shape": [8, 16], "params": [_param([32, 16], 0), _param([16], None)]}
+"""An MoE refit in ``explore.build_case``'s form: dense TP2xDP2 -> TP4, four experts EP2 x expert-DP2 ->
+EP4 (expert ``e`` on EP rank ``e // (4 / EP)`` of every EP group), named ``experts.{e}.w1``."""
+
+
+@pytest.mark.parametrize("planner, collocated", [("megatron-0.16", True), ("megatron", True), ("megatron", False)])
+def test_expert_metadata_is_te_marked(extractors: Any, planner: str, collocated: bool) -> None:
+    """Every field of an expert's metadata is what the release's extractor reports for a TE grouped
+    expert weight of the same model (is_tp on axis 0 in a one-rank expert-TP group, the model's DP
+    group, ``is_ep`` with its EP group, the global expert index), matched by global expert index (the
+    real ``weightK`` is local; its ``resolved_name`` global); the dense parameters field for field.
+    Then 0.16.1 (or 0.19.2) plans with them and reads every expert from a rank that holds it."""
+    if planner not in extractors:
+        pytest.skip("megatron-core 0.19.2 is not installed (`make peers`)")
+    config = EXPERT_CONFIG
+    models = _models(config)
+    for role in ("source", "target"):
+        models[role]["experts"] = {"count": config["experts"], "ep": config[role]["ep"],
+                                   "shape": config["expert_shape"]}
+    ws = wt = 4
+    clusters = ([{"world": ws, "offset": 0, "models": models}] if collocated else
+                [{"world": ws, "offset": 0, "models": {"source": models["source"]}},
+                 {"world": wt, "offset": ws, "models": {"target": models["target"]}}])
+    answer = extractors[planner].ask({"extract": {"clusters": clusters, "num_experts": config["experts"]}})["extract"]
+
+    def key(fields: dict[str, Any]) -> str:
+        index = fields.get("global_expert_index")
+        return fields["resolved_name"] if index is None else f"expert {index}"
+
+    real = {side: {int(rank): {key(m): m for m in metas} for rank, metas in answer[side].items()}
+            for side in ("source", "target")}
+    raw = build_case({**config, "collocated": collocated}, planner)
+    adapter = _adapter(planner)
+    problem = adapter.translate(parse_case({**raw, "expect": {"outcome": "accept"}}, "explore", "test"))
+    full = adapter.planner_metadata(problem)
+    ours = {side: {rank: {key(m): m for m in by_name.values()} for rank, by_name in full[side].items()}
+            for side in ("source", "target")}
+    experts = 0
+    for side in ("source", "target"):
+        assert sorted(ours[side]) == sorted(real[side]), side
+        for rank, by_key in real[side].items():
+            assert sorted(ours[side][rank]) == sorted(by_key), (side, rank)
+            for k, fields in by_key.items():
+                mine = ours[side][rank][k]
+                skip = {"name", "resolved_name"} if k.startswith("expert ") else set()
+                differences = {f: (mine.get(f), v) for f, v in fields.items() if f not in skip and mine.get(f) != v}
+                assert not differences, (side, rank, k, differences)
+                if k.startswith("expert "):
+                    experts += 1
+                    assert fields["is_tp"] and fields["is_ep"] and fields["partition_dim"] == 0
+                    assert fields["tensor_parallel_group_ranks"] == [rank]
+    assert experts == 4 * 2 + 4  # every expert holder on both sides was compared
+    holders = problem["loc_of"]["source"]
+    read = 0
+    for name, dst_rank, _dst, ops in adapter.call_peer(problem):
+        for src_rank, _src, _to in ops:
+            assert src_rank in holders[name], (name, dst_rank, src_rank, sorted(holders[name]))
+            read += name.startswith("experts.")
+    assert read == 4  # one whole read per expert and destination holder

@@ -1172,8 +1172,14 @@ def megatron_rosters(doc: dict[str, Any], parameter_metadata: Any, torch: Any) -
     rank]}``): what ``build_plan_from_rosters`` takes (0.19.2) and ``build_centralized_reshard_plan``
     has gathered (0.16.1), each field as ``MegatronAdapter.translate`` sets it: a split parameter
     carries its TP and DP groups; a replicated one (a norm) the model's groups of its rank (0.19.2
-    fills the TP group too, ``doc["replicated_tp"]``); every one the pipeline group of the world.
-    Self-contained: the 0.19.2 worker runs this function's source."""
+    fills the TP group too, ``doc["replicated_tp"]``); every one the pipeline group of the world. An
+    expert (whole on its holders, named ``...experts.<index>...``) as both releases' extractors report
+    a Transformer Engine grouped expert weight (TP-marked by ``GroupedLinear.reset_parameters`` on
+    axis 0, ``allreduce=False``): is_tp, the one-rank expert-TP group, the model's DP group of its
+    rank, ``is_ep`` with its EP group (the holders of the same expert-DP replica position) and its
+    global expert index. Self-contained: the 0.19.2 worker runs this function's source."""
+    from itertools import pairwise
+
     dtype = getattr(torch, doc["dtype"])
     element_size = torch.empty(0, dtype=dtype).element_size()
     sides = doc["sides"]
@@ -1197,6 +1203,31 @@ def megatron_rosters(doc: dict[str, Any], parameter_metadata: Any, torch: Any) -
                 dp = sorted(g[j] for g in groups)
                 for group in groups:
                     model[k].setdefault(group[j], (list(group), dp))
+    # Experts (the index after an ``experts`` name component) and each side's EP group per rank: holder c
+    # of every expert, in rank order, is in expert-DP replica c.
+    expert: dict[str, int] = {}
+    ep_of: list[dict[int, list[int]]] = [{}, {}]
+    for k in (0, 1):
+        position: dict[int, int] = {}
+        members: dict[int, set[int]] = {}
+        done: set[int] = set()
+        for name, _shape, source, target in doc["params"]:
+            parts = name.split(".")
+            index = next((int(b) for a, b in pairwise(parts) if a == "experts" and b.isdigit()), None)
+            side = (source, target)[k]
+            if index is None or sides[source][0] is not None or sides[target][0] is not None:
+                continue
+            expert[name] = index
+            if side in done:
+                continue
+            done.add(side)
+            for c, rank in enumerate(sorted(g[0] for g in sides[side][1])):
+                if position.setdefault(rank, c) != c:
+                    raise ValueError(f"{name}: rank {rank} holds experts as expert-DP replicas "
+                                     f"{position[rank]} and {c}")
+                members.setdefault(c, set()).add(rank)
+        ep_of[k] = {rank: sorted(members[c]) for rank, c in position.items()}
+    num_experts = max(expert.values(), default=-1) + 1 or None
     shared = bool(ranks[0] & ranks[1])
     pipeline = []
     for k in (0, 1):
@@ -1208,7 +1239,16 @@ def megatron_rosters(doc: dict[str, Any], parameter_metadata: Any, torch: Any) -
         for k, index in ((0, source), (1, target)):
             axis, groups = sides[index]
             metas: list[tuple[int, Any]] = []
-            if axis is None:
+            if axis is None and name in expert:
+                for rank in sorted(g[0] for g in groups):
+                    metas.append((rank, parameter_metadata(
+                        name=name, shape=tuple(shape), dtype=dtype, element_size=element_size, is_tp=True,
+                        partition_dim=0, partition_stride=1, is_ep=True, num_experts=num_experts, owner_rank=rank,
+                        tensor_parallel_group_ranks=[rank], expert_parallel_group_ranks=list(ep_of[k][rank]),
+                        data_parallel_group_ranks=list(model[k].get(rank, ([rank], sorted(ranks[k])))[1]),
+                        pipeline_parallel_group_ranks=list(pipeline[k]), resolved_name=name,
+                        global_expert_index=expert[name])))
+            elif axis is None:
                 whole = tuple(shape)
                 holders = sorted(g[0] for g in groups)
                 for rank in holders:
@@ -1218,7 +1258,7 @@ def megatron_rosters(doc: dict[str, Any], parameter_metadata: Any, torch: Any) -
                         partition_dim=0, partition_stride=1, owner_rank=rank,
                         tensor_parallel_group_ranks=list(model_tp) if replicated_tp else None,
                         data_parallel_group_ranks=list(model_dp), pipeline_parallel_group_ranks=list(pipeline[k]),
-                        resolved_name=name)))
+                        resolved_name=name, num_experts=num_experts)))
             else:
                 tp = len(groups[0])
                 if shape[axis] % tp:
@@ -1233,7 +1273,8 @@ def megatron_rosters(doc: dict[str, Any], parameter_metadata: Any, torch: Any) -
                             partition_dim=axis, partition_stride=1, owner_rank=rank,
                             tensor_parallel_group_ranks=list(group),
                             data_parallel_group_ranks=sorted(g[j] for g in groups),
-                            pipeline_parallel_group_ranks=list(pipeline[k]), resolved_name=name)))
+                            pipeline_parallel_group_ranks=list(pipeline[k]), resolved_name=name,
+                            num_experts=num_experts)))
             if k == 0:
                 src[name] = [m for _, m in sorted(metas, key=lambda rm: rm[0])]
             else:
@@ -1367,7 +1408,7 @@ def _megatron_contenders(layout: Layout, specs: Sequence[str], workers: dict[str
         held = view["meta"]["source"]
         for name, dst_rank, _dst, ops in output:
             for src_rank, _src, _to in ops:
-                if src_rank not in held[name]:  # a wrong copy (the expert-misrouting finding), said as such
+                if src_rank not in held[name]:  # a wrong copy, said as such (the row is left out of the fastest peer)
                     raise UnsupportedLayoutError(
                         f"reads parameter {name!r} for destination rank {dst_rank} from rank {src_rank}, which does "
                         "not hold it (its plan is wrong for this description)")

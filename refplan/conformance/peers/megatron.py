@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,8 +52,17 @@ class MegatronAdapter(PeerAdapter):
     ``tests/test_megatron_front_door.py`` builds real ``ColumnParallelLinear``/``RowParallelLinear``
     models (and replicated LayerNorm-like parameters) on CPU for both releases, reads them with
     0.16.1's ``extract_param_metadata`` and 0.19.2's ``_extract_module_metadata``, and requires every
-    field equal. Grouped experts cannot be built here (Transformer Engine needs CUDA): an expert is
-    given as a plain replicated parameter of its holders."""
+    field equal. An expert (``_expert_index``: a whole parameter named ``...experts.<index>...``, as
+    the corpus, ``explore`` and ``refplan bench`` name them) is given as Megatron reports a Transformer
+    Engine grouped expert weight: TE's ``GroupedLinear.reset_parameters`` TP-marks every ``weightK``
+    (partition_dim 0 when ``TEGroupedLinear`` clears ``parallel_mode`` under EP, stride 1;
+    transformer_engine/pytorch/module/grouped_linear.py:730-738 at TE 8ebb47e5, moved to
+    ``set_tensor_parallel_attributes``, :1986-2006, in later TE) and
+    ``TEGroupedLinear`` sets ``allreduce=False`` under EP (transformer_engine.py:1551 in 0.16.1), so both
+    releases' extractors report ``is_ep``, the EP group, the expert-TP group (one rank here: ETP=1) and
+    the model's DP group, with the global expert index. A plain replicated parameter instead would be
+    routed over the model's DP group, to ranks that do not hold the expert: input no MoE model
+    produces (the front-door test builds such a model on CPU and compares)."""
 
     features = frozenset({"multi_parameter", "element_size", "endpoints"})
     merges_boxes = True
@@ -86,7 +96,7 @@ class MegatronAdapter(PeerAdapter):
         self.collocate = False
 
     @staticmethod
-    def _side(m: ParamAffineMap, what: str, other_split: int | None) -> _MegatronSide:
+    def _side(m: ParamAffineMap, what: str, other_split: int | None, expert: bool = False) -> _MegatronSide:
         logical = m.logical_shape
         by_loc: dict[int, list[Chunk]] = {}
         for c in _chunks(m, what):
@@ -106,6 +116,9 @@ class MegatronAdapter(PeerAdapter):
             if any(len(chunks) != 1 for chunks in by_loc.values()):
                 raise Inexpressible(f"{what}: more than one box on a location holding the whole tensor")
             holders = tuple(sorted(by_loc))
+            if other_split is None and expert:
+                # a TE grouped expert weight: TP-marked on axis 0 in one-rank expert-TP groups
+                return _MegatronSide(True, 0, 1, tuple((h,) for h in holders))
             if other_split is None:
                 return _MegatronSide(False, 0, 1, (holders,))
             # a linear layer's weight at TP=1: marked tensor-parallel with one-rank TP groups
@@ -189,9 +202,12 @@ class MegatronAdapter(PeerAdapter):
                       enumerate(zip(t.shard_shapes.get(loc) or t.logical_shape, t.logical_shape)) if a != b}
             s_dims = {d for loc, ps in s.pieces_by_rank.items() if ps for d, (a, b) in
                       enumerate(zip(s.shard_shapes.get(loc) or s.logical_shape, s.logical_shape)) if a != b}
+            expert = _expert_index(name) is not None
             sides = {
-                "target": self._side(t, f"parameter {name!r}, target", min(s_dims) if s_dims else None),
-                "source": self._side(s, f"parameter {name!r}, source", min(t_dims) if t_dims else None),
+                "target": self._side(t, f"parameter {name!r}, target", min(s_dims) if s_dims else None,
+                                     expert),
+                "source": self._side(s, f"parameter {name!r}, source", min(t_dims) if t_dims else None,
+                                     expert),
             }
             sides_of[name] = sides
             if sides["target"].is_tp and sides["source"].is_tp and sides["target"].dim != sides["source"].dim:
@@ -201,6 +217,27 @@ class MegatronAdapter(PeerAdapter):
                     "one model, whose layer classes fix partition_dim (ColumnParallelLinear 0, RowParallelLinear "
                     "1), and _build_descriptors_for_param refuses a change on purpose "
                     f"(planner.py:{'56-62' if self._worker is not None else '49-55'})")))
+        # Experts: whole on each of their holders (EP x expert-DP, ETP=1). Holder c of every expert (in rank
+        # order) is in expert-DP replica c, so a rank's EP group is the holders of its replica position.
+        experts: dict[str, dict[str, int]] = {"source": {}, "target": {}}
+        ep_group: dict[str, dict[int, list[int]]] = {"source": {}, "target": {}}
+        for side_name in ("source", "target"):
+            rank = rank_of[side_name]
+            position: dict[int, int] = {}
+            members: dict[int, set[int]] = {}
+            for name in names:
+                index, side = _expert_index(name), sides_of[name][side_name]
+                if index is None or not side.is_tp or any(len(g) != 1 for g in side.tp_groups):
+                    continue
+                experts[side_name][name] = index
+                for c, r in enumerate(sorted(rank[g[0]] for g in side.tp_groups)):
+                    if position.setdefault(r, c) != c:
+                        raise Inexpressible(f"parameter {name!r}, {side_name}: rank {r} holds experts as expert-DP "
+                                            f"replica {position[r]} and {c} (no EP x DP grid places it so)")
+                    members.setdefault(c, set()).add(r)
+            ep_group[side_name] = {r: sorted(members[c]) for r, c in position.items()}
+        # build_centralized_reshard_plan(num_experts=...) / build_local_reshard_plan stamp it on every parameter
+        num_experts = max((i + 1 for side in experts.values() for i in side.values()), default=None)
         # The model's own groups, per side and rank, as its tensor-parallel layers carry them: a parameter
         # that no layer splits (a LayerNorm's weight) reports the model's DP group (both releases) and TP
         # group (0.19.2 always fills it, utils.py:398-407), not its holders. A side whose parameters are
@@ -210,7 +247,7 @@ class MegatronAdapter(PeerAdapter):
             rank = rank_of[side_name]
             for name in names:
                 side = sides_of[name][side_name]
-                if not side.is_tp:
+                if not side.is_tp or name in experts[side_name]:
                     continue
                 for j in range(len(side.tp_groups[0])):
                     dp = sorted(rank[g[j]] for g in side.tp_groups)
@@ -246,8 +283,19 @@ class MegatronAdapter(PeerAdapter):
                     for loc in group:
                         r = rank[loc]
                         model_tp, model_dp = groups[side_name].get(r, ([r], holders))
-                        if side.is_tp:
-                            tp_ranks: list[int] | None = list(ranks)
+                        ep: dict[str, Any] = {}
+                        tp_ranks: list[int] | None
+                        if name in experts[side_name]:
+                            # extract_param_metadata for allreduce=False (0.16.1 utils.py:270-283, 0.19.2
+                            # utils.py:371-388): expert-TP group, the model's DP group (pg_collection.dp;
+                            # TP=1: the side's world), the EP group; the global expert index as
+                            # assign_ep_resolved_name_inplace sets it for a per-expert weightK
+                            tp_ranks = [r]
+                            dp_ranks = list(groups[side_name].get(r, ([r], sorted(ranks_of[side_name])))[1])
+                            ep = {"is_ep": True, "expert_parallel_group_ranks": list(ep_group[side_name][r]),
+                                  "global_expert_index": experts[side_name][name]}
+                        elif side.is_tp:
+                            tp_ranks = list(ranks)
                             dp_ranks = sorted(rank[g[group.index(loc)]] for g in side.tp_groups)
                         else:
                             tp_ranks = list(model_tp) if self._worker is not None else None
@@ -258,6 +306,7 @@ class MegatronAdapter(PeerAdapter):
                             partition_dim=side.dim, partition_stride=side.stride, owner_rank=r,
                             tensor_parallel_group_ranks=tp_ranks, data_parallel_group_ranks=dp_ranks,
                             pipeline_parallel_group_ranks=list(pipeline[side_name]), resolved_name=name,
+                            num_experts=num_experts, **ep,
                         )
                 meta[side_name][name] = per_rank
         # What build_centralized_reshard_plan has gathered before its planning loop: per destination
@@ -355,7 +404,19 @@ class MegatronAdapter(PeerAdapter):
 
 _META_FIELDS = ("name", "element_size", "is_tp", "partition_dim", "partition_stride", "owner_rank",
                 "tensor_parallel_group_ranks", "data_parallel_group_ranks", "pipeline_parallel_group_ranks",
-                "resolved_name")
+                "resolved_name", "is_ep", "num_experts", "expert_parallel_group_ranks", "global_expert_index")
+
+
+def _expert_index(name: str) -> int | None:
+    """The global expert index of an expert's parameter, from how the corpus (``experts.3.w1``),
+    ``explore`` and ``refplan bench`` (``layers.000.experts.003.w1``) name one: the integer after an
+    ``experts`` component; ``None`` for any other parameter (a fused ``experts`` tensor included).
+    Megatron itself tells experts by ``allreduce=False``; a case has no attributes, only names."""
+    parts = name.split(".")
+    for part, after in itertools.pairwise(parts):
+        if part == "experts" and after.isdigit():
+            return int(after)
+    return None
 
 
 def _meta_doc(meta: Any) -> dict[str, Any]:

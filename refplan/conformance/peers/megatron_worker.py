@@ -89,7 +89,26 @@ def _build_model(model: dict[str, Any], rank: int, world: int, perform_init: boo
         layers.append(layer)
     root = torch.nn.Module()
     root.layers = layers
-    root.pg_collection = ProcessGroupCollection(tp=tp_group, dp=dp_group)
+    groups: dict[str, Any] = {"tp": tp_group, "dp": dp_group}
+    experts = model.get("experts")  # {"count", "ep", "shape"}: a grouped MoE layer at ETP=1
+    if experts:
+        from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+        ep = int(experts["ep"])
+        ep_groups = [dist.new_group(list(range(g * ep, (g + 1) * ep))) for g in range(world // ep)]
+        expt_tp_groups = [dist.new_group([r]) for r in range(world)]
+        groups.update(ep=ep_groups[rank // ep], expt_tp=expt_tp_groups[rank])
+        fc1 = torch.nn.Module()
+        for k in range(int(experts["count"]) // ep):
+            weight = torch.nn.Parameter(torch.zeros(experts["shape"]))
+            # what TE's GroupedLinear.reset_parameters stamps on weightK when TEGroupedLinear clears
+            # parallel_mode under EP (dim 0, stride 1), and TEGroupedLinear's allreduce=False for experts
+            set_tensor_model_parallel_attributes(weight, True, 0, 1)
+            setattr(weight, "allreduce", False)  # noqa: B010
+            fc1.register_parameter(f"weight{k}", weight)
+        root.experts = torch.nn.Module()
+        root.experts.linear_fc1 = fc1
+    root.pg_collection = ProcessGroupCollection(**groups)
     return root
 
 
@@ -110,12 +129,14 @@ def _extract(spec: dict[str, Any]) -> dict[str, Any]:
                 for role, model in sorted(cluster["models"].items()):
                     module = _build_model(model, rank, world, perform_init)
                     if hasattr(planner, "_extract_module_metadata"):  # 0.19.2
-                        metas = planner._extract_module_metadata(module, rank + offset, None, offset, {})
+                        metas = planner._extract_module_metadata(module, rank + offset, spec.get("num_experts"),
+                                                                 offset, {})
                     else:  # 0.16.1: build_centralized_reshard_plan's own loop
                         if offset:
                             raise ValueError("megatron-core 0.16.1 has no rank offset (one world)")
                         prefix = utils._build_layer_module_prefix_map(module)
                         metas = [utils.extract_param_metadata(p, name, rank, module.pg_collection,
+                                                              num_experts=spec.get("num_experts"),
                                                               layer_module_prefix_map=prefix)
                                  for name, p in module.named_parameters(recurse=True)]
                     out.setdefault(role, {})[str(rank + offset)] = [_fields(m) for m in metas]
