@@ -919,8 +919,11 @@ def s2_outcome(me: int, world: int) -> dict[str, Any]:
     """Process 1's part fails after the verdict (forced), and process 0 has no traffic to it: every
     segment is a local copy. With the outcome agreement both raise, naming the same targets
     (process 1's); without it (``outcome=False``) process 0 returns normally. ``_move`` is
-    replaced where the call uses it (``call``)."""
+    replaced where the call uses it (``call``). ``gathers`` counts the outcome's all-gathers
+    (protocol 5: none after an ok all-reduce, one when any process failed); "ok" is a call
+    where nothing fails."""
     from refplan.execute import call as call_phase
+    from refplan.execute import outcome as outcome_phase
 
     rows = contiguous_split_map((4, 6), [2, 2], 0)
     pairs = {"a": (rows, rows), "b": (rows, rows)}
@@ -932,16 +935,27 @@ def s2_outcome(me: int, world: int) -> dict[str, Any]:
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise TransferExecutionError("round 0 of 1: injected transport failure")
 
-    out: dict[str, Any] = {}
-    for case, outcome in (("agreed", True), ("alone", False)):
+    gather = outcome_phase._gather
+    gathers: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        gathers.append(1)
+        return gather(*args, **kwargs)
+
+    out: dict[str, Any] = {"gathers": {}}
+    for case, outcome in (("ok", True), ("agreed", True), ("alone", False)):
         buffers = make_buffers(pairs, ends, me, dtypes)
-        if me == 1:
+        if me == 1 and case != "ok":
             call_phase._move = failing  # type: ignore[assignment]
+        outcome_phase._gather = counted  # type: ignore[assignment]
+        gathers.clear()
         try:
             out[case] = _error_of(partial(execute_transfers, plans, buffers.sources, buffers.targets, ends,
                                           dtypes=dtypes, timeout=TIMEOUT, outcome=outcome))
         finally:
             call_phase._move = original  # type: ignore[assignment]
+            outcome_phase._gather = gather  # type: ignore[assignment]
+        out["gathers"][case] = len(gathers)
     out["after"] = run_exact(pairs, ends, dtypes, me)
     return out
 

@@ -89,6 +89,10 @@ def test_a_failure_anywhere_is_raised_everywhere_with_the_same_targets(two: dict
     assert agreed[1]["message"].startswith("round 0 of 1: injected transport failure")
     alone = [r["alone"] for r in per_process]
     assert alone[0]["raised"] is None, "outcome=False still agreed on the outcome"
+    # Protocol 5: an ok call agrees by one all-reduce alone; the all-gather naming who failed runs
+    # on every process exactly when one failed, never with outcome=False.
+    assert all(r["ok"]["raised"] is None for r in per_process), [r["ok"] for r in per_process]
+    assert [r["gathers"] for r in per_process] == [{"ok": 0, "agreed": 1, "alone": 0}] * 2
     assert alone[1]["raised"] == "TransferExecutionError" and alone[1]["processes"] is None
     for rank, res in enumerate(per_process):
         assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"
