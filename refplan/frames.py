@@ -513,6 +513,29 @@ def normalize(
     return result
 
 
+
+def plain_logical(
+    content: MapContent, budget: PlanBudget, most_pieces: int
+) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """(F's shape, its row-major strides, its volume) when a map's content is within the bounds
+    every small path needs before it looks at a piece: at most ``most_pieces`` (and the budget's
+    ``max_pieces_per_map``) pieces, ``1..max_ndim`` positive axes of at most 2**62, a volume of
+    at most 2**62; ``None`` otherwise (the general path then decides, refusals included).
+
+    One check for ``_small_normalize`` and ``planner._slab_side``, so the two small paths cannot
+    drift apart on what they take.
+    """
+    if content.pieces > most_pieces or content.pieces > budget.max_pieces_per_map:
+        return None
+    logical = content.logical_shape
+    if not 0 < len(logical) <= budget.max_ndim or min(logical) <= 0 or max(logical) > MAX_COORDINATE:
+        return None
+    strides = row_major_strides(logical)
+    numel = strides[0] * logical[0]  # the volume: row-major strides[0] is the product of the rest
+    if numel > MAX_COORDINATE:
+        return None
+    return logical, strides, numel
+
 def _small_normalize(
     param_map: ParamAffineMap, side: str, parameter: str, budget: PlanBudget
 ) -> tuple[NormalizedMap, int] | None:
@@ -539,18 +562,12 @@ def _small_normalize(
     if type(param_map) is not ParamAffineMap:
         return None
     content = param_map._content
-    if type(content) is not MapContent or content.pieces > limits.SMALL_MAP_PIECES:
+    if type(content) is not MapContent:
         return None
-    if content.pieces > budget.max_pieces_per_map:
+    bounds = plain_logical(content, budget, limits.SMALL_MAP_PIECES)
+    if bounds is None:
         return None
-    logical = content.logical_shape
-    ndim = len(logical)
-    if not 0 < ndim <= budget.max_ndim or min(logical) <= 0 or max(logical) > MAX_COORDINATE:
-        return None
-    logical_numel = volume(logical)
-    if logical_numel > MAX_COORDINATE:
-        return None
-    logical_strides = row_major_strides(logical)
+    logical, logical_strides, _numel = bounds
     shards = content.shard_shapes
     held = content.pieces_by_rank
     if len(shards) != len(held):

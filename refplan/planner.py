@@ -22,8 +22,8 @@ from ._gc import cycle_collection_paused
 from .box import row_major_strides
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
-from .frames import NormalizedMap, normalize, pair_budget
-from .limits import MAX_COORDINATE, PlanBudget
+from .frames import NormalizedMap, normalize, pair_budget, plain_logical
+from .limits import PlanBudget
 from .maps import MapContent, ParamAffineMap
 from .plan import (
     _SORT_KEY,
@@ -180,15 +180,11 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
     F), and each box's pieces naming exactly the locations that hold it. Then every piece is a
     frame whose box is its slab, and nothing can be refused.
     """
-    if content.pieces > limits.SLAB_MAP_PIECES or content.pieces > budget.max_pieces_per_map:
+    bounds = plain_logical(content, budget, limits.SLAB_MAP_PIECES)
+    if bounds is None:
         return None
-    logical = content.logical_shape
+    logical, strides, _numel = bounds
     ndim = len(logical)
-    if not 0 < ndim <= budget.max_ndim or min(logical) <= 0 or max(logical) > MAX_COORDINATE:
-        return None
-    strides = row_major_strides(logical)
-    if strides[0] * logical[0] > MAX_COORDINATE:
-        return None
     shards = content.shard_shapes
     held = content.pieces_by_rank
     if len(shards) != len(held):
