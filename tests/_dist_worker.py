@@ -1051,12 +1051,78 @@ def s2_keys(me: int, world: int) -> dict[str, Any]:
     return {"crossed": crossed, "same": same}
 
 
+def s2_brief(me: int, world: int) -> dict[str, Any]:
+    """Protocol 6 on fresh groups: a group's first call all-gathers the full message; once that
+    showed both processes on this protocol, calls are settled by the two-word all-reduce alone,
+    and every call it does not settle (a refusal, a digest disagreement, another protocol) goes on
+    to the full all-gather on both processes, which raise the same text. A group whose first
+    call met another protocol is not greeted: its next call exchanges the full message again.
+    ``counts`` are the verdict's collectives per call, counted where the verdict calls them."""
+    import torch.distributed as dist
+
+    from refplan.execute import verdict as verdict_phase
+
+    rows = contiguous_split_map((8, 6), [4, 4], 0)
+    pairs = {"w": (contiguous_split_map((8, 6), [3, 3], 1), rows)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    reduce, gather = verdict_phase._reduce, verdict_phase._gather
+    counts = {"brief": 0, "full": 0}
+
+    def counted_reduce(*args: Any, **kwargs: Any) -> Any:
+        counts["brief"] += 1
+        return reduce(*args, **kwargs)
+
+    def counted_gather(*args: Any, **kwargs: Any) -> Any:
+        counts["full"] += 1
+        return gather(*args, **kwargs)
+
+    def call(group: Any, *, refuse: bool = False, key: str | None = None,
+             protocol: int | None = None) -> dict[str, Any]:
+        buffers = make_buffers(pairs, ends, me, dtypes)
+        targets = buffers.targets
+        if refuse and me == 1:  # a target shard of another dtype: this process refuses
+            targets = {"w": {loc: t.to(torch.float64) for loc, t in targets["w"].items()}}
+        counts.update(brief=0, full=0)
+        saved = verdict_phase._PROTOCOL
+        verdict_phase._reduce, verdict_phase._gather = counted_reduce, counted_gather  # type: ignore[assignment]
+        if protocol is not None and me == 1:
+            verdict_phase._PROTOCOL = protocol
+        try:
+            result = expect_rejection(
+                lambda: execute_transfers(plans, buffers.sources, targets, ends, dtypes=dtypes, timeout=TIMEOUT,
+                                          group=group, key=key),
+                buffers,
+            )
+        finally:
+            verdict_phase._reduce, verdict_phase._gather = reduce, gather  # type: ignore[assignment]
+            verdict_phase._PROTOCOL = saved
+        return {**result, **verdict(buffers), "counts": dict(counts)}
+
+    greeted = dist.new_group([0, 1])
+    out: dict[str, Any] = {
+        "first": call(greeted),
+        "second": call(greeted),
+        "refused": call(greeted, refuse=True),
+        "keys": call(greeted, key=f"sync-{me}"),
+        "protocol": call(greeted, protocol=5),
+        "again": call(greeted),
+    }
+    other = dist.new_group([0, 1])
+    out["other_first"] = call(other, protocol=5)
+    out["other_second"] = call(other)
+    out["other_third"] = call(other)
+    return out
+
+
 TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("pool_bound", s2_pool_bound),
     ("header", s2_header),
     ("outcome", s2_outcome),
     ("concurrent", s2_concurrent),
     ("keys", s2_keys),
+    ("brief", s2_brief),
 ]
 
 

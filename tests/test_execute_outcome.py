@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from refplan.cli.sync import run_ranks
+from refplan.execute import verdict
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("execute")]
 
@@ -61,13 +62,70 @@ def _same_rejection(per_process: list[dict[str, Any]], *needles: str) -> str:
 # Item 5: a fixed-size hello before the verdict.
 
 
+def test_greeted_group_settles_calls_by_the_brief_and_rejects_through_the_full_exchange(
+    two: dict[str, list[Any]],
+) -> None:
+    """Protocol 6 (item 8c): the full all-gather once per group, then the two-word all-reduce;
+    every call the brief does not settle goes on to the full exchange on both processes."""
+    per_process = scenario(two, "brief")
+    for rank, res in enumerate(per_process):
+        for case in ("first", "second", "again", "other_second", "other_third"):
+            assert res[case]["raised"] is None and res[case]["exact"] and res[case]["guards"], (rank, case, res[case])
+        # The group's first call: the full message only; after it, the brief only.
+        assert res["first"]["counts"] == {"brief": 0, "full": 1}, (rank, res["first"])
+        assert res["second"]["counts"] == {"brief": 1, "full": 0}, (rank, res["second"])
+        assert res["again"]["counts"] == {"brief": 1, "full": 0}, (rank, res["again"])
+        for case in ("refused", "keys", "protocol"):  # not settled: both go on to the full exchange
+            assert res[case]["counts"] == {"brief": 1, "full": 1}, (rank, case, res[case])
+        # A first call that met another protocol greets nobody: the next call is a full exchange.
+        assert res["other_first"]["counts"] == {"brief": 0, "full": 1}, (rank, res["other_first"])
+        assert res["other_second"]["counts"] == {"brief": 0, "full": 1}, (rank, res["other_second"])
+        assert res["other_third"]["counts"] == {"brief": 1, "full": 0}, (rank, res["other_third"])
+    _same_rejection([r["refused"] for r in per_process], "process 1:", "dtype")
+    _same_rejection([r["keys"] for r in per_process], "disagree about the transfer schedule")
+    for case in ("protocol", "other_first"):
+        _same_rejection([r[case] for r in per_process], "different executor protocols",
+                        f"protocol {verdict._PROTOCOL}, a message of 37 words", "protocol 5")
+
+
+def _reduced(briefs: list[list[int]]) -> list[int]:
+    """What ``all_reduce(MAX)`` gives every process: the elementwise maximum."""
+    return [max(column) for column in zip(*briefs)]
+
+
+def _agreed(digest: int, outcome: int = 1, code: int = 1) -> tuple[int, ...]:
+    return (verdict._MAGIC, verdict._PROTOCOL, verdict._HELLO_WORDS, outcome, digest, code)
+
+
+def test_brief_settles_only_identical_unrefused_verdicts_and_carries_the_most_rounds() -> None:
+    """The brief's arithmetic, without processes: the maximum of the two words shows agreement
+    exactly when every process sent the same hash (the first word alone cannot: it would let a
+    smaller hash through), and then the most rounds of any process."""
+    same = [verdict._brief(_agreed(7), False, r) for r in (3, 0, 11, 5)]
+    assert verdict._settled(_reduced(same)) == 11
+    assert verdict._settled(_reduced([verdict._brief(_agreed(7), False, 0)] * 2)) == 0
+    for other in (_agreed(8), _agreed(7, outcome=0), _agreed(7, code=2)):  # digest, outcome flag, device type
+        briefs = [verdict._brief(_agreed(7), False, 2), verdict._brief(other, False, 2)]
+        assert verdict._settled(_reduced(briefs)) is None
+        assert verdict._settled(_reduced(briefs[::-1])) is None
+    refused = [verdict._brief(_agreed(7), False, 1), verdict._brief(_agreed(7), True, 1)]
+    assert verdict._settled(_reduced(refused)) is None
+    assert verdict._settled(_reduced([verdict._brief(_agreed(7), True, 1)] * 2)) is None  # all refused alike
+    beyond = 1 << verdict._ROUND_BITS
+    assert verdict._settled(_reduced([verdict._brief(_agreed(7), False, beyond)] * 2)) is None
+    assert verdict._settled(_reduced([verdict._brief(_agreed(7), False, beyond - 2)] * 2)) == beyond - 2
+    for words in (same[0], refused[1]):
+        assert len(words) == verdict._BRIEF_WORDS and all(0 <= w < 2**63 for w in words)
+
+
 def test_verdict_of_another_size_is_a_collective_rejection_not_an_abort(two: dict[str, list[Any]]) -> None:
     per_process = scenario(two, "header")
     # A longer reason field no longer changes the message's size (it used to abort the job, then
     # was refused by the hello): the reason fills the fixed size, and the call simply moves.
     assert all(r["size"]["raised"] is None for r in per_process), per_process
     _same_rejection([r["protocol"] for r in per_process], "different executor protocols",
-                    "process 0: magic", "protocol 5, a message of 37 words", "process 1: magic", "protocol 3")
+                    "process 0: magic", f"protocol {verdict._PROTOCOL}, a message of 37 words", "process 1: magic",
+                    "protocol 3")
     _same_rejection([r["magic"] for r in per_process], "different executor protocols", "0x726566706c616e34")
     for rank, res in enumerate(per_process):
         assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"

@@ -2055,14 +2055,15 @@ def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str
 TARGET_EXECUTOR_VS_RAW = 1.25
 TARGET_FIXED_SECONDS = 0.005
 """A warm call's fixed cost (``FIXED_LAYOUT``, a few KiB moved): checks, verdict, move, outcome."""
-CALL_COLLECTIVES = (("verdict", "all_gather", 37), ("outcome", "all_reduce", 1))
-"""The small collectives an executor call makes with ``outcome=True``, with their kind and int64
-words per process: the verdict (``execute._VERDICT_WORDS``, the one all-gathered message before
-any byte moves: hello and verdict in one) and the outcome status word (protocol 5: an all-reduce
-of the maximum; the all-gather that names who failed follows only on failure). Written out here because the bench's
-CPU-only parts must not import torch (a test holds them equal to the executor's). Raw
-``all_to_all_single`` makes neither, so the whole call is also set against raw plus these two,
-timed alone."""
+CALL_COLLECTIVES = (("verdict", "all_reduce", 2), ("outcome", "all_reduce", 1))
+"""The small collectives a warm executor call makes with ``outcome=True``, with their kind and
+int64 words per process: the verdict (``execute._VERDICT_WORDS``: protocol 6's two-word brief,
+all-reduced on a group whose first call exchanged the full 37-word message; the all-gather of
+that message follows only when the brief does not settle the call) and the outcome status word
+(an all-reduce of the maximum; the all-gather that names who failed follows only on failure).
+Written out here because the bench's CPU-only parts must not import torch (a test holds them
+equal to the executor's). Raw ``all_to_all_single`` makes neither, so the whole call is also set
+against raw plus these two, timed alone."""
 VERDICT_WORDS = {name: words for name, _kind, words in CALL_COLLECTIVES}["verdict"]
 """The verdict's words alone (``execute._VERDICT_WORDS``; tests/test_sync_launch.py holds them equal)."""
 PHASES = ("checks", "verdict", "move", "outcome")

@@ -1,12 +1,19 @@
-"""The verdict: one fixed-size all-gather of every process's hello and verdict before any byte moves.
+"""The verdict: every process's hello and verdict, agreed before any byte moves.
 
-Its size never changes, so that a peer of another protocol is a disagreement instead of a gloo
-abort; every process raises the same ``TransferRejectedError`` from the gathered rows alone.
+The first call on a group all-gathers one fixed-size message (``_HELLO_WORDS``) from every
+process. Its size never changes, so that a peer of another protocol is a disagreement instead of a
+gloo abort; every process raises the same ``TransferRejectedError`` from the gathered rows alone.
+Once that exchange has shown every process of the group running this protocol, later calls on the
+group send a two-word brief (``_BRIEF_WORDS``) through one ``all_reduce(MAX)`` instead: it settles
+an agreed, unrefused call, and anything else (a refusal, a disagreement, a number the brief cannot
+hold) sends every process on to the full all-gather, so rejections read exactly as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
@@ -24,7 +31,7 @@ from .common import (
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
 
 
-_PROTOCOL = 5  # the layout of the verdict message and of the outcome agreement (5: all-reduce first)
+_PROTOCOL = 6  # the verdict's messages and the outcome agreement (6: a greeted group's two-word brief)
 
 
 _HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
@@ -43,7 +50,8 @@ by comparing words instead of by a collective of mismatched tensors, which gloo 
 magic or protocol and disagrees; it never aborts. Protocol 4 merged the hello and the verdict
 into this one all-gather: each is a collective of about 4 ms on 4 processes sharing 2 loaded
 cores, a third of a warm call's fixed cost (issue 26). Protocol 5 keeps this message and makes
-the outcome agreement a 1-word all-reduce first (``outcome.py``).
+the outcome agreement a 1-word all-reduce first (``outcome.py``). Protocol 6 keeps this message
+as the first exchange on every group and for every call that is not settled by the brief.
 """
 
 
@@ -53,10 +61,104 @@ _HEADER_WORDS = 9  # magic, protocol, length, outcome, rounds, digest, rejected 
 _REASON_BYTES = (_HELLO_WORDS - _HEADER_WORDS) * 8  # 224
 
 
-_VERDICT_WORDS = _HELLO_WORDS  # the verdict is the hello: one message of this many words
 
 
 _DEVICE_CODES = {"cpu": 1, "cuda": 2}
+
+
+_BRIEF_WORDS = 2
+"""Words of the brief a greeted group's calls all-reduce (``MAX``) instead of the full message.
+
+Two because that is what gloo reduces in one step: measured on 4 (and 8) processes sharing 2
+cores, an all-reduce of 1 or 2 int64 words costs 0.6-0.7 ms (1.8-2.0 ms on 8), one of 3 words
+2.5 ms, 4-8 words 2.8-5 ms, and the 37-word all-gather 3.8-4 ms (issue 26, item 8c: a warm call's
+fixed cost must stay within 5 ms). NCCL has no bitwise reductions, so the brief uses only MAX.
+
+Word 0 is ``refused << 62 | full << 61 | h << 17 | rounds``, word 1 ``refused << 62 | full << 61 |
+(2**44 - 1 - h) << 17``, where ``h`` is a 44-bit hash of everything the full message requires
+equal (magic, protocol, its length, the outcome flag, the schedule digest and the device type of
+this process's buffers) and ``rounds`` this process's rounds. The maximum of word 0 over the
+processes has the largest ``h`` and that of word 1 the smallest: they are equal exactly when every
+process sent the same ``h``, and then the low bits of word 0 are the most rounds of any process
+(among equal ``h``, MAX orders by rounds). Any process's refusal, or a number the fields cannot
+hold (``full``), sets a top bit that the maximum carries to every process. Every process reads
+the same two words, so all of them take the same branch: return, or the full all-gather.
+"""
+
+
+_VERDICT_WORDS = _BRIEF_WORDS
+"""Words of a warm call's verdict (on a greeted group, nothing refused, everything agreed): the
+brief, all-reduced; the full message (``_HELLO_WORDS``, all-gathered) is the group's first call's
+and that of every call the brief does not settle."""
+
+
+_ROUND_BITS = 17  # a schedule of more rounds than fit here (default max_rounds is 2**16) takes the full exchange
+
+
+_HASH_BITS = 44
+
+
+_HASH_MASK = (1 << _HASH_BITS) - 1
+
+
+_ROUND_MASK = (1 << _ROUND_BITS) - 1
+
+
+_REFUSED = 1 << 62
+
+
+_FULL = 1 << 61
+
+
+_GREETED: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
+"""Groups on which a full exchange showed every process running this protocol. Every process
+gathered the same rows, so every one records the same, and nothing ever removes an entry while
+the group lives: a failed call leaves it, because a process that forgot it alone (a failure seen
+by some processes only, as with ``outcome=False``) would meet its peers' two-word all-reduce with
+the full all-gather, a collective of another kind and size, which gloo answers by aborting. The
+only way to disagree is a full exchange that completed on some processes and failed on others —
+a group whose collective already failed, which torch.distributed does not promise to be usable
+(a destroyed group's object takes its entry with it; a new group greets again)."""
+
+
+def _group_of(ctx: _Context) -> object:
+    return ctx.group if ctx.group is not None else dist.group.WORLD
+
+
+def _brief(agreed: Sequence[int], refused: bool, rounds: int) -> list[int]:
+    """The two words of the brief (``_BRIEF_WORDS``) for this process."""
+    text = ",".join(str(int(v)) for v in agreed).encode()
+    h = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") & _HASH_MASK
+    flags = (_REFUSED if refused else 0) | (_FULL if not 0 <= rounds < _ROUND_MASK else 0)
+    low = rounds if 0 <= rounds < _ROUND_MASK else 0
+    return [flags | h << _ROUND_BITS | low, flags | (_HASH_MASK - h) << _ROUND_BITS]
+
+
+def _settled(words: Sequence[int]) -> int | None:
+    """The most rounds of any process if the reduced brief settles the call (every process sent
+    the same hash, nobody refused, every number fitted), else ``None`` (the full exchange decides)."""
+    high, low = int(words[0]), int(words[1])
+    if (high | low) & (_REFUSED | _FULL) or high < 0 or low < 0:
+        return None
+    if (high >> _ROUND_BITS) & _HASH_MASK != _HASH_MASK - ((low >> _ROUND_BITS) & _HASH_MASK):
+        return None
+    return high & _ROUND_MASK
+
+
+def _reduce(
+    ctx: _Context,
+    device: torch.device,
+    words: Sequence[int],
+    timeout: timedelta,
+    meanwhile: Callable[[], int] | None = None,
+) -> tuple[list[int], int]:
+    """All-reduce (MAX) the brief; ``meanwhile`` runs while it is in flight."""
+    mine = torch.tensor(list(words), dtype=torch.int64, device=device)
+    work = dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
+    done = meanwhile() if meanwhile is not None else 0
+    if work is not None:
+        work.wait(timeout)
+    return [int(v) for v in mine.cpu().tolist()], done
 
 
 def _verdict_device(ctx: _Context, local: torch.device | None) -> torch.device:
@@ -112,6 +214,10 @@ def _gather(
     return [[int(v) for v in t.cpu().tolist()] for t in gathered], done
 
 
+def _exchange_failed(started: float, timeout: timedelta, exc: BaseException) -> TransferExecutionError:
+    return TransferExecutionError(f"exchanging verdicts {_ended(started, timeout)}; no data moved: {_describe(exc)}")
+
+
 def _exchange(
     ctx: _Context,
     device: torch.device,
@@ -124,10 +230,12 @@ def _exchange(
     rounds: int = 0,
     phases: dict[str, float] | None = None,
 ) -> tuple[int, int]:
-    """All-gather every process's verdict, one message of ``_HELLO_WORDS`` words (hello and
-    verdict in one); raise the same ``TransferRejectedError`` everywhere on messages whose
-    agreed words differ (another protocol, or options), any refusal, digest disagreement, or
-    buffers on different device types.
+    """Agree on every process's verdict: on a greeted group first by the two-word brief
+    (``_BRIEF_WORDS``), which returns at once when it settles the call; otherwise (the group's
+    first call, or a brief that does not settle) by all-gathering one message of ``_HELLO_WORDS``
+    words (hello and verdict in one) from every process, and raising the same
+    ``TransferRejectedError`` everywhere on messages whose agreed words differ (another protocol,
+    or options), any refusal, digest disagreement, or buffers on different device types.
 
     The size never changes because a collective of tensors of different sizes is not an error
     gloo reports: it aborts the process. ``meanwhile`` runs while the message is in flight (work
@@ -150,18 +258,35 @@ def _exchange(
     code = 0 if holds is None else _DEVICE_CODES.get(holds.type, 99)
     header = [_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), rounds, digest, int(reason is not None),
               ctx.global_rank, code]
+    started = time.monotonic()
+    group = _group_of(ctx)
+    done = 0
+    if _GREETED.get(group):
+        brief = _brief((_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), digest, code), reason is not None, rounds)
+        try:
+            reduced, done = _reduce(ctx, device, brief, timeout, meanwhile)
+        except Exception as exc:
+            raise _exchange_failed(started, timeout, exc) from exc
+        meanwhile = None  # it ran while the brief was in flight
+        most = _settled(reduced)
+        if most is not None:
+            if phases is not None:
+                phases["verdict"] = time.monotonic() - started
+            return done, max(most, rounds)
     # The reason fills what the header leaves of the fixed size, whatever the module's constants
     # say, so that nothing can make this process's message another size than its peers'.
     words = header + _encode_reason(reason or "", (_HELLO_WORDS - len(header)) * 8)
-    started = time.monotonic()
     try:
-        rows, done = _gather(ctx, device, words, timeout, meanwhile)
+        rows, packed = _gather(ctx, device, words, timeout, meanwhile)
     except Exception as exc:
-        raise TransferExecutionError(
-            f"exchanging verdicts {_ended(started, timeout)}; no data moved: {_describe(exc)}"
-        ) from exc
+        raise _exchange_failed(started, timeout, exc) from exc
+    done = max(done, packed)
     if phases is not None:
         phases["verdict"] = time.monotonic() - started
+    if all(row[:3] == rows[0][:3] for row in rows):
+        # Every process gathered these rows, so every one of them records the same: from now on
+        # the group's calls may be settled by the brief.
+        _GREETED[group] = True
     if any(row[:_HELLO_AGREED] != rows[0][:_HELLO_AGREED] for row in rows):
         # Built from the gathered rows alone, so every process raises the same text.
         detail = "; ".join(
