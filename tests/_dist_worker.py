@@ -616,7 +616,9 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
 
     Row-split sources into column-split targets: every chunk is strided in its source shard, so
     the sender stages it (4 rounds at this budget). ``ahead``: how many rounds each process
-    packed during the verdict. If packing there fails (forced on process 0), ``_move`` packs
+    packed during the verdict (told that the verdict is still in flight, so that it packs them all;
+    ``stopped``: told that it completed after one piece, so it packs just that one). If packing
+    there fails (forced on process 0), ``_move`` packs
     those rounds itself and the transfer is still exact; if a peer refuses, the processes that
     packed ahead raise the same rejection and no shard changed. ``_pack_ahead`` is replaced where
     the call uses it (``call``), ``_pack`` where the transport does (``transport``).
@@ -631,9 +633,23 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     ahead: list[int] = []
     original_ahead, original_pack = call._pack_ahead, transport._pack
 
-    def spy(sched: Any) -> int:
-        ahead.append(original_ahead(sched))
-        return ahead[-1]
+    stop_after: list[int | None] = [None]  # pieces packed before the verdict "completes"; None: never
+    pieces: list[int] = []
+
+    def spy(sched: Any, finished: Any) -> Any:
+        # The real collective usually completes before both rounds are packed; the count is
+        # made deterministic by telling the packing that the verdict is still in flight
+        # (``stop_after`` None) or that it completed after that many pieces.
+        calls = [0]
+
+        def still_in_flight() -> bool:
+            calls[0] += 1
+            return stop_after[0] is not None and calls[0] > stop_after[0]
+
+        packed = original_ahead(sched, still_in_flight)
+        ahead.append(len({r for r, _peer, _i in packed}))
+        pieces.append(len(packed))
+        return packed
 
     failures = [1 if me == 0 else 0]
 
@@ -647,6 +663,11 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         out["clean"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead)}
+        ahead.clear()
+        stop_after[0], pieces[:] = 1, []
+        out["stopped"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead),
+                          "pieces": list(pieces)}
+        stop_after[0] = None
         ahead.clear()
         transport._pack = failing_pack  # type: ignore[assignment]
         out["failed_ahead"] = {**run_exact(pairs, ends, dtypes, me, budget=budget), "ahead": list(ahead)}

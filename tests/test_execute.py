@@ -288,6 +288,10 @@ def test_first_rounds_are_packed_while_the_verdict_is_in_flight(dist_results: di
     for rank, res in enumerate(per_process):
         assert_exact(res["clean"], f"packed ahead, process {rank}")
         assert res["clean"]["rounds"] == 4 and res["clean"]["ahead"] == [2], "rounds 0 and 1 packed early"
+        # The verdict's collective completed after one piece: packing ahead stops there, and the
+        # rounds pack the rest (exactly).
+        assert_exact(res["stopped"], f"packing ahead stopped, process {rank}")
+        assert res["stopped"]["pieces"] == [1] and res["stopped"]["ahead"] == [1], res["stopped"]
         assert_exact(res["failed_ahead"], f"packing ahead failed, process {rank}")
         assert res["failed_ahead"]["ahead"] == ([0] if rank == 0 else [2]), "a failure leaves it to the rounds"
     assert_same_rejection([r["refused"] for r in per_process], "process 3")

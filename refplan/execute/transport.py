@@ -7,6 +7,7 @@ is the transport's (a dead or stuck peer), and every wait is bounded by the call
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -69,34 +70,45 @@ def _pack(sched: _Schedule, message: _Message, piece: _Piece, wire: torch.Tensor
         wire[start : start + o.nbytes].view(src.dtype).view(o.shape).copy_(src)
 
 
-def _pack_ahead(sched: _Schedule) -> int:
-    """Pack the staged sends of the first ``_SLOTS`` rounds (each has its own slot) while the
-    verdict is in flight, and return how many rounds are packed.
+Packed = frozenset[tuple[int, int, int]]
+"""Staged sends packed during the verdict, as (round, peer, piece index)."""
+
+
+def _pack_ahead(sched: _Schedule, finished: Callable[[], bool] = lambda: False) -> Packed:
+    """Pack staged sends of the first ``_SLOTS`` rounds (each has its own slot), piece by piece in
+    posting order, while the verdict is in flight, and return which pieces are packed.
 
     This only reads the caller's validated source shards and writes this process's own staging,
     so it changes nothing the caller can see if the verdict is a refusal, and it is bounded by
-    the staging already allocated. The verdict exchange is a collective whose latency (about
-    3 ms on 4 gloo processes sharing 2 cores, as much as any small collective there) would
-    otherwise be idle time. Any failure here leaves the packing to ``_move``.
+    the staging already allocated. It stops as soon as ``finished()`` says the verdict's
+    collective has completed: past that point packing would only delay the first round's posts
+    (its direct sends, and the receives every peer waits on), which the transport overlaps with
+    the packing of the remaining pieces instead. Measured on the 272 MiB ``--sync`` batch,
+    packing both rounds outright took about 7 ms while the two-word brief takes under 1 ms.
+    Any failure here leaves the packing of every piece to ``_move``.
     """
     rounds = min(_SLOTS, max((len(q) for q in sched.outgoing.values()), default=0))
+    done: set[tuple[int, int, int]] = set()
     try:
         with torch.no_grad():
             for r in range(rounds):
-                for _peer, message, _i, piece, wire, _stage in _wires(sched, r, "send"):
+                for peer, message, i, piece, wire, _stage in _wires(sched, r, "send"):
                     if piece.direct is None:
+                        if finished():
+                            return frozenset(done)
                         _pack(sched, message, piece, wire)
+                        done.add((r, peer, i))
     except Exception:
-        return 0
-    return rounds
+        return frozenset()
+    return frozenset(done)
 
 
 def _move(
-    ctx: _Context, sched: _Schedule, timeout: timedelta, packed: int = 0
+    ctx: _Context, sched: _Schedule, timeout: timedelta, packed: Packed = frozenset()
 ) -> tuple[int, int, dict[int, int], dict[int, int]]:
     """Run the rounds, two in flight; returns (rounds, local bytes, sent per peer, received per peer).
 
-    The staged sends of rounds below ``packed`` were packed already (``_pack_ahead``).
+    The staged sends in ``packed`` were packed already (``_pack_ahead``).
     """
     rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
     sent = {peer: sum(m.payload for m in queue) for peer, queue in sched.outgoing.items()}
@@ -148,7 +160,7 @@ def _move(
                     landing.append((message, piece, None if piece.direct is not None else stage))
                     continue
                 in_order.append((wire, dst, t, label))
-                if piece.direct is not None or r < packed:
+                if piece.direct is not None or (r, peer, i) in packed:
                     ready.append((wire, dst, t, label))
                 else:
                     staged.append((message, piece, wire, dst, t, label))

@@ -16,6 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -145,17 +146,29 @@ def _settled(words: Sequence[int]) -> int | None:
     return high & _ROUND_MASK
 
 
+Meanwhile = Callable[[Callable[[], bool]], frozenset[tuple[int, int, int]]]
+"""Work run while a verdict collective is in flight (``transport._pack_ahead``), given a test of
+whether the collective has completed so that it can stop then; what it returns is passed on."""
+
+
+def _run_meanwhile(meanwhile: Meanwhile | None, work: Any) -> frozenset[tuple[int, int, int]]:
+    if meanwhile is None:
+        return frozenset()
+    finished: Callable[[], bool] = (lambda: False) if work is None else work.is_completed
+    return meanwhile(finished)
+
+
 def _reduce(
     ctx: _Context,
     device: torch.device,
     words: Sequence[int],
     timeout: timedelta,
-    meanwhile: Callable[[], int] | None = None,
-) -> tuple[list[int], int]:
+    meanwhile: Meanwhile | None = None,
+) -> tuple[list[int], frozenset[tuple[int, int, int]]]:
     """All-reduce (MAX) the brief; ``meanwhile`` runs while it is in flight."""
     mine = torch.tensor(list(words), dtype=torch.int64, device=device)
     work = dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
-    done = meanwhile() if meanwhile is not None else 0
+    done = _run_meanwhile(meanwhile, work)
     if work is not None:
         work.wait(timeout)
     return [int(v) for v in mine.cpu().tolist()], done
@@ -200,15 +213,15 @@ def _gather(
     device: torch.device,
     words: Sequence[int],
     timeout: timedelta,
-    meanwhile: Callable[[], int] | None = None,
-) -> tuple[list[list[int]], int]:
+    meanwhile: Meanwhile | None = None,
+) -> tuple[list[list[int]], frozenset[tuple[int, int, int]]]:
     """All-gather one int64 word list per process (every process sends as many words: the verdict
     is ``_HELLO_WORDS`` long in every protocol, the outcome one word after an agreed verdict);
     ``meanwhile`` runs while it is in flight."""
     mine = torch.tensor(list(words), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in ctx.members]
     work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
-    done = meanwhile() if meanwhile is not None else 0
+    done = _run_meanwhile(meanwhile, work)
     if work is not None:
         work.wait(timeout)
     return [[int(v) for v in t.cpu().tolist()] for t in gathered], done
@@ -225,11 +238,11 @@ def _exchange(
     reason: str | None,
     holds: torch.device | None,
     timeout: timedelta,
-    meanwhile: Callable[[], int] | None = None,
+    meanwhile: Meanwhile | None = None,
     outcome: bool = True,
     rounds: int = 0,
     phases: dict[str, float] | None = None,
-) -> tuple[int, int]:
+) -> tuple[frozenset[tuple[int, int, int]], int]:
     """Agree on every process's verdict: on a greeted group first by the two-word brief
     (``_BRIEF_WORDS``), which returns at once when it settles the call; otherwise (the group's
     first call, or a brief that does not settle) by all-gathering one message of ``_HELLO_WORDS``
@@ -239,10 +252,11 @@ def _exchange(
 
     The size never changes because a collective of tensors of different sizes is not an error
     gloo reports: it aborts the process. ``meanwhile`` runs while the message is in flight (work
-    that only touches this process's own staging: ``_pack_ahead``); its result is returned, 0
-    without it, with the most rounds any process's schedule has (``rounds`` is this process's),
-    which bounds how long the outcome agreement may wait for the slowest process. ``phases``
-    receives the seconds of the exchange (with ``meanwhile``) as ``verdict``.
+    that only touches this process's own staging: ``_pack_ahead``, told when the collective has
+    completed); its result is returned (empty without it) with the most rounds any process's
+    schedule has (``rounds`` is this process's), which bounds how long the outcome agreement may
+    wait for the slowest process. ``phases`` receives the seconds of the exchange (with
+    ``meanwhile``) as ``verdict``.
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -254,13 +268,13 @@ def _exchange(
             raise TransferRejectedError(
                 f"transfer rejected before any data moved: {name(0, ctx.global_rank)}: {reason}", (ctx.me,)
             )
-        return 0, rounds
+        return frozenset(), rounds
     code = 0 if holds is None else _DEVICE_CODES.get(holds.type, 99)
     header = [_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), rounds, digest, int(reason is not None),
               ctx.global_rank, code]
     started = time.monotonic()
     group = _group_of(ctx)
-    done = 0
+    done: frozenset[tuple[int, int, int]] = frozenset()
     if _GREETED.get(group):
         brief = _brief((_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), digest, code), reason is not None, rounds)
         try:
@@ -280,7 +294,7 @@ def _exchange(
         rows, packed = _gather(ctx, device, words, timeout, meanwhile)
     except Exception as exc:
         raise _exchange_failed(started, timeout, exc) from exc
-    done = max(done, packed)
+    done = done or packed
     if phases is not None:
         phases["verdict"] = time.monotonic() - started
     if all(row[:3] == rows[0][:3] for row in rows):
