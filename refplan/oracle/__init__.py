@@ -50,8 +50,10 @@ The argument, in the order the checks run:
 
 The package, by job: ``verdict`` (the answers), ``layout`` (maps: the oracle's own validation),
 ``segments`` (plans: parsing, structure, segments as boxes), ``judge`` (exactly once and the
-values; the entry points), ``small`` (the same judgement in plain Python for small plain layouts
-and plans, which only ever confirms: anything else, and every error, is the general path's). It
+values; the entry points; within a batch, a verdict handed on only to a parameter whose map
+contents and plan are the very objects already judged, or whose content equals it), ``small``
+(the same judgement in plain Python for small plain layouts and plans, which only ever
+confirms: anything else, and every error, is the general path's). It
 imports only ``box``, ``maps``, ``plan`` (types and their dict forms), ``limits``, ``errors`` and
 ``_gc``. Its trusted base, shared with the planner, is
 ``box``'s arithmetic (the scalar and array row-major decodes, ``box_in_shard``, the k-d queries

@@ -20,7 +20,7 @@ from .. import limits
 from .._gc import cycle_collection_paused
 from ..box import Box, box_in_shard, covers, overlapping_pairs, volume
 from ..errors import AffineTransferError, InvalidMapError
-from ..maps import ParamAffineMap
+from ..maps import MapContent, ParamAffineMap
 from ..plan import TransferPlan, TransferSegment
 from . import small
 from .layout import (
@@ -39,6 +39,7 @@ from .segments import (
     Rows,
     boxes_of,
     fast_boxes,
+    immutable_plan,
     kind,
     not_a_box,
     parse_plan,
@@ -662,7 +663,13 @@ def verify_plans(
     *,
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
 ) -> BatchVerdict:
-    """``verify_plan`` for every parameter; one missing from either side is ``invalid``."""
+    """``verify_plan`` for every parameter; one missing from either side is ``invalid``.
+
+    Parameters that repeat a layout are judged once: a later parameter whose map contents and plan
+    are the very objects an earlier one's were, or whose plan's content equals it, gets that
+    verdict under its own name (``Same``, ``_judge``). Nothing is remembered from one call to the
+    next, and each verdict is the one ``verify_plan`` gives that parameter alone
+    (tests/test_verify_reuse.py)."""
     with cycle_collection_paused():
         return _verify_plans(pairs, plans, fallback_elements)
 
@@ -673,15 +680,93 @@ def _verify_plans(
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
     judged: Judged = {}
-    for name in sorted(set(pairs) | set(plans)):
+    same: Same = {}
+    statuses: set[str] = set()
+    if type(pairs) is dict and type(plans) is dict and len(plans) == len(pairs) and plans.keys() <= pairs.keys():
+        names = sorted(pairs)  # the same names: a model's dict is often in order already, which sorts in one pass
+    else:
+        names = sorted(set(pairs) | set(plans))
+    for name in names:
         if name not in plans:
-            verdicts[name] = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
+            verdict = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
         elif name not in pairs:
-            verdicts[name] = Verdict("invalid", name, reason="a plan for a parameter the maps do not describe")
+            verdict = Verdict("invalid", name, reason="a plan for a parameter the maps do not describe")
         else:
             target, source = pairs[name]
-            verdicts[name] = _verify_plan(
-                target, source, plans[name], parameter=name, fallback_elements=fallback_elements, layouts=layouts,
-                judged=judged,
-            )
-    return BatchVerdict(worst(v.status for v in verdicts.values()), verdicts)
+            plan = plans[name]
+            if type(plan) is TransferPlan and type(target) is ParamAffineMap and type(source) is ParamAffineMap:
+                t_content = target.content
+                s_content = source.content
+                entry = same.get(id(plan))
+                if entry is not None and (entry[0] is not t_content or entry[1] is not s_content):
+                    entry = same.get((id(plan), id(t_content), id(s_content)))
+                if entry is not None and (entry[4] > 0 or (entry[4] == 0 and _frozen(same, entry))):
+                    verdicts[name] = entry[3].with_parameter(name)
+                    continue
+                verdict = _verify_plan(
+                    target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts,
+                    judged=judged,
+                )
+                if entry is None:
+                    _remember(same, t_content, s_content, plan, verdict)
+            else:
+                verdict = _verify_plan(
+                    target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts,
+                    judged=judged,
+                )
+        verdicts[name] = verdict
+        statuses.add(verdict.status)
+    return BatchVerdict(worst(statuses), verdicts)
+
+
+Same = dict[Any, tuple[MapContent, MapContent, TransferPlan, Verdict, int]]
+"""``_verify_plans``'s memo of whole verdicts: (target content, source content, plan, verdict,
+whether the plan was found immutable: 0 not asked yet, 1 yes, -1 no). An entry is filed under
+``id(plan)``, or, when that is taken by the same plan met with other maps, under ``(id(plan),
+id(target content), id(source content))``. It holds the three objects, so their ids cannot be
+reused by other objects while the batch runs.
+
+Why identities and not content: a model's layers share their maps' contents (``MapContent`` is
+hash-consed: equal content *is* one object, and its attributes cannot be assigned), and a planner
+that remembers layouts hands every layer the same ``TransferPlan`` object. The verdict reads
+nothing else (a ``ParamAffineMap`` holds only its content; the batch's ``fallback_elements`` is
+fixed), so a parameter whose target content, source content and plan are the very objects an
+earlier parameter's were gets that verdict under its own name, for a few attribute reads and one
+lookup. Building a content key (every field of every segment) and re-reading the maps per
+parameter was most of ``verify_plans`` on such batches (issue 27: 141 ms against a 50 ms plan
+on moe-model). Only exact types are remembered: a subclass (of a map, a content or a plan) could
+read differently each time, and a content that is not a shared ``MapContent``
+(``maps._UnsharedContent``) may hold pieces that are not plain ``AffinePiece`` values. The plan's
+own parts are checked on its first reuse (``_frozen``), so a batch of distinct plans never pays
+for it. Everything else (dict forms, lists of segments, a plan met again with other maps) goes
+through ``_judge``, whose own reuse compares content."""
+
+
+def _remember(same: Same, t_content: MapContent, s_content: MapContent, plan: TransferPlan, verdict: Verdict) -> None:
+    """File a first verdict for (target content, source content, plan) in ``same``; see ``Same``.
+
+    Plans of more than ``limits.REMEMBER_SEGMENTS`` segments are not filed, as ``_judge`` files
+    none: one bound, and one switch (``limits.fast_paths``), governs all reuse of verdicts."""
+    if type(t_content) is not MapContent or type(s_content) is not MapContent:
+        return
+    segments = plan.segments
+    if type(segments) is not tuple or len(segments) > limits.REMEMBER_SEGMENTS:
+        return
+    key: Any = id(plan)
+    if key in same:
+        key = (key, id(t_content), id(s_content))
+    same[key] = (t_content, s_content, plan, verdict, 0)
+
+
+def _frozen(same: Same, entry: tuple[MapContent, MapContent, TransferPlan, Verdict, int]) -> bool:
+    """Whether ``entry``'s plan holds only immutable values (``segments.immutable_plan``), so that
+    the same object is the same content whenever it is met again; the answer is kept in the entry.
+    Asked on the first reuse, once per remembered plan. A plan that is not so is judged afresh for
+    every parameter that gives it."""
+    t_content, s_content, plan, verdict, _ = entry
+    frozen = immutable_plan(plan)
+    key: Any = id(plan)
+    if same.get(key) is not entry:
+        key = (key, id(t_content), id(s_content))
+    same[key] = (t_content, s_content, plan, verdict, 1 if frozen else -1)
+    return frozen

@@ -31,6 +31,7 @@ __all__ = [
     "addresses",
     "boxes_of",
     "fast_boxes",
+    "immutable_plan",
     "kind",
     "not_a_box",
     "parse_plan",
@@ -83,6 +84,20 @@ def _as_plain(segments: list[TransferSegment]) -> list[TransferSegment]:
             seg = TransferSegment.from_dict(entry, f"segments[{i}]")
         out.append(seg)
     return out
+
+
+def immutable_plan(plan: TransferPlan) -> bool:
+    """Whether everything the judgement reads of ``plan`` is an immutable value: its segments a tuple
+    of exact ``TransferSegment`` whose fields are ints and tuples of ints (``_plain``), its logical
+    shape a tuple of ints. Such a plan object has one content for as long as it lives (short of
+    ``object.__setattr__`` forced past the frozen dataclass), so ``judge`` may reuse its verdict
+    when the same object is given again; a subclass or a list could read differently each time."""
+    segments = plan.segments
+    shape = plan.logical_shape
+    return (
+        type(segments) is tuple and type(shape) is tuple and _INTS.issuperset(map(type, shape))
+        and _SEGMENT.issuperset(map(type, segments)) and _plain(segments)
+    )
 
 
 def parse_plan(plan: PlanLike) -> tuple[list[TransferSegment], tuple[int, ...] | None]:

@@ -9,8 +9,10 @@ how little else stays alive (``formats.PlansStream`` keeps nothing of a plan onc
 The answer is ``verify_plans``'s, verdict for verdict: each parameter is judged by the same
 ``_verify_plan`` call with the same layout memo and verdict reuse, and a parameter only one side
 names is answered by ``verify_plans`` itself, so the two paths cannot drift apart in what they say
-about it. The one difference is memory: the reused verdicts (keyed on every segment of plans of
-up to ``limits.REMEMBER_SEGMENTS``) are forgotten after ``limits.STREAM_REMEMBER_PLANS`` distinct
+about it. (``verify_plans`` also hands a verdict on when the very same plan object comes again with
+the same map contents, ``judge.Same``; a stream reads each plan afresh and never sees that.)
+The one difference is memory: the reused verdicts (keyed on every segment of plans of up to
+``limits.REMEMBER_SEGMENTS``) are forgotten after ``limits.STREAM_REMEMBER_PLANS`` distinct
 plans, so that they do not grow with the file; forgetting one costs a re-judgement, never a
 different verdict.
 """

@@ -1,0 +1,253 @@
+"""``verify_plans`` reuses a verdict only for the very objects it judged, never across contents.
+
+Within one batch, a parameter whose target map content, source map content and plan are the
+same objects as an earlier parameter's (``MapContent`` is hash-consed, and a planner that
+remembers layouts hands every layer one ``TransferPlan``) gets that parameter's verdict under its
+own name (``oracle.judge.Same``). The tests hold both halves of that:
+
+- it does hit: ten parameters with their own map objects of one content and one plan are judged
+  once (a memo keyed on the map wrappers, or none, judges them ten times);
+- it never answers for input it has not judged: one changed segment, a different map, the same
+  plan met with other maps, or a plan whose parts could change under it, are each judged, and
+  every verdict equals what ``verify_plan`` says of that parameter alone, field for field (a memo
+  keyed on the maps alone, on the plan alone, or trusting a plan it has not found immutable fails
+  one of them);
+- switched off (``limits.fast_paths(False)``) every parameter is judged and the verdicts are the
+  same; drawn batches of repeated and corrupted plans agree with the one-parameter answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import refplan.oracle.judge as judge
+from refplan.limits import fast_paths
+from refplan.maps import ParamAffineMap, contiguous_split_map, replicate
+from refplan.oracle import BatchVerdict, verify_plan, verify_plans
+from refplan.plan import TransferPlan
+from refplan.planner import plan_transfer
+from refplan.strategies import CORRUPTION_KINDS, corrupted_plans, map_pairs
+
+SOURCE = replicate(contiguous_split_map((16, 8), [8, 8], 0), 2)
+TARGET = contiguous_split_map((16, 8), [2, 2, 2, 2], 1)
+PLAN = plan_transfer(TARGET, SOURCE)
+NAMES = [f"layers.{i}.w" for i in range(10)]  # sorted order is this order
+FIFTH = NAMES[4]
+
+
+def own_copy(m: ParamAffineMap) -> ParamAffineMap:
+    """A map object of its own with ``m``'s content (what a builder called per layer gives)."""
+    copy = ParamAffineMap(m.logical_shape, dict(m.shard_shapes), {r: list(p) for r, p in m.pieces_by_rank.items()})
+    assert copy is not m and copy.content is m.content  # the premise: one content, two maps
+    return copy
+
+
+def repeated(n: int = len(NAMES)) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+    return {name: (own_copy(TARGET), own_copy(SOURCE)) for name in NAMES[:n]}
+
+
+@pytest.fixture
+def judgements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The parameters ``verify_plans`` judges (``_verify_plan`` calls), in order."""
+    seen: list[str] = []
+    real = judge._verify_plan
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["parameter"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(judge, "_verify_plan", counted)
+    return seen
+
+
+def alone(pairs: Mapping[str, tuple[Any, Any]], plans: Mapping[str, Any]) -> dict[str, Any]:
+    """Each parameter's verdict from ``verify_plan`` on its own: no batch, no reuse."""
+    return {name: verify_plan(*pairs[name], plans[name], parameter=name) for name in sorted(pairs)}
+
+
+def assert_alone(result: BatchVerdict, pairs: Mapping[str, tuple[Any, Any]], plans: Mapping[str, Any]) -> None:
+    expected = alone(pairs, plans)
+    assert result.verdicts == expected
+    assert list(result.verdicts) == list(expected)
+    assert all(v.parameter == name for name, v in result.verdicts.items())
+
+
+def shifted(plan: TransferPlan, index: int, field: str, by: int) -> TransferPlan:
+    segments = list(plan.segments)
+    segments[index] = dataclasses.replace(segments[index], **{field: getattr(segments[index], field) + by})
+    return dataclasses.replace(plan, segments=tuple(segments))
+
+
+# -- it hits ----------------------------------------------------------------------------------------
+
+
+def test_repeated_layouts_are_judged_once(judgements: list[str], oracle_work: dict[str, int]) -> None:
+    """Ten parameters, each with map objects of its own but one content, and one plan object:
+    one judgement, two map validations, ten verdicts each under its own name."""
+    pairs = repeated()
+    plans = dict.fromkeys(NAMES, PLAN)
+    result = verify_plans(pairs, plans)
+    assert result.ok and list(result.verdicts) == NAMES
+    assert judgements == [NAMES[0]]
+    assert oracle_work == {"validate_map": 2, "check_plan": 1}
+    assert_alone(result, pairs, plans)
+
+
+def test_reuse_switched_off_judges_every_parameter_alike(judgements: list[str]) -> None:
+    pairs = repeated()
+    plans: dict[str, Any] = dict.fromkeys(NAMES, PLAN)
+    plans[FIFTH] = shifted(PLAN, 1, "target_offset", 1)
+    on = verify_plans(pairs, plans)
+    assert judgements == [NAMES[0], FIFTH]
+    with fast_paths(False):
+        off = verify_plans(pairs, plans)
+    assert judgements[2:] == NAMES
+    assert on == off
+    assert [v.status for v in on.verdicts.values()] == ["ok"] * 4 + ["invalid"] + ["ok"] * 5
+
+
+# -- it never answers for what it has not judged ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "by"), [("target_offset", 1), ("source_offset", 8), ("source_rank", 1)])
+def test_one_changed_segment_in_a_repeated_layout_is_caught(judgements: list[str], field: str, by: int) -> None:
+    """The fifth of ten same-layout parameters has one segment changed (its own plan object): it
+    is judged, found invalid with the counterexample ``verify_plan`` gives it, and the sixth to
+    tenth still get the first plan's verdict."""
+    pairs = repeated()
+    plans: dict[str, Any] = dict.fromkeys(NAMES, PLAN)
+    plans[FIFTH] = shifted(PLAN, 3, field, by)
+    result = verify_plans(pairs, plans)
+    assert result.status == "invalid"
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] + ["ok"] * 5
+    assert judgements == [NAMES[0], FIFTH]
+    assert_alone(result, pairs, plans)
+
+
+def test_an_equal_plan_object_with_one_segment_forced_is_judged_on_its_content(judgements: list[str]) -> None:
+    """Two plan objects that were equal, one then changed in place past the frozen dataclass
+    before the call: each is judged on what it holds at the call."""
+    twin = TransferPlan(tuple(dataclasses.replace(s) for s in PLAN.segments), PLAN.logical_shape, PLAN.moved_elements)
+    object.__setattr__(twin.segments[2], "target_offset", twin.segments[2].target_offset + 1)
+    pairs = repeated()
+    plans: dict[str, Any] = dict.fromkeys(NAMES, PLAN)
+    plans[FIFTH] = twin
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] + ["ok"] * 5
+    assert judgements == [NAMES[0], FIFTH]
+    assert_alone(result, pairs, plans)
+
+
+@pytest.mark.parametrize("side", ["target", "source"])
+def test_a_different_map_in_a_repeated_layout_is_caught(judgements: list[str], side: str) -> None:
+    """The fifth parameter's map is another layout of the same shape, given the same plan object:
+    the plan is wrong for it, and the parameters after it, back on the shared layout, are ok."""
+    other = (
+        contiguous_split_map((16, 8), [4, 4], 1) if side == "target"
+        else replicate(contiguous_split_map((16, 8), [4, 12], 0), 2)
+    )
+    pairs = repeated()
+    pairs[FIFTH] = (other, SOURCE) if side == "target" else (TARGET, other)
+    plans = dict.fromkeys(NAMES, PLAN)
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] + ["ok"] * 5
+    assert judgements == [NAMES[0], FIFTH]
+    assert_alone(result, pairs, plans)
+
+
+def test_one_plan_met_with_several_map_pairs_is_judged_once_per_pair(judgements: list[str]) -> None:
+    """One plan object given with three map pairs, alternating: one judgement per pair (the
+    plan's first pair, then each other one under its own key), each answer the right one."""
+    wide = contiguous_split_map((16, 8), [4, 4], 1)
+    narrow = replicate(contiguous_split_map((16, 8), [4, 12], 0), 2)
+    cycle = [(TARGET, SOURCE), (wide, SOURCE), (TARGET, narrow)]
+    pairs = {name: cycle[i % 3] for i, name in enumerate(NAMES)}
+    plans = dict.fromkeys(NAMES, PLAN)
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok", "invalid", "invalid"] * 3 + ["ok"]
+    assert judgements == NAMES[:3]
+    assert_alone(result, pairs, plans)
+
+
+class _ChangingPlans(Mapping[str, Any]):
+    """A ``{name: plan}`` batch that, once the fifth parameter is asked for, changes a list inside
+    its one plan in place: a plan with a mutable part is not the same content each time."""
+
+    def __init__(self, plan: TransferPlan, strides: list[int]) -> None:
+        self.plan, self.strides = plan, strides
+
+    def __getitem__(self, name: str) -> Any:
+        if name == FIFTH:
+            self.strides[1] = 2  # segment 0 now reads every other column of its source rows
+        return self.plan
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(NAMES)
+
+    def __len__(self) -> int:
+        return len(NAMES)
+
+
+@pytest.mark.parametrize("listed", ["segments", "strides"])
+def test_a_plan_with_mutable_parts_is_judged_each_time(judgements: list[str], listed: str) -> None:
+    """A plan holding a list (its segment tuple as a list, or one segment's source strides,
+    forced past the frozen dataclasses) is never answered from memory: when the list changes
+    mid-batch, the parameters from then on are found invalid."""
+    first = dataclasses.replace(PLAN.segments[0])
+    strides = list(first.source_strides)
+    object.__setattr__(first, "source_strides", strides)
+    plan = TransferPlan((first, *PLAN.segments[1:]), PLAN.logical_shape, PLAN.moved_elements)
+    if listed == "segments":
+        object.__setattr__(plan, "segments", list(plan.segments))
+    pairs = repeated()
+    result = verify_plans(pairs, _ChangingPlans(plan, strides))
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] * 6
+    assert judgements == NAMES
+    assert result.verdicts[FIFTH] == verify_plan(TARGET, SOURCE, plan, parameter=FIFTH)
+
+
+def test_maps_given_as_dicts_and_plans_as_segment_lists_are_judged_alike(judgements: list[str]) -> None:
+    """Other input forms are not remembered by identity (``_judge`` compares their content)."""
+    pairs: dict[str, Any] = {name: (TARGET.to_dict(), SOURCE.to_dict()) for name in NAMES}
+    plans: dict[str, Any] = {name: list(PLAN.segments) for name in NAMES}
+    plans[FIFTH] = list(shifted(PLAN, 0, "target_offset", 1).segments)
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] + ["ok"] * 5
+    assert judgements == NAMES
+    assert_alone(result, pairs, plans)
+
+
+def test_names_only_one_side_gives_are_still_answered() -> None:
+    pairs = repeated(3)
+    plans: dict[str, Any] = {NAMES[0]: PLAN, NAMES[1]: PLAN, "extra": PLAN}
+    result = verify_plans(pairs, plans)
+    assert list(result.verdicts) == sorted({*pairs, *plans})
+    assert result.verdicts[NAMES[0]].ok and result.verdicts[NAMES[1]].ok
+    assert result.verdicts[NAMES[2]].reason == "the maps describe this parameter but no plan does"
+    assert result.verdicts["extra"].reason == "a plan for a parameter the maps do not describe"
+    assert result.status == "invalid"
+
+
+@given(map_pairs(max_parts=4), map_pairs(max_parts=4), st.data())
+def test_drawn_batches_of_repeated_and_corrupted_plans_agree_with_one_parameter_verdicts(
+    one: tuple[ParamAffineMap, ParamAffineMap], two: tuple[ParamAffineMap, ParamAffineMap], data: st.DataObject,
+) -> None:
+    """Six parameters over two drawn layouts, each given its layout's plan object or a corrupted
+    copy, in a drawn order: the batch says of each what ``verify_plan`` says of it alone."""
+    good = [plan_transfer(*one), plan_transfer(*two)]
+    bad = [
+        data.draw(corrupted_plans(plan, pair[1], pair[0], kinds=CORRUPTION_KINDS)).plan
+        if any(s.numel for s in plan.segments) else plan
+        for plan, pair in zip(good, (one, two))
+    ]
+    layout = data.draw(st.lists(st.sampled_from([0, 1]), min_size=6, max_size=6), label="layouts")
+    broken = data.draw(st.lists(st.booleans(), min_size=6, max_size=6), label="corrupted")
+    pairs = {f"p{i}": (one, two)[k] for i, k in enumerate(layout)}
+    plans = {f"p{i}": (bad if b else good)[k] for i, (k, b) in enumerate(zip(layout, broken))}
+    assert_alone(verify_plans(pairs, plans), pairs, plans)
