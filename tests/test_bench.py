@@ -670,6 +670,89 @@ def test_awex_and_deepspeed_builders_are_the_adapters_inputs() -> None:
             assert built_maps[name][0].to_dict() == t.to_dict() and built_maps[name][1].to_dict() == s.to_dict()
 
 
+def test_dcp_contender_goes_through_the_front_door(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's DCP contender builds what DCP's users build -- every rank's state dict of DTensors
+    (``DTensor.from_local``) and every source rank's ``DefaultSavePlanner`` local plan -- and plans
+    with the coordinator's global plan and every target rank's ``DefaultLoadPlanner``, through the
+    conformance adapter's own ``front_door``: its plans are the adapter's, and the oracle's exact."""
+    from refplan.cli.bench import _dcp_contender
+    from refplan.plan import TransferPlan
+
+    scenarios = _small_scenarios()
+    made = [_dcp_contender(s.layout) for s in scenarios]
+    if any(isinstance(c, str) and c.startswith("planner") for c in made):
+        pytest.skip(str(made[0]))
+    from torch.distributed.checkpoint import default_planner
+    from torch.distributed.tensor import DTensor
+
+    calls = {"save": 0, "load": 0, "from_local": 0}
+
+    def counted(key: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[key] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(default_planner.DefaultSavePlanner, "create_local_plan",
+                        counted("save", default_planner.DefaultSavePlanner.create_local_plan))
+    monkeypatch.setattr(default_planner.DefaultLoadPlanner, "create_local_plan",
+                        counted("load", default_planner.DefaultLoadPlanner.create_local_plan))
+    monkeypatch.setattr(DTensor, "from_local", staticmethod(counted("from_local", DTensor.from_local)))
+    for scenario, contender in zip(scenarios, made):
+        assert not isinstance(contender, str), (scenario.name, contender)
+        layout = scenario.layout
+        holders = sum(len(side.locations()) for p in layout.params for side in (p.source, p.target))
+        for key in calls:
+            calls[key] = 0
+        _stages, output = contender.run(False)
+        # one DTensor per (parameter, holder), one local save plan per source rank, one load plan per target rank
+        assert calls == {"save": len(layout.source_process), "load": len(layout.target_process),
+                         "from_local": holders}, scenario.name
+        problem, _raw = output
+        assert all(isinstance(v, DTensor) for state in problem.source_states + problem.target_states
+                   for v in state.values())
+        got = {n: p.to_dict() for n, p in contender.plans(output).items()}
+        adapter, translated = _case_problem("dcp", scenario)  # the conformance adapter, from refplan's maps
+        want = adapter.convert(translated, adapter.call_peer(translated))
+        assert got == {n: TransferPlan.from_dict(p, n).to_dict() for n, p in want.items()}, scenario.name
+        assert verify_plans(scenario.pairs, contender.plans(output)).ok, scenario.name
+
+
+def test_dcp_layout_states_placements_or_says_why_not() -> None:
+    """A description's side as DTensor placements: replica-major or shard-major meshes; a split
+    torch's chunking does not make, or shards in no mesh order, are refused with the reason."""
+    pytest.importorskip("torch.distributed.tensor")
+    from refplan.cli.bench import Side, dcp_layout
+
+    def stated(shape: tuple[int, ...], side: Side) -> Any:
+        got = dcp_layout("w", "source", shape, side)
+        return got if isinstance(got, str) else (got.ranks, got.mesh, got.shards)
+
+    assert stated((8, 4), Side(0, ((0, 1), (2, 3)))) == ((0, 1, 2, 3), (2, 2), (None, 0))
+    assert stated((8, 4), Side(1, ((0, 2), (1, 3)))) == ((0, 1, 2, 3), (2, 2), (1, None))
+    assert stated((8, 4), Side(0, ((4, 5, 6, 7),))) == ((4, 5, 6, 7), (4,), (0,))
+    assert stated((8, 4), Side(None, ((3,), (9,)))) == ((3, 9), (2,), (None,))
+    uneven = stated((10, 4), Side(0, ((0, 1, 2, 3),)))  # torch: 3, 3, 3, 1; the description: 3, 3, 2, 2
+    assert isinstance(uneven, str) and "[3, 3, 3, 1]" in uneven and "[3, 3, 2, 2]" in uneven
+    assert "neither replica-major nor shard-major" in stated((8, 4), Side(0, ((1, 0),)))
+    assert "neither replica-major nor shard-major" in stated((8, 4), Side(0, ((0, 2), (3, 5), (4, 6))))
+    assert stated((6, 4), Side(0, ((0, 3), (1, 4), (2, 5)))) == ((0, 1, 2, 3, 4, 5), (2, 3), (0, None))
+    # the contender's row says unsupported, with the reason, instead of timing something else
+    from refplan.cli.bench import Layout, ParamSpec, _dcp_contender
+
+    def row(source: Side, shape: tuple[int, ...] = (10, 4)) -> Any:
+        locs = source.locations()
+        return _dcp_contender(Layout((ParamSpec("w", shape, source, Side(None, ((0,),))),),
+                                     {loc: i for i, loc in enumerate(locs)}, {0: len(locs)}))
+
+    for got, why in ((row(Side(0, ((0, 1, 2, 3),))), "cuts 10 into [3, 3, 3, 1]"),
+                     (row(Side(None, ((5000,),))), "a world of 5001 ranks")):
+        if isinstance(got, str) and got.startswith("planner"):
+            pytest.skip(got)
+        assert isinstance(got, str) and got.startswith("unsupported: ") and why in got, got
+    assert not isinstance(row(Side(0, ((0, 1), (2, 3))), (8, 4)), str)
+
+
 def test_end_to_end_targets_are_judged_from_the_rows() -> None:
     from refplan.cli.bench import BenchReport, E2ERow, _e2e_targets
 

@@ -29,8 +29,9 @@ zero2-sync, moe-model, and the scale scenarios ``moe-large`` (46 323 parameters,
 ranks -> EP8 x8 on 64) and ``dense-70b`` (TP8xPP4xDP8 on 256 ranks -> TP8 x8 on 64) -- are also
 timed from the description: every contender builds its own inputs (refplan: its maps with
 ``maps.py``'s builders; Megatron-Core: ``ParameterMetadata`` through ``megatron_rosters``, for
-0.19.2 inside its worker, which times both stages itself; Awex: ``ParameterMeta``; DCP:
-``SavePlan``s and local chunks; DeepSpeed: its own ``ParamAffineMap``s) and plans, in one timed
+0.19.2 inside its worker, which times both stages itself; Awex: ``ParameterMeta``; DCP: every
+rank's DTensor state dict and ``DefaultSavePlanner`` local plan through ``DCPAdapter.front_door``,
+then the global save plan and the load planners; DeepSpeed: its own ``ParamAffineMap``s) and plans, in one timed
 region, with the collector as each library ships it and again with it off; interleaved, best
 round kept. ``--distinct`` makes every shape distinct. The targets compare build + plan against
 the fastest peer's; refplan's verify is reported beside it with its own goal (<= plan).
@@ -1502,56 +1503,86 @@ def _awex_contender(layout: Layout) -> Contender | str:
     return Contender("awex", "awex", adapter.name, partial(_staged, build, plan), plans)
 
 
-# DCP: every source location one rank's ``SavePlan`` of SHARD ``WriteItem``s, every target
-# location its local chunks, as ``DCPAdapter.translate`` builds them (peers/dcp.py); bench-local.
+# DCP through its front door, as its users run it: each rank's state dict of DTensors
+# (``DTensor.from_local`` on a ``DeviceMesh`` with ``Replicate()``/``Shard(d)`` placements, in a fake
+# process group per rank) and each source rank's ``DefaultSavePlanner`` local plan, then the
+# coordinator's ``create_global_plan`` and every target rank's ``DefaultLoadPlanner`` local plan.
+# Built with ``DCPAdapter.front_door``, the very function the conformance adapter builds with, so
+# DCP's build cost has one definition; only the description's placements are stated here.
+
+
+def dcp_layout(name: str, what: str, shape: tuple[int, ...], side: Side) -> Any:
+    """The DTensor layout (``peers.dcp.DTensorLayout``: mesh over ranks, placement per mesh axis)
+    a DCP user states for one side of a description, or why none states it (a string). A change of
+    representation, not a build: a DTensor user's placements are the description itself.
+
+    Replicas x TP shards are a 2-D mesh, ``[Replicate(), Shard(axis)]`` over the locations in
+    replica-major order, or ``[Shard(axis), Replicate()]`` in shard-major order; one replica or
+    one shard drops the size-1 mesh axis; a whole tensor on its holders is ``[Replicate()]`` over
+    them. DTensor's mesh is row-major over its ranks, and its shards are torch's chunks."""
+    from torch.distributed.tensor import Shard
+
+    from ..conformance.peers.dcp import DTensorLayout
+
+    groups = side.groups
+    if side.axis is None or len(groups[0]) == 1:
+        ranks = tuple(g[0] for g in groups)  # increasing: ``Side`` checks it
+        return DTensorLayout(ranks, (len(ranks),), (None,))
+    axis, tp, copies = side.axis, len(groups[0]), len(groups)
+    n = shape[axis]
+    torch_sizes = [Shard.local_shard_size_and_offset(n, tp, j)[0] for j in range(tp)]
+    if torch_sizes != _split(n, tp):
+        return (f"parameter {name!r}, {what}: DTensor's Shard({axis}) cuts {n} into {torch_sizes} over {tp} ranks "
+                f"(torch's chunking), the description into {_split(n, tp)}; no DTensor layout places these shards")
+    by_replica = tuple(loc for g in groups for loc in g)
+    by_shard = tuple(g[j] for j in range(tp) for g in groups)
+    if list(by_replica) == sorted(by_replica):
+        return DTensorLayout(by_replica, (tp,), (axis,)) if copies == 1 else DTensorLayout(
+            by_replica, (copies, tp), (None, axis))
+    if copies > 1 and list(by_shard) == sorted(by_shard):
+        return DTensorLayout(by_shard, (tp, copies), (axis, None))
+    return (f"parameter {name!r}, {what}: shards {[list(g) for g in groups]} are neither replica-major nor "
+            "shard-major over increasing locations, so no DeviceMesh (row-major over its ranks) places them")
 
 
 def _dcp_contender(layout: Layout) -> Contender | str:
     try:
-        from ..box import row_major_strides
         from ..conformance.peers import DCPAdapter
-        from ..conformance.peers.common import Chunk, _quiet
-        from ..conformance.peers.dcp import _DCPProblem
+        from ..conformance.peers import dcp as dcp_peer
+        from ..conformance.peers.common import _quiet
         adapter = DCPAdapter()
     except Exception as exc:
         return f"planner dcp: the peer is not importable ({type(exc).__name__}: {exc})"
-    md, pl, torch = adapter._md, adapter._pl, adapter._torch
     params = _sorted_params(layout)
+    names = [p.name for p in params]
+    layouts: dict[tuple[str, str], Any] = {}
+    shapes: dict[tuple[str, str], tuple[int, ...]] = {}
+    stated: dict[tuple[int, tuple[int, ...]], Any] = {}  # per (interned side, shape)
+    for p in params:
+        for what, side in (("source", p.source), ("target", p.target)):
+            key = (id(side), p.shape)
+            got = stated.get(key)
+            if got is None:
+                got = stated[key] = dcp_layout(p.name, what, p.shape, side)
+            if isinstance(got, str):
+                return f"unsupported: {got}"
+            layouts[(p.name, what)] = got
+            shapes[(p.name, what)] = p.shape
+    world = 1 + max(lay.ranks[-1] for lay in stated.values())
+    if world > dcp_peer._MAX_WORLD:
+        return (f"unsupported: a world of {world} ranks; the adapter simulates at most {dcp_peer._MAX_WORLD}, "
+                "one fake process group each")
+    dtypes = dict.fromkeys(names, getattr(adapter._torch, layout.dtype))
 
-    def build() -> Any:
-        dtype = getattr(torch, layout.dtype)
-        items: dict[int, list[Any]] = {}
-        targets: dict[str, dict[int, list[Any]]] = {}
-        for p in params:
-            size = torch.Size(p.shape)
-            properties = md.TensorProperties(dtype=dtype)
-            boxes = _boxes(p.shape, p.source)
-            for group in p.source.groups:
-                for (origin, shape), loc in zip(boxes, group):
-                    chunk = md.ChunkStorageMetadata(offsets=torch.Size(origin), sizes=torch.Size(shape))
-                    items.setdefault(loc, []).append(pl.WriteItem(
-                        index=md.MetadataIndex(p.name, torch.Size(origin)), type=pl.WriteItemType.SHARD,
-                        tensor_data=pl.TensorWriteData(chunk=chunk, properties=properties, size=size)))
-            boxes = _boxes(p.shape, p.target)
-            by_loc: dict[int, list[Any]] = {}
-            for group in p.target.groups:
-                for (origin, shape), loc in zip(boxes, group):
-                    by_loc[loc] = [Chunk(loc, origin, shape, 0, row_major_strides(shape), (loc,))]
-            targets[p.name] = by_loc
-        locs = sorted(items)
-        return _DCPProblem([p.name for p in params], {p.name: p.shape for p in params}, locs,
-                           [pl.SavePlan(items[loc]) for loc in locs], {}, {}, targets)
+    def build() -> Any:  # every rank's DTensor state dict, both sides, and every source rank's local save plan
+        return adapter.front_door(names, layouts, shapes, dtypes)
 
-    def plan(problem: Any) -> Any:
+    def plan(problem: Any) -> Any:  # create_global_plan (dedup), then every target rank's load plan
         with _quiet():
             return problem, adapter.call_peer(problem)
 
     def plans(output: Any) -> dict[str, TransferPlan]:
         problem, raw = output
-        for p in params:  # where each saved chunk sits in its rank's memory: a whole shard, row-major
-            for group in p.source.groups:
-                for (origin, shape), loc in zip(_boxes(p.shape, p.source), group):
-                    problem.placements[(p.name, loc, origin, shape)] = (0, row_major_strides(shape))
         return _as_plans(adapter.convert(problem, raw), "dcp")
 
     return Contender("dcp", "dcp", adapter.name, partial(_staged, build, plan), plans)

@@ -31,7 +31,6 @@ from ...errors import AffineTransferError
 from ...maps import ParamAffineMap
 from ..corpus import Case
 from .common import (
-    Chunk,
     Inexpressible,
     PeerAdapter,
     _case_maps,
@@ -145,20 +144,6 @@ class _FrontDoor:
     """(name, side, rank) -> (storage offset, strides) of that rank's local tensor."""
 
 
-@dataclass
-class _DCPProblem:
-    """DCP's objects built from a layout directly (``refplan bench``'s own scenarios, which are
-    valid by construction): one ``SavePlan`` per source location, local chunks per target."""
-
-    names: list[str]
-    logical: dict[str, tuple[int, ...]]
-    source_locs: list[int]
-    save_plans: list[Any]
-    placements: dict[tuple[str, int, tuple[int, ...], tuple[int, ...]], tuple[int, tuple[int, ...]]]
-    shard_shapes: dict[tuple[str, str], dict[int, tuple[int, ...]]]
-    targets: dict[str, dict[int, list[Chunk]]]
-
-
 class DCPAdapter(PeerAdapter):
     """torch.distributed.checkpoint through ``DefaultSavePlanner``/``DefaultLoadPlanner`` on DTensor
     state dicts: save-side dedup chooses the replica, each load reads from the chosen writer."""
@@ -202,10 +187,33 @@ class DCPAdapter(PeerAdapter):
                 layouts[(name, side)] = dtensor_layout(m, what)
                 shard_shapes[(name, side)] = dict(m.shard_shapes)
         shapes = {(n, side): pairs[n][i].logical_shape for n in names for side, i in (("target", 0), ("source", 1))}
-        problem = _FrontDoor(names, {n: pairs[n][1].logical_shape for n in names}, layouts, shapes, shard_shapes,
-                             [], [], [], [])
+        placed: dict[str, dict[tuple[str, int], tuple[int, tuple[int, ...]]]] = {}  # the case's memory placement
         for side, index in (("source", 1), ("target", 0)):
-            states = self._rank_states(problem, side, {n: given[n][index] for n in names}, dtypes)
+            placed[side] = {(n, c.location): (c.dest_offset, c.dest_strides)
+                            for n in names for c in _chunks(given[n][index], f"parameter {n!r}, {side}")}
+        problem = self.front_door(names, layouts, shapes, dtypes, shard_shapes, placed)
+        self._gate(pairs, problem)
+        return problem
+
+    def front_door(self, names: list[str], layouts: dict[tuple[str, str], DTensorLayout],
+                   shapes: dict[tuple[str, str], tuple[int, ...]], dtypes: dict[str, Any],
+                   shard_shapes: dict[tuple[str, str], dict[int, tuple[int, ...]]] | None = None,
+                   placed: dict[str, dict[tuple[str, int], tuple[int, tuple[int, ...]]]] | None = None) -> _FrontDoor:
+        """What DCP's users' processes build before any global planning, from DTensor layouts directly
+        (``layouts[(name, "source"|"target")]``, global ``shapes`` per side, torch ``dtypes`` per
+        name): every rank's state dict of DTensors on both sides, and every source rank's
+        ``DefaultSavePlanner`` set up on its state dict with its ``create_local_plan()``.
+
+        One function for ``translate`` (layouts found from a case's maps) and for ``refplan bench``
+        (layouts stated by its plain descriptions), so DCP's build cost has one definition.
+        ``shard_shapes`` (name, side) -> {rank: buffer shape} and ``placed`` side -> {(name, rank):
+        (storage offset, strides)} say where a case puts each local tensor in its rank's memory;
+        without them a rank's local tensor is its whole buffer, dense and row-major at offset 0.
+        """
+        problem = _FrontDoor(names, {n: shapes[(n, "source")] for n in names}, layouts, shapes,
+                             {} if shard_shapes is None else shard_shapes, [], [], [], [])
+        for side in ("source", "target"):
+            states = self._rank_states(problem, side, (placed or {}).get(side, {}), dtypes)
             if side == "source":
                 problem.source_states = states
             else:
@@ -216,10 +224,9 @@ class DCPAdapter(PeerAdapter):
                 planner.set_up_planner(state, is_coordinator=rank == 0)
                 problem.save_planners.append(planner)
                 problem.local_plans.append(planner.create_local_plan())
-        self._gate(pairs, problem)
         return problem
 
-    def _rank_states(self, problem: _FrontDoor, side: str, maps: dict[str, ParamAffineMap],
+    def _rank_states(self, problem: _FrontDoor, side: str, placed: dict[tuple[str, int], tuple[int, tuple[int, ...]]],
                      dtypes: dict[str, Any]) -> list[dict[str, Any]]:
         """Every rank's state dict of DTensors for one side, each rank in its own fake process group."""
         torch, dist, dt = self._torch, self._dist, self._tensor
@@ -229,10 +236,6 @@ class DCPAdapter(PeerAdapter):
         world = 1 + max(r for n in problem.names for r in problem.layouts[(n, side)].ranks)
         if world > _MAX_WORLD:
             raise Inexpressible(f"{side}: a world of {world} ranks (at most {_MAX_WORLD} are simulated)")
-        placed: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}  # the case's memory placement per box
-        for name in problem.names:
-            for c in _chunks(maps[name], f"parameter {name!r}, {side}"):
-                placed[(name, c.location)] = (c.dest_offset, c.dest_strides)
         states: list[dict[str, Any]] = []
         with _quiet():
             for rank in range(world):
@@ -267,14 +270,18 @@ class DCPAdapter(PeerAdapter):
         logical = problem.shapes[(name, side)]
         local, _ = compute_local_shape_and_global_offset(logical, mesh, placements)
         local = tuple(int(n) for n in local)
-        shard = problem.shard_shapes[(name, side)][rank]
+        shard = problem.shard_shapes.setdefault((name, side), {}).setdefault(rank, local)
         offset, strides = placed if placed is not None else (0, row_major_strides(local))
         last = offset + sum((e - 1) * s for e, s in zip(local, strides)) if volume(local) else -1
         if len(strides) != len(local) or offset < 0 or min(strides, default=0) < 0 or last >= max(volume(shard), 1):
             raise Inexpressible(f"parameter {name!r}, {side}, location {rank}: the local tensor {local} at offset "
                                 f"{offset} with strides {tuple(strides)} is not inside its shard {shard}")
-        buffer = torch.empty(max(volume(shard), 1), dtype=dtype)
-        view = buffer.as_strided(local, strides, offset)
+        # DCP's planners read only the local tensor's shape, dtype and properties (and the placement
+        # is recorded in ``problem.memory``, checked above), so one element broadcast to the local
+        # shape stands for the shard: a real buffer per rank reserved the whole model's memory
+        # (about 67 GB of address space for the bench's llama-sync, 2 TB for moe-model), enough to
+        # make the next fork of the process fail with ENOMEM.
+        view = torch.zeros((), dtype=dtype).expand(local)
         problem.memory[(name, side, rank)] = (offset, tuple(strides))
         return dt.DTensor.from_local(view, mesh, placements, shape=torch.Size(logical),
                                      stride=torch.Size(row_major_strides(logical)), run_check=False)
@@ -345,8 +352,6 @@ class DCPAdapter(PeerAdapter):
         """The maps DCP's own objects describe: each source rank's write items (its local plan) and
         each target rank's chunk list (``DTensor.__create_chunk_list__``, what the load planner
         reads), placed in memory where the rank's local tensor sits."""
-        if isinstance(problem, _DCPProblem):
-            return self._rebuild_items(problem)
         entries: dict[tuple[str, str], list[Any]] = {}
         for rank, plan in enumerate(problem.local_plans):
             for item in plan.items:
@@ -375,33 +380,10 @@ class DCPAdapter(PeerAdapter):
         entries.setdefault((name, side), []).append(
             (rank, tuple(chunk.offsets), tuple(chunk.sizes), problem.shard_shapes[(name, side)][rank], off, strides))
 
-    def _rebuild_items(self, problem: _DCPProblem) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
-        out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
-        items_of: dict[str, list[tuple[int, Any]]] = {}
-        for loc, plan in zip(problem.source_locs, problem.save_plans):
-            for item in plan.items:
-                items_of.setdefault(item.index.fqn, []).append((loc, item))
-        for name in problem.names:
-            src: list[Any] = []
-            for loc, item in items_of.get(name, ()):
-                origin = tuple(item.tensor_data.chunk.offsets)
-                shape = tuple(item.tensor_data.chunk.sizes)
-                off, strides = problem.placements[(name, loc, origin, shape)]
-                src.append((loc, origin, shape, problem.shard_shapes[(name, "source")][loc], off, strides))
-            tgt = [(c.location, c.origin, c.shape, problem.shard_shapes[(name, "target")][c.location], c.dest_offset,
-                    c.dest_strides) for chunks in problem.targets[name].values() for c in chunks]
-            out[name] = (_rebuild_map(problem.logical[name], tgt), _rebuild_map(problem.logical[name], src))
-        return out
-
     # ------------------------------------------------------------------ the peer's planning
 
     def save(self, problem: Any) -> tuple[list[Any], Any]:
         """DCP's global save planning on the coordinator: (deduplicated plans, ``Metadata``)."""
-        if isinstance(problem, _DCPProblem):
-            planner = self._planner.DefaultSavePlanner(flatten_state_dict=False,
-                                                       dedup_save_to_lowest_rank=self.lowest_rank)
-            global_plan, metadata = planner.create_global_plan(problem.save_plans)
-            return list(global_plan), metadata
         global_plan, metadata = problem.save_planners[0].create_global_plan(problem.local_plans)
         return list(global_plan), metadata
 
@@ -409,8 +391,6 @@ class DCPAdapter(PeerAdapter):
         """The coordinator's ``create_global_plan`` (dedup, metadata), then every target rank's
         ``DefaultLoadPlanner`` local plan and the coordinator's global load plan."""
         global_plan, metadata = self.save(problem)
-        if isinstance(problem, _DCPProblem):
-            return global_plan, self._read_chunks(problem, metadata)
         load_plans = []
         for rank, state in enumerate(problem.target_states):
             planner = self._planner.DefaultLoadPlanner()
@@ -418,22 +398,8 @@ class DCPAdapter(PeerAdapter):
             load_plans.append(planner.create_local_plan())
         return global_plan, self._planner.DefaultLoadPlanner().create_global_plan(load_plans)
 
-    def _read_chunks(self, problem: _DCPProblem, metadata: Any) -> dict[tuple[str, int], list[Any]]:
-        reads: dict[tuple[str, int], list[Any]] = {}
-        for name in problem.names:
-            stored = metadata.state_dict_metadata.get(name)
-            for t_loc, chunks in sorted(problem.targets[name].items()):
-                local = [self._md.ChunkStorageMetadata(offsets=self._torch.Size(c.origin),
-                                                       sizes=self._torch.Size(c.shape)) for c in chunks]
-                if stored is None:
-                    raise ValueError(f"{name!r} is not in the checkpoint metadata")
-                reads[(name, t_loc)] = self._helpers.create_read_items_for_chunk_list(name, stored, local)
-        return reads
-
     def convert(self, problem: Any, output: tuple[list[Any], Any]) -> dict[str, Any]:
         """Every ``ReadItem`` as one strided segment from the rank DCP chose to write its chunk."""
-        if isinstance(problem, _DCPProblem):
-            return self._convert_items(problem, output)
         global_plan, load_plans = output
         writer: dict[tuple[str, tuple[int, ...]], int] = {}
         for rank, plan in enumerate(global_plan):
@@ -452,27 +418,3 @@ class DCPAdapter(PeerAdapter):
                     (t_rank, t_off + sum(a * s for a, s in zip(ri.dest_offsets, t_strides)), t_strides),
                 ))
         return {n: {"logical_shape": list(problem.logical[n]), "segments": segments[n]} for n in problem.names}
-
-    def _convert_items(self, problem: _DCPProblem, output: tuple[list[Any], Any]) -> dict[str, Any]:
-        global_plan, reads = output
-        owners: dict[str, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
-        for loc, plan in zip(problem.source_locs, global_plan):
-            for item in plan.items:
-                chunk = item.tensor_data.chunk
-                owners.setdefault(item.index.fqn, []).append((loc, tuple(chunk.offsets), tuple(chunk.sizes)))
-        plans: dict[str, Any] = {}
-        for name in problem.names:
-            segments: list[dict[str, Any]] = []
-            for t_loc, chunks in sorted(problem.targets[name].items()):
-                for ri in reads.get((name, t_loc), ()):
-                    s_loc, s_origin, s_shape = owners[name][ri.storage_index.index]
-                    s_off, s_strides = problem.placements[(name, s_loc, s_origin, s_shape)]
-                    dest = chunks[ri.dest_index.index]
-                    segments.append(_segment(
-                        list(ri.lengths),
-                        (s_loc, s_off + sum(a * s for a, s in zip(ri.storage_offsets, s_strides)), s_strides),
-                        (t_loc, dest.dest_offset + sum(a * s for a, s in zip(ri.dest_offsets, dest.dest_strides)),
-                         dest.dest_strides),
-                    ))
-            plans[name] = {"logical_shape": list(problem.logical[name]), "segments": segments}
-        return plans
