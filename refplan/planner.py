@@ -10,11 +10,12 @@ against the budget. Any failure raises before anything is returned: no partial p
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import chain, repeat
 from math import prod
-from operator import attrgetter, mul, sub
+from operator import add, attrgetter, itemgetter, mul, sub
 from typing import Any, NamedTuple
 
 from . import limits
@@ -191,23 +192,24 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
         return None
     # Replicas repeat one piece object: locations are grouped by piece (by identity; the content
     # keeps every piece alive), and each piece's checks and span are worked out once.
-    by_piece: dict[int, list[Any]] = {}
+    by_piece: dict[int, tuple[Any, list[int]]] = {}
     try:
         for loc, shard in sorted(shards.items()):
             (piece,) = held[loc]  # KeyError: no pieces listed; ValueError: none, or several
             if piece[0] != shard:
                 return None
-            entry = by_piece.get(id(piece))
+            key = id(piece)
+            entry = by_piece.get(key)
             if entry is None:
-                by_piece[id(piece)] = [piece, loc]
+                by_piece[key] = (piece, [loc])
             else:
-                entry.append(loc)
+                entry[1].append(loc)
     except (KeyError, ValueError):
         return None
     axis: int | None = None
     whole = False  # a piece is all of F
     boxes: dict[tuple[int, int], tuple[list[int], list[Any]]] = {}
-    for piece, *locations in by_piece.values():
+    for piece, locations in by_piece.values():
         shape, source_offset, source_strides, dest_offset, dest_strides, declared, scale = piece
         if len(shape) != ndim or source_strides != strides or dest_offset != 0 or scale != 1.0:
             return None
@@ -218,7 +220,9 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
                 axis = next(a for a in range(ndim) if shape[a] != logical[a])
             if shape[:axis] != logical[:axis] or shape[axis + 1:] != logical[axis + 1:]:
                 return None
-        if dest_strides != (strides if shape == logical else row_major_strides(shape)):
+        # A slab's row-major strides are F's but on the axes before its own (no stride counts
+        # the extent along axis 0), so only a slab along a later axis needs them worked out.
+        if dest_strides != (strides if shape == logical or axis == 0 else row_major_strides(shape)):
             return None
         along = 0 if axis is None else axis
         first, within = divmod(source_offset, strides[along])
@@ -236,11 +240,10 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
         return None  # all of F beside slabs: overlaps (its span was measured along another axis)
     spans: _Spans = []
     end = 0
-    for first, size in sorted(boxes):
+    for (first, size), (holders, declared_sets) in sorted(boxes.items()):  # distinct keys
         if first != end:  # a gap, or two boxes that overlap
             return None
         end = first + size
-        holders, declared_sets = boxes[(first, size)]
         actual = frozenset(holders)
         for declared in declared_sets:
             if declared != actual:
@@ -249,22 +252,37 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
     return (axis, spans) if end == logical[0 if axis is None else axis] else None
 
 
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
+_THIRD = itemgetter(2)
+
+
 def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget: PlanBudget) -> _Layout | None:
     """The layout of two slab maps (``_slab_side``) split along the same axis (or one of them
-    all of F), with unreplicated target boxes, settled without frames, regions or intersection
-    objects; ``None`` for anything else (then the general path decides).
+    all of F), settled without frames, regions or intersection objects; ``None`` for anything
+    else (then the general path decides).
 
     Why: with every parameter's shape distinct the batch memo never hits, and the usual layouts
-    (TP splits of a weight, replicated by DP) paid for frames, regions and intersections that a
-    sorted merge of index ranges along one axis decides. Under these conditions the general path
-    (``_small_normalize``, the separation shortcuts of ``regions``, ``_small_intersections``'s
-    slab join, which finds that axis) accepts both maps and charges, per counter: source
-    ``F_s + 2·G_s`` (``G_s`` distinct boxes, the ``2·G_s`` only if ``G_s > 1``), target
-    ``F_t + F_t`` plus ``F_t`` if ``F_t > 1``, joint ``F_t + G_s + overlaps``. Taken only if each
-    counter stays within ``max_pair_checks`` and ``F_t + G_s`` is below
-    ``limits.ARRAY_MIN_PIECES`` (the general path's own condition for the slab join), so
-    refusals, statistics and requests (``_slab_requests``) are the general path's.
-    tests/test_small_fast_path.py holds both equal.
+    (TP splits of a weight, replicated by DP; norms and biases replicated whole on both sides)
+    paid for frames, regions and intersections that a sorted merge of index ranges along one
+    axis decides. Under these conditions the general path (``_small_normalize``, the separation
+    shortcuts of ``regions``, then ``intersections``) accepts both maps and charges, per counter
+    (``F`` frames, one per location, ``G`` distinct boxes; a ``2·G`` or ``G`` term only if
+    ``G > 1``): source ``F_s + 2·G_s``, target ``F_t + G_t`` plus ``G_t`` (``_small_normalize``'s
+    look per frame and per distinct box, ``check_target_cover``'s per distinct box), and joint:
+
+    - unreplicated target boxes (``G_t = F_t``): ``_small_intersections``'s slab join finds the
+      axis and charges ``F_t + G_s + overlaps``; taken only if ``F_t + G_s`` is below
+      ``limits.ARRAY_MIN_PIECES`` (the general path's own condition for that join);
+    - a replicated target box (``G_t < F_t``): two equal boxes meet on every axis, so neither
+      the slab join nor ``box._interval_join`` applies (nothing charged) and the k-d walk of
+      ``box._partition_pairs`` runs on the ``n = F_t + G_s`` boxes: its root cell charges ``n``,
+      is not settled by its shortcut (both sides present, no axis separates), and with
+      ``n <= limits.LEAF`` is not cut, so it is one leaf charging ``n(n-1)/2``; taken only then.
+
+    Taken only if each counter stays within ``max_pair_checks``, so refusals, statistics and
+    requests (``_slab_requests``) are the general path's. tests/test_small_fast_path.py and
+    tests/test_replicated_fast_path.py hold both equal.
     """
     if type(target_map) is not ParamAffineMap or type(source_map) is not ParamAffineMap:
         return None
@@ -275,50 +293,72 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     if target_side is None:
         return None
     target_axis, target_spans = target_side
-    frames = len(target_spans)
-    if frames != target.pieces:  # a replicated target box: the slab join would not apply
+    distinct = len(target_spans)
+    frames = target.pieces  # one whole-shard piece per location (``_slab_side``)
+    replicated = distinct != frames
+    if replicated and frames + 1 > limits.LEAF:  # more boxes than one leaf, whatever the source
         return None
     source_side = _slab_side(source, budget)
     if source_side is None:
         return None
     source_axis, source_spans = source_side
     if source_axis is not None and target_axis is not None and source_axis != target_axis:
-        return None  # no axis separates both sides' boxes: the slab join does not apply
+        return None  # the parts would not be slabs along one axis
     regions = len(source_spans)
-    if frames + regions >= limits.ARRAY_MIN_PIECES:
+    boxes = frames + regions
+    if replicated:
+        if boxes > limits.LEAF:  # the k-d walk would cut the root cell
+            return None
+        joint = boxes + boxes * (boxes - 1) // 2
+    elif boxes >= limits.ARRAY_MIN_PIECES:
         return None
+    else:
+        joint = boxes  # plus one per overlap, counted below
     source_work = source.pieces + (2 * regions if regions > 1 else 0)
-    target_work = 2 * frames + (frames if frames > 1 else 0)
+    target_work = frames + (2 * distinct if distinct > 1 else 1)
     logical = target.logical_shape
     axis = target_axis if target_axis is not None else source_axis if source_axis is not None else 0
     if target_axis is None:  # all of F, as a span along the other side's axis
         target_spans = [(0, logical[axis], target_spans[0][2])]
     if source_axis is None:
         source_spans = [(0, logical[axis], source_spans[0][2])]
-    starts = [first for first, _, _ in source_spans]
-    ends = [first + size for first, size, _ in source_spans]
+    starts = [*map(_FIRST, source_spans)]
+    ends = [*map(add, starts, map(_SECOND, source_spans))]
     # Every holder of a box has it as its whole shard: the shard strides of a box are those of
-    # its shape, which is F's with the box's extent on the axis.
+    # its shape, which is F's with the box's extent on the axis; along axis 0 they are F's own
+    # (no stride counts the axis-0 extent), worked out once.
     before, after = logical[:axis], logical[axis + 1:]
-    zeros_before, zeros_after = (0,) * len(before), (0,) * len(after)
-    source_strides = [row_major_strides((*before, size, *after)) for _, size, _ in source_spans]
-    by_location = sorted([(holders[0], first, size) for first, size, holders in target_spans])
-    slabs: list[_Slab] = []
-    for loc, first, size in by_location:
+    zeros_before, zeros_after = (0,) * axis, (0,) * len(after)
+    if axis:
+        source_strides = [row_major_strides((*before, size, *after)) for size in map(_SECOND, source_spans)]
+    else:
+        f_strides = row_major_strides(logical)
+        source_strides = [f_strides] * regions
+    # The parts of each distinct target box, worked out once and shared by all its holders:
+    # (origin, shape, target offset, target strides, candidates) in origin order.
+    parts_of: list[list[tuple[Any, ...]]] = []
+    for first, size, _holders in target_spans:
         stop = first + size
-        target_strides = row_major_strides((*before, size, *after))
+        target_strides = row_major_strides((*before, size, *after)) if axis else f_strides
         step = target_strides[axis]
+        parts = []
         for k in range(bisect_right(ends, first), bisect_left(starts, stop)):
             region_first, region_size, holders = source_spans[k]
-            lo = max(first, region_first)
+            lo = first if first > region_first else region_first
             strides = source_strides[k]
             offset = (lo - region_first) * strides[axis]
-            candidates = tuple([_new_candidate((holder, offset, strides)) for holder in holders])
-            slabs.append((
-                loc, (*zeros_before, lo, *zeros_after), (*before, min(stop, region_first + region_size) - lo, *after),
+            candidates = tuple(map(_new_candidate, zip(holders, repeat(offset), repeat(strides))))
+            end = region_first + region_size
+            parts.append((
+                (*zeros_before, lo, *zeros_after), (*before, (stop if stop < end else end) - lo, *after),
                 (lo - first) * step, target_strides, candidates,
             ))
-    joint = frames + regions + len(slabs)
+        parts_of.append(parts)
+    # Request order: target location (each holds one box), then origin.
+    by_location = sorted(chain.from_iterable(map(zip, map(_THIRD, target_spans), map(repeat, range(distinct)))))
+    slabs: list[_Slab] = [(loc, *part) for loc, k in by_location for part in parts_of[k]]
+    if not replicated:
+        joint += len(slabs)
     if max(source_work, target_work, joint) > budget.max_pair_checks:
         return None
     layout = _new_object(_Layout)
@@ -355,24 +395,33 @@ def _slab_requests(
             ))
         return out
     targets, sources = endpoints.target, endpoints.source
+    # Processes and nodes of candidates depend only on their locations: bound once per holder
+    # list (a region's holders repeat in every request that reads it).
+    bound: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
     for loc, origin, shape, offset, strides, candidates in slabs:
         if loc not in targets:
             return None
         process = targets[loc]
-        ranks = [c[0] for c in candidates]
-        if not all(rank in sources for rank in ranks):
-            return None
-        processes = tuple([sources[rank] for rank in ranks])
+        ranks = tuple(map(_FIRST, candidates))
+        known = bound.get(ranks)
+        if known is None:
+            if not all(map(sources.__contains__, ranks)):
+                return None
+            processes = tuple(map(sources.__getitem__, ranks))
+            if process_node is not None:
+                if not all(map(process_node.__contains__, processes)):
+                    return None
+                known = bound[ranks] = (processes, tuple(map(process_node.__getitem__, processes)))
+            else:
+                known = bound[ranks] = (processes, None)
         node: int | None = None
-        nodes: tuple[int | None, ...] | None = None
         if process_node is not None:
-            if process not in process_node or not all(p in process_node for p in processes):
+            if process not in process_node:
                 return None
             node = process_node[process]
-            nodes = tuple([process_node[p] for p in processes])
         append(_make_request(
-            name, loc, process, origin, shape, offset, strides, candidates, processes,
-            None if element_size is None else prod(shape) * element_size, nodes, node,
+            name, loc, process, origin, shape, offset, strides, candidates, known[0],
+            None if element_size is None else prod(shape) * element_size, known[1], node,
         ))
     return out
 
@@ -423,8 +472,16 @@ def _content_key(target_map: ParamAffineMap, source_map: ParamAffineMap) -> tupl
 def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSegment]:
     """One segment per part; addresses come from the chosen holder, never from the policy."""
     out: list[TransferSegment] = []
+    append = out.append
     for request, parts in zip(prepared.requests, answers):
         origin = request.logical_origin
+        if len(parts) == 1 and parts[0][0].origin == origin:  # the whole request: no shift
+            pbox, cand = parts[0]
+            append(make_segment(
+                cand.source_rank, cand.source_offset, cand.source_strides, request.target_location,
+                request.target_offset, request.target_strides, pbox.extent,
+            ))
+            continue
         for pbox, cand in parts:
             delta = list(map(sub, pbox.origin, origin)) if pbox.origin != origin else None
             out.append(
@@ -452,16 +509,20 @@ def _finish_all(
     refusal is always raised (and named) for the parameter that causes it.
     """
     plans: dict[str, TransferPlan] = {}
-    # What each answer contributes to its plan's memo key: the holder of a whole request, else
-    # every part (box and holder) of its split.
-    choices = [a[0][1].source_rank if len(a) == 1 else a for a in resolved]
+    # Layouts belong to one batch, so only one that several parameters share can ever return a
+    # remembered plan: the others (every layout of a distinct batch) skip the memo key.
+    sharing = Counter(map(id, map(_LAYOUT, prepared)))
     start = 0
     for p in prepared:
         stop = start + len(p.requests)
-        if p.shared:
-            plan = p.layout.plans.get(choice := tuple(choices[start:stop]))
+        if p.shared and sharing[id(p.layout)] > 1:
+            answers = resolved[start:stop]
+            # What each answer contributes to its plan's memo key: the holder of a whole
+            # request, else every part (box and holder) of its split.
+            choice = tuple([a[0][1].source_rank if len(a) == 1 else a for a in answers])
+            plan = p.layout.plans.get(choice)
             if plan is None:
-                plan = p.layout.plans[choice] = _emit_plan(p, resolved[start:stop], budget)
+                plan = p.layout.plans[choice] = _emit_plan(p, answers, budget)
         else:
             plan = _emit_plan(p, resolved[start:stop], budget)
         plans[p.name] = plan
@@ -542,6 +603,7 @@ _READ_ONLY_POLICIES = (balanced, lpt, first_holder)
 _INT = frozenset([int])
 _STR = frozenset([str])
 _NAME = attrgetter("name")
+_LAYOUT = attrgetter("layout")
 _REQUESTS = attrgetter("requests")
 
 

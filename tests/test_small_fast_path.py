@@ -582,7 +582,7 @@ def test_plan_objects_equal_their_constructors() -> None:
 @st.composite
 def _slab_batches(draw: st.DrawFn) -> tuple[dict[str, tuple[ParamAffineMap, ParamAffineMap]], dict[str, Any]]:
     """Batches of TP splits along axis 0 replicated by DP: mostly layouts ``_slab_layout`` takes,
-    some it declines (an empty part, a replicated target, a split along another axis), some
+    some it declines (an empty part, a split along another axis), replicated targets (taken too), some
     parameters sharing a layout at another element size (its requests rebuilt from the slabs),
     with and without endpoints and nodes (sometimes one unbound)."""
     batch: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
@@ -757,9 +757,18 @@ def test_slab_layout_of_columns_against_all_of_f() -> None:
     with _general():
         assert _slab_requests("w", layout.slabs, 2) == collect_requests(batch, element_size=2)
         assert plan_transfers(batch)["w"].statistics.pair_checks == 13
-    # Whole on the target side, columns on the source side: the source's axis is the join's.
+    # Whole on the target side (replicated: the k-d walk's one leaf over 2 + 2 boxes), columns
+    # on the source side: counters source 2 + 2·2, target 2 + 1, joint 4 + 6.
     flipped = _slab_layout(source, target, PlanBudget())
-    assert flipped is None  # the target is replicated
+    assert flipped is not None and (flipped.regions, flipped.frame_count, flipped.checks) == (2, 2, 19)
+    assert flipped.slabs == [
+        (0, (0, 0), (4, 2), 0, (6, 1), ((0, 0, (2, 1)),)),
+        (0, (0, 2), (4, 4), 2, (6, 1), ((1, 0, (4, 1)),)),
+        (1, (0, 0), (4, 2), 0, (6, 1), ((0, 0, (2, 1)),)),
+        (1, (0, 2), (4, 4), 2, (6, 1), ((1, 0, (4, 1)),)),
+    ]
+    with _general():
+        assert plan_transfers({"w": (source, target)})["w"].statistics.pair_checks == 19
     whole = contiguous_split_map((4, 6), [4], 0)
     layout = _slab_layout(whole, replicate(target, 2), PlanBudget())
     assert layout is not None and layout.slabs == [
@@ -791,7 +800,7 @@ def test_slab_layout_of_a_split_against_a_replicated_split() -> None:
 
 def test_slab_layout_declines(monkeypatch: pytest.MonkeyPatch) -> None:
     target = contiguous_split_map((8, 6), [2, 3, 3], 0)
-    assert _slab_layout(_REPLICATED, target, PlanBudget()) is None  # replicated target boxes
+    assert _slab_layout(_COLUMNS, target, PlanBudget()) is None  # replicated columns against rows
     assert _slab_layout(target, contiguous_split_map((8, 6), [3, 3], 1), PlanBudget()) is None
     assert _slab_layout(contiguous_split_map((8, 6), [3, 3], 1), _REPLICATED, PlanBudget()) is None
     # The largest counter is 9 (target and joint): one check fewer declines.
