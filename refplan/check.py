@@ -203,11 +203,15 @@ def check_answers(
     # A layout's twins share request objects, and a policy mostly answers them alike: the
     # resolved form of an int answer (immutable) is worked out once per (request object,
     # location). The entry holds the request, so its id cannot be reused while the entry lives.
+    # When no request object repeats (a batch of distinct layouts), nothing could be reused, so
+    # the memo is not consulted at all; every answer is then checked in full below.
     accepted: dict[tuple[int, int], tuple[ReplicaRequest, ResolvedAnswer]] = {}
+    sharing = len(set(map(id, requests))) != len(requests)
+    max_segments = budget.max_segments
     for index, (request, answer, name) in enumerate(zip(requests, answers, names)):
         one: ResolvedAnswer
         if type(answer) is int:
-            entry = accepted.get((id(request), answer))
+            entry = accepted.get((id(request), answer)) if sharing else None
             if entry is not None and entry[0] is request:
                 one = entry[1]
             else:
@@ -217,7 +221,8 @@ def check_answers(
                         break
                 else:  # not a holder: ``_candidate`` raises the error that says so
                     one = ((request.box, _candidate(index, request, answer, name)),)
-                accepted[(id(request), answer)] = (request, one)
+                if sharing:
+                    accepted[(id(request), answer)] = (request, one)
         elif isinstance(answer, (list, tuple)):
             size = None if element_size is None else element_size[name]
             try:  # length first, so an enormous split is refused before anything iterates it
@@ -240,13 +245,14 @@ def check_answers(
                 name,
             )
         resolved.append(one)
-        count = parts_per_parameter.get(name, 0) + len(one)
+        n_parts = len(one)
+        count = parts_per_parameter.get(name, 0) + n_parts
         parts_per_parameter[name] = count
-        if len(one) > 1:
+        if n_parts > 1:
             split_parameters.add(name)
         # Only splits are the policy's doing: without one, too many segments is the layout's
         # budget problem, refused after coalescing as a plain AffineTransferError.
-        if count > budget.max_segments and name in split_parameters:
+        if count > max_segments and name in split_parameters:
             what = f"splits make the answers need more than max_segments={budget.max_segments} segments"
             raise _fail(index, request, what, name)
     return resolved

@@ -266,11 +266,21 @@ def encode_segments(segments: Sequence[TransferSegment], logical_shape: tuple[in
             text = written[values] = ",".join(map(str, values))
         return text
 
-    parts = [
-        f'{{"shape":[{ints(s.shape)}],"source":[{s.source_rank},{s.source_offset},[{ints(s.source_strides)}]],'
-        f'"target":[{s.target_rank},{s.target_offset},[{ints(s.target_strides)}]]}}'
-        for s in segments
-    ]
+    # A plan's segments share a few (shape, strides) combinations: the text around the ranks and
+    # offsets is written once per combination, from the same ``ints`` texts.
+    around: dict[tuple[tuple[int, ...], ...], tuple[str, str, str]] = {}
+    parts: list[str] = []
+    append = parts.append
+    for s in segments:
+        key = (s.shape, s.source_strides, s.target_strides)
+        frame = around.get(key)
+        if frame is None:
+            frame = around[key] = (
+                f'{{"shape":[{ints(s.shape)}],"source":[',
+                f',[{ints(s.source_strides)}]],"target":[',
+                f",[{ints(s.target_strides)}]]}}",
+            )
+        append(f"{frame[0]}{s.source_rank},{s.source_offset}{frame[1]}{s.target_rank},{s.target_offset}{frame[2]}")
     return f'{{"logical_shape":[{ints(logical_shape)}],"segments":[{",".join(parts)}]}}'.encode()
 
 

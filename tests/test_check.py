@@ -276,3 +276,18 @@ def test_a_one_part_answer_is_not_a_split() -> None:
     whole = [[ReplicaPart(r.logical_origin, r.shape, r.candidates[0].source_rank)] for r in reqs]
     resolved = check_answers(reqs, whole, budget=PlanBudget(max_segments=1))
     assert [len(r) for r in resolved] == [1, 1]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_wrong_twin_answer_is_refused_with_or_without_shared_request_objects(shared: bool) -> None:
+    """The checker remembers accepted int answers per request object only when objects repeat;
+    either way the second (wrong) answer to the same content is checked and refused."""
+    import dataclasses
+
+    request = _requests()[0]
+    twin = request if shared else dataclasses.replace(request)
+    good = request.candidates[0].source_rank
+    resolved = check_answers([request, twin], [good, good])
+    assert [[(box, cand) for box, cand in one] for one in resolved] == [[(request.box, request.candidates[0])]] * 2
+    with pytest.raises(InvalidReplicaPolicyError, match=r"answer 1 .*not one of its validated holders"):
+        check_answers([request, twin], [good, 99])

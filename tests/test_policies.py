@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -219,3 +220,29 @@ def test_balanced_and_lpt_answer_exactly_what_the_plain_rule_answers(requests: l
     request objects (and on a tuple and a list alike)."""
     assert balanced(requests) == _rule(requests, local_first=True)
     assert lpt(tuple(requests)) == _rule(requests, local_first=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_request_batches())
+def test_balanced_on_fresh_request_objects_answers_the_plain_rule(requests: list[ReplicaRequest]) -> None:
+    """A batch of distinct layouts hands over distinct request objects, several with equal
+    holders: ``balanced`` then shares its holder work by content (not identity) and must still
+    answer exactly the rule, as on the shared objects."""
+    fresh = [dataclasses.replace(r) for r in requests]
+    assert len({id(r) for r in fresh}) == len(fresh)
+    assert balanced(fresh) == _rule(fresh, local_first=True) == balanced(requests)
+    assert lpt(fresh) == _rule(fresh, local_first=False)
+
+
+def test_balanced_shares_holder_work_only_between_requests_with_the_same_target_process() -> None:
+    """Equal holders but different target processes: each request's local copy is its own."""
+
+    def request(target_process: int) -> ReplicaRequest:
+        return ReplicaRequest(
+            parameter="w", target_location=0, target_process=target_process, logical_origin=(0,), shape=(4,),
+            target_offset=0, target_strides=(1,), bytes=4,
+            candidates=(ReplicaCandidate(0, 0, (1,)), ReplicaCandidate(1, 0, (1,))), candidate_processes=(0, 1),
+        )
+
+    requests = [request(1), request(0), request(1)]
+    assert balanced(requests) == _rule(requests, local_first=True) == [1, 0, 1]

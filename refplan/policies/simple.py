@@ -29,9 +29,12 @@ def first_holder(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
 def uses_processes(requests: Sequence[ReplicaRequest]) -> bool:
     """Whether every request knows its target process and every candidate's: only then can load
     be counted per process (else per location). One rule for the policies and the load bound."""
-    return bool(requests) and all(
-        r.target_process is not None and None not in r.candidate_processes for r in requests
-    )
+    if not requests:
+        return False
+    for r in requests:  # noqa: SIM110 (a plain loop, not a generator: runs over every request)
+        if r.target_process is None or None in r.candidate_processes:
+            return False
+    return True
 
 
 def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
@@ -117,11 +120,34 @@ class _Units:
         call, ``_held``) keeps every one of them alive, so no id can be reused meanwhile."""
         ids = list(map(id, requests))
         by_id = dict(zip(ids, requests))
-        self.by_process = uses_processes(list(by_id.values()))  # a property of the distinct objects
         if len(by_id) == len(ids):  # no object repeats: nothing to share
-            return list(map(self.place, requests))
-        of_id = {key: self.place(r) for key, r in by_id.items()}
+            self.by_process = uses_processes(requests)
+            return self._place_all(requests)
+        distinct = list(by_id.values())
+        self.by_process = uses_processes(distinct)  # a property of the distinct objects
+        of_id = dict(zip(by_id, self._place_all(distinct)))
         return list(map(of_id.__getitem__, ids))
+
+    def _place_all(self, requests: list[ReplicaRequest]) -> list[_Placed]:
+        """``[self.place(r) for r in requests]`` in one loop: what ``place`` works out besides
+        the size depends only on (candidate locations, processes, target process), so it is
+        worked out once per distinct such triple (a distinct model's requests have a handful)."""
+        by_process = self.by_process
+        seen: dict[tuple[object, ...], tuple[_Holders, tuple[int, int] | None]] = {}
+        out: list[_Placed] = []
+        append = out.append
+        for r in requests:
+            key = (tuple(map(_RANK, r.candidates)), r.candidate_processes, r.target_process if by_process else None)
+            got = seen.get(key)
+            if got is None:
+                placed = self.place(r)
+                got = seen[key] = (placed.holders, placed.fixed)
+            holders, fixed = got
+            size = r.bytes
+            if size is None:
+                size = r.elements
+            append(_new_placed((holders, size, fixed, (holders.coverage, -size))))
+        return out
 
     def place(self, r: ReplicaRequest) -> _Placed:
         """What the rule reads of ``r``. A request that cannot move is a local copy (with
@@ -185,20 +211,28 @@ def _assign_least_loaded(
     # ``load`` and refreshed until it is current. A current top is then exactly the least load
     # and, among equal loads, the first position (every other entry's true load is at least its
     # recorded one).
-    heaps = {h.units: [(load.setdefault(u, 0), k) for k, u in enumerate(h.units)] for h in units.holders}
-    for heap in heaps.values():
-        heapify(heap)
+    # Each holder set finds its heap by identity (``units`` keeps every holder set alive), so a
+    # request does not hash its unit tuple again.
+    heaps: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    heap_of: dict[int, list[tuple[int, int]]] = {}
+    for h in units.holders:
+        heap = heaps.get(h.units)
+        if heap is None:
+            heap = heaps[h.units] = [(load.setdefault(u, 0), k) for k, u in enumerate(h.units)]
+            heapify(heap)
+        heap_of[id(h)] = heap
     for i in movable:
         p = placed[i]
-        group = p.holders.units
-        heap = heaps[group]
+        holders = p.holders
+        group = holders.units
+        heap = heap_of[id(holders)]
         least, k = heap[0]
         unit = group[k]
         while load[unit] != least:
             heapreplace(heap, (load[unit], k))
             least, k = heap[0]
             unit = group[k]
-        answers[i] = p.holders.ranks[k]
+        answers[i] = holders.ranks[k]
         least += p.size
         load[unit] = least
         heapreplace(heap, (least, k))
