@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import chain, repeat
 from math import prod
-from operator import add, attrgetter, itemgetter, mul, sub
+from operator import add, attrgetter, contains, itemgetter, mul, sub
 from typing import Any, NamedTuple
 
 from . import limits
@@ -27,7 +27,6 @@ from .frames import NormalizedMap, normalize, pair_budget, plain_logical
 from .limits import PlanBudget
 from .maps import MapContent, ParamAffineMap
 from .plan import (
-    _SORT_KEY,
     TransferPlan,
     TransferSegment,
     coalesce,
@@ -44,7 +43,6 @@ from .requests import (
     ReplicaRequest,
     ReplicaSelectionRequest,
     TransferEndpoints,
-    _make_request,
     _new_candidate,
     build_requests,
 )
@@ -142,7 +140,7 @@ def _prepare(
         # Built (and so bound to endpoints without error) for this parameter: later parameters of
         # the layout share these; the policy sees copies named for each parameter (``_for_policy``).
         layout.templates[element_size] = requests
-    return _Prepared(name, layout, requests, key is not None)
+    return _new_prepared((name, layout, requests, key is not None))
 
 
 def _validated(name: str, target_map: ParamAffineMap, source_map: ParamAffineMap, budget: PlanBudget) -> _Layout:
@@ -158,13 +156,20 @@ def _validated(name: str, target_map: ParamAffineMap, source_map: ParamAffineMap
     return _Layout(target, source, inters, len(regions), source_work.count + target_work.count + joint.count)
 
 
-_Slab = tuple[int, tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[ReplicaCandidate, ...]]
+_Slab = tuple[
+    int, tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[ReplicaCandidate, ...], int, tuple[int, ...]
+]
 """One request of a slab layout without its parameter and bytes: (target location, logical
-origin, shape, target offset, target strides, candidates), as ``build_requests`` fills them in."""
+origin, shape, target offset, target strides, candidates), as ``build_requests`` fills them in,
+then the shape's volume and the candidates' locations (one tuple per source box, shared by its
+requests, so that ``_slab_requests`` binds each box's holders once)."""
 
-_Spans = list[tuple[int, int, tuple[int, ...]]]
-"""A slab map's distinct boxes as (first index, extent, holder locations sorted) along its axis,
-by first index."""
+_FIRST = itemgetter(0)
+_DECLARED = itemgetter(5)  # an ``AffinePiece``'s ``locations``
+
+_Spans = list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]
+"""A slab map's distinct boxes as (first index, extent, holder locations sorted, shard strides)
+along its axis, by first index."""
 
 
 def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Spans] | None:
@@ -190,69 +195,72 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
     held = content.pieces_by_rank
     if len(shards) != len(held):
         return None
-    # Replicas repeat one piece object: locations are grouped by piece (by identity; the content
-    # keeps every piece alive), and each piece's checks and span are worked out once.
-    by_piece: dict[int, tuple[Any, list[int]]] = {}
+    # Per location only C-level passes: its one piece (KeyError: no pieces listed; ValueError:
+    # none, or several), whose shard is the location's and whose declared holders include it.
+    # Replicas repeat one piece object, so the rest is worked out once per distinct piece (by
+    # identity; the content keeps every piece alive).
+    locations = [*shards]
     try:
-        for loc, shard in sorted(shards.items()):
-            (piece,) = held[loc]  # KeyError: no pieces listed; ValueError: none, or several
-            if piece[0] != shard:
-                return None
-            key = id(piece)
-            entry = by_piece.get(key)
-            if entry is None:
-                by_piece[key] = (piece, [loc])
-            else:
-                entry[1].append(loc)
+        pieces = [piece for (piece,) in map(held.__getitem__, locations)]
     except (KeyError, ValueError):
+        return None
+    if [*map(_FIRST, pieces)] != [*shards.values()] or not all(
+        map(contains, map(_DECLARED, pieces), locations)
+    ):
         return None
     axis: int | None = None
     whole = False  # a piece is all of F
-    boxes: dict[tuple[int, int], tuple[list[int], list[Any]]] = {}
-    for piece, locations in by_piece.values():
+    boxes: dict[tuple[int, int], tuple[frozenset[int], tuple[int, ...]]] = {}
+    checked: tuple[int, ...] | None = None  # the last shape checked (TP slabs share one)
+    expect = strides  # its row-major strides
+    for piece in dict(zip(map(id, pieces), pieces)).values():
         shape, source_offset, source_strides, dest_offset, dest_strides, declared, scale = piece
-        if len(shape) != ndim or source_strides != strides or dest_offset != 0 or scale != 1.0:
+        if source_strides != strides or dest_offset != 0 or scale != 1.0:
             return None
-        if shape == logical:
-            whole = True
-        else:
-            if axis is None:  # the first slab that is not all of F names the axis
-                axis = next(a for a in range(ndim) if shape[a] != logical[a])
-            if shape[:axis] != logical[:axis] or shape[axis + 1:] != logical[axis + 1:]:
+        if shape != checked:  # once the axis is named, a shape's checks do not change
+            if len(shape) != ndim:
                 return None
-        # A slab's row-major strides are F's but on the axes before its own (no stride counts
-        # the extent along axis 0), so only a slab along a later axis needs them worked out.
-        if dest_strides != (strides if shape == logical or axis == 0 else row_major_strides(shape)):
+            if shape == logical:
+                whole = True
+                expect = strides
+            else:
+                if axis is None:  # the first slab that is not all of F names the axis
+                    axis = next(a for a in range(ndim) if shape[a] != logical[a])
+                if shape[:axis] != logical[:axis] or shape[axis + 1:] != logical[axis + 1:]:
+                    return None
+                # A slab's row-major strides are F's but on the axes before its own (no stride
+                # counts the extent along axis 0), so only a slab along a later axis needs them.
+                expect = row_major_strides(shape) if axis else strides
+            checked = shape
+        if dest_strides != expect:
             return None
         along = 0 if axis is None else axis
         first, within = divmod(source_offset, strides[along])
         size = shape[along]
         if within or first < 0 or size <= 0 or first + size > logical[along]:
             return None
-        group = boxes.get((first, size))
-        if group is None:
-            boxes[(first, size)] = (locations, [declared])
-        else:  # another piece with the same box: its locations join in location order
-            group[0].extend(locations)
-            group[0].sort()
-            group[1].append(declared)
+        known = boxes.get((first, size))
+        if known is None:
+            boxes[(first, size)] = (declared, dest_strides)
+        elif known[0] != declared:  # two pieces of one box must name the same holders
+            return None
     if axis is not None and whole:
         return None  # all of F beside slabs: overlaps (its span was measured along another axis)
+    # Each location is in its piece's declared holders, the boxes' holders are one set per box,
+    # and those sets have as many members as there are locations: the locations holding a box
+    # (which split the locations among the boxes) are then exactly its declared holders.
+    if sum(map(len, map(_FIRST, boxes.values()))) != len(locations):
+        return None
     spans: _Spans = []
     end = 0
-    for (first, size), (holders, declared_sets) in sorted(boxes.items()):  # distinct keys
+    for (first, size), (declared, box_strides) in sorted(boxes.items()):  # distinct keys
         if first != end:  # a gap, or two boxes that overlap
             return None
         end = first + size
-        actual = frozenset(holders)
-        for declared in declared_sets:
-            if declared != actual:
-                return None
-        spans.append((first, size, tuple(holders)))
+        spans.append((first, size, tuple(sorted(declared)) if len(declared) > 1 else tuple(declared), box_strides))
     return (axis, spans) if end == logical[0 if axis is None else axis] else None
 
 
-_FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 _THIRD = itemgetter(2)
 
@@ -318,40 +326,35 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     target_work = frames + (2 * distinct if distinct > 1 else 1)
     logical = target.logical_shape
     axis = target_axis if target_axis is not None else source_axis if source_axis is not None else 0
-    if target_axis is None:  # all of F, as a span along the other side's axis
-        target_spans = [(0, logical[axis], target_spans[0][2])]
+    # All of F, as a span along the other side's axis (its strides are F's either way).
+    if target_axis is None:
+        target_spans = [(0, logical[axis], *target_spans[0][2:])]
     if source_axis is None:
-        source_spans = [(0, logical[axis], source_spans[0][2])]
+        source_spans = [(0, logical[axis], *source_spans[0][2:])]
     starts = [*map(_FIRST, source_spans)]
     ends = [*map(add, starts, map(_SECOND, source_spans))]
     # Every holder of a box has it as its whole shard: the shard strides of a box are those of
-    # its shape, which is F's with the box's extent on the axis; along axis 0 they are F's own
-    # (no stride counts the axis-0 extent), worked out once.
+    # its shape (F's with the box's extent on the axis), as ``_slab_side`` checked them.
     before, after = logical[:axis], logical[axis + 1:]
     zeros_before, zeros_after = (0,) * axis, (0,) * len(after)
-    if axis:
-        source_strides = [row_major_strides((*before, size, *after)) for size in map(_SECOND, source_spans)]
-    else:
-        f_strides = row_major_strides(logical)
-        source_strides = [f_strides] * regions
     # The parts of each distinct target box, worked out once and shared by all its holders:
-    # (origin, shape, target offset, target strides, candidates) in origin order.
+    # (origin, shape, target offset, target strides, candidates, volume, holders) in origin order.
+    rest = prod(before) * prod(after)  # a part's volume is its extent along the axis times this
     parts_of: list[list[tuple[Any, ...]]] = []
-    for first, size, _holders in target_spans:
+    for first, size, _holders, target_strides in target_spans:
         stop = first + size
-        target_strides = row_major_strides((*before, size, *after)) if axis else f_strides
         step = target_strides[axis]
         parts = []
         for k in range(bisect_right(ends, first), bisect_left(starts, stop)):
-            region_first, region_size, holders = source_spans[k]
+            region_first, region_size, holders, strides = source_spans[k]
             lo = first if first > region_first else region_first
-            strides = source_strides[k]
             offset = (lo - region_first) * strides[axis]
             candidates = tuple(map(_new_candidate, zip(holders, repeat(offset), repeat(strides))))
             end = region_first + region_size
+            extent = (stop if stop < end else end) - lo
             parts.append((
-                (*zeros_before, lo, *zeros_after), (*before, (stop if stop < end else end) - lo, *after),
-                (lo - first) * step, target_strides, candidates,
+                (*zeros_before, lo, *zeros_after), (*before, extent, *after),
+                (lo - first) * step, target_strides, candidates, extent * rest, holders,
             ))
         parts_of.append(parts)
     # Request order: target location (each holds one box), then origin.
@@ -387,23 +390,29 @@ def _slab_requests(
     layout unbound (then ``build_requests`` refuses, naming the first one in its own order)."""
     out: list[ReplicaRequest] = []
     append = out.append
+    # ``_make_request`` inlined: one instance dictionary per request, no call.
+    new, fill = _new_object, _set_attribute
     if endpoints is None:
-        for loc, origin, shape, offset, strides, candidates in slabs:
-            append(_make_request(
-                name, loc, None, origin, shape, offset, strides, candidates, (None,) * len(candidates),
-                None if element_size is None else prod(shape) * element_size, None, None,
-            ))
+        for loc, origin, shape, offset, strides, candidates, numel, _ranks in slabs:
+            fill(request := new(ReplicaRequest), "__dict__", {
+                "parameter": name, "target_location": loc, "target_process": None, "logical_origin": origin,
+                "shape": shape, "target_offset": offset, "target_strides": strides, "candidates": candidates,
+                "candidate_processes": (None,) * len(candidates),
+                "bytes": None if element_size is None else numel * element_size,
+                "candidate_nodes": None, "target_node": None,
+            })
+            append(request)
         return out
     targets, sources = endpoints.target, endpoints.source
-    # Processes and nodes of candidates depend only on their locations: bound once per holder
-    # list (a region's holders repeat in every request that reads it).
-    bound: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
-    for loc, origin, shape, offset, strides, candidates in slabs:
+    # Processes and nodes of candidates depend only on their locations: bound once per source
+    # box (its holders tuple, by identity: ``slabs`` keeps it alive), which every request that
+    # reads the box repeats.
+    bound: dict[int, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
+    for loc, origin, shape, offset, strides, candidates, numel, ranks in slabs:
         if loc not in targets:
             return None
         process = targets[loc]
-        ranks = tuple(map(_FIRST, candidates))
-        known = bound.get(ranks)
+        known = bound.get(id(ranks))
         if known is None:
             if not all(map(sources.__contains__, ranks)):
                 return None
@@ -411,18 +420,21 @@ def _slab_requests(
             if process_node is not None:
                 if not all(map(process_node.__contains__, processes)):
                     return None
-                known = bound[ranks] = (processes, tuple(map(process_node.__getitem__, processes)))
+                known = bound[id(ranks)] = (processes, tuple(map(process_node.__getitem__, processes)))
             else:
-                known = bound[ranks] = (processes, None)
+                known = bound[id(ranks)] = (processes, None)
         node: int | None = None
         if process_node is not None:
             if process not in process_node:
                 return None
             node = process_node[process]
-        append(_make_request(
-            name, loc, process, origin, shape, offset, strides, candidates, known[0],
-            None if element_size is None else prod(shape) * element_size, known[1], node,
-        ))
+        fill(request := new(ReplicaRequest), "__dict__", {
+            "parameter": name, "target_location": loc, "target_process": process, "logical_origin": origin,
+            "shape": shape, "target_offset": offset, "target_strides": strides, "candidates": candidates,
+            "candidate_processes": known[0], "bytes": None if element_size is None else numel * element_size,
+            "candidate_nodes": known[1], "target_node": node,
+        })
+        append(request)
     return out
 
 
@@ -473,14 +485,19 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
     """One segment per part; addresses come from the chosen holder, never from the policy."""
     out: list[TransferSegment] = []
     append = out.append
+    new, fill = _new_object, _set_attribute
     for request, parts in zip(prepared.requests, answers):
         origin = request.logical_origin
         if len(parts) == 1 and parts[0][0].origin == origin:  # the whole request: no shift
             pbox, cand = parts[0]
-            append(make_segment(
-                cand.source_rank, cand.source_offset, cand.source_strides, request.target_location,
-                request.target_offset, request.target_strides, pbox.extent,
-            ))
+            # ``make_segment`` inlined (one per request of a batch): the same instance dictionary.
+            fill(segment := new(TransferSegment), "__dict__", {
+                "source_rank": cand.source_rank, "source_offset": cand.source_offset,
+                "source_strides": cand.source_strides, "target_rank": request.target_location,
+                "target_offset": request.target_offset, "target_strides": request.target_strides,
+                "shape": pbox.extent,
+            })
+            append(segment)
             continue
         for pbox, cand in parts:
             delta = list(map(sub, pbox.origin, origin)) if pbox.origin != origin else None
@@ -536,13 +553,17 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
     raw = _emit(prepared, answers)
     lone = _lone_checks(layout, answers, len(raw), budget)
     if lone is not None:
-        segments, merge_checks = sorted(raw, key=_SORT_KEY), lone
+        # Already in ``TransferSegment.sort_key`` order, which ``coalesce`` would produce: a slab
+        # layout's requests go by target location, each location's by origin along the axis, so
+        # whole answers give segments by (target rank, strictly rising target offset).
+        segments, merge_checks = raw, lone
     else:
         segments, merge_checks = coalesce(raw, layout.source_shards, layout.target_shards, budget, name)
     # A budget exhausted only because the policy split requests is the policy's failure (RFC: the
     # extra segments from splits must stay within max_segments and max_plan_bytes); otherwise it
     # is the layout's, refused as a plain budget error.
-    splits = sum(1 for a in answers if len(a) > 1)
+    parts = [*map(len, answers)]
+    splits = len(parts) - parts.count(1) - parts.count(0)  # answers of more than one part
     over: type[AffineTransferError] = InvalidReplicaPolicyError if splits else AffineTransferError
     blame = f" after the policy split {splits} request(s)" if splits else ""
     if len(segments) > budget.max_segments:  # R31
@@ -576,7 +597,7 @@ def _lone_checks(layout: _Layout, answers: list[ResolvedAnswer], segments: int, 
     kept as it is after one check per axis if merging runs at all; the output is the segments in
     ``TransferSegment.sort_key`` order (distinct keys: one segment per pair).
     """
-    if layout.slabs is None or not all(len(parts) == 1 for parts in answers):
+    if layout.slabs is None or [*map(len, answers)].count(1) != len(answers):
         return None
     checks = len(layout.logical) * segments if budget.max_merge_passes > 0 else 0
     return checks if checks <= budget.max_merge_checks else None

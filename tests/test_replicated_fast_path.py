@@ -255,7 +255,7 @@ def _rows(named: dict[int, list[int]], boxes: dict[int, tuple[int, int]], stride
 _HALVES = {0: (0, 4), 1: (4, 4), 2: (0, 4), 3: (4, 4)}
 _SIDE_CASES: dict[str, tuple[ParamAffineMap, Any]] = {
     "replicated halves": (_rows({0: [0, 2], 1: [1, 3], 2: [0, 2], 3: [1, 3]}, _HALVES),
-                          (0, [(0, 4, (0, 2)), (4, 4, (1, 3))])),
+                          (0, [(0, 4, (0, 2), (3, 1)), (4, 4, (1, 3), (3, 1))])),
     "a holder missing": (_rows({0: [0], 1: [1, 3], 2: [0, 2], 3: [1, 3]}, _HALVES), None),
     "a holder too many": (_rows({0: [0, 2, 3], 1: [1, 3], 2: [0, 2, 3], 3: [1, 3]}, _HALVES), None),
     "holders swapped": (_rows({0: [0, 3], 1: [1, 2], 2: [0, 3], 3: [1, 2]}, _HALVES), None),
@@ -266,7 +266,7 @@ _SIDE_CASES: dict[str, tuple[ParamAffineMap, Any]] = {
     "merged, a gap": (_rows({0: [0, 2], 1: [1], 2: [0, 2]}, {0: (0, 4), 1: (5, 3), 2: (0, 4)}), None),
     "merged, runs past F": (_rows({0: [0, 2], 1: [1], 2: [0, 2]}, {0: (0, 4), 1: (4, 5), 2: (0, 4)}), None),
     "merged, end to end": (_rows({0: [0, 2], 1: [1], 2: [0, 2]}, {0: (0, 4), 1: (4, 4), 2: (0, 4)}),
-                           (0, [(0, 4, (0, 2)), (4, 4, (1,))])),
+                           (0, [(0, 4, (0, 2), (3, 1)), (4, 4, (1,), (3, 1))])),
 }
 
 
@@ -290,7 +290,7 @@ def test_slab_side_checks_shard_strides_along_later_axes() -> None:
     """Columns of a (2, 6) F: a shard's row stride is its own width, not F's; a piece that claims
     F's row stride is refused by both paths."""
     good = contiguous_split_map((2, 6), [2, 4], 1)
-    assert _slab_side(good.content, PlanBudget()) == (1, [(0, 2, (0,)), (2, 4, (1,))])
+    assert _slab_side(good.content, PlanBudget()) == (1, [(0, 2, (0,), (2, 1)), (2, 4, (1,), (4, 1))])
     bad = ParamAffineMap((2, 6), {0: (2, 2), 1: (2, 4)}, {
         0: [piece((2, 2), 0, (6, 1), 0, (6, 1), [0])], 1: [piece((2, 4), 2, (6, 1), 0, (4, 1), [1])],
     })

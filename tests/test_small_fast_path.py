@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from math import prod
 from typing import Any
 
 import pytest
@@ -672,10 +673,16 @@ def test_every_change_to_a_slab_map_is_taken_only_when_the_general_path_agrees(
         with _general():
             nmap = normalize(m, "source", "w")
         boxes: dict[Box, list[int]] = {}
+        strides: dict[Box, set[tuple[int, ...]]] = {}
         for f in nmap.frames:
             boxes.setdefault(f.box, []).append(f.location)
+            strides.setdefault(f.box, set()).add(f.strides)
         along = 0 if axis is None else axis
-        assert spans == [(box.origin[along], box.extent[along], tuple(locs)) for box, locs in sorted(boxes.items())]
+        # Every holder of a box reads it with the same shard strides, the ones the span carries.
+        assert all(len(kinds) == 1 for kinds in strides.values())
+        assert spans == [
+            (box.origin[along], box.extent[along], tuple(locs), *strides[box]) for box, locs in sorted(boxes.items())
+        ]
         for box in boxes:
             assert [o for a, o in enumerate(box.origin) if a != along] == [0] * (len(box.origin) - 1)
             assert [e for a, e in enumerate(box.extent) if a != along] == [
@@ -691,15 +698,17 @@ def test_every_change_to_a_slab_map_is_taken_only_when_the_general_path_agrees(
 
 
 def test_slab_side_of_splits() -> None:
-    assert _slab_side(_REPLICATED.content, PlanBudget()) == (0, [(0, 4, (0, 2)), (4, 4, (1, 3))])
+    assert _slab_side(_REPLICATED.content, PlanBudget()) == (0, [(0, 4, (0, 2), (6, 1)), (4, 4, (1, 3), (6, 1))])
     split = contiguous_split_map((8, 6), [2, 3, 3], 0)
-    assert _slab_side(split.content, PlanBudget()) == (0, [(0, 2, (0,)), (2, 3, (1,)), (5, 3, (2,))])
-    assert _slab_side(_COLUMNS.content, PlanBudget()) == (1, [(0, 2, (0, 2)), (2, 4, (1, 3))])
+    assert _slab_side(split.content, PlanBudget()) == (
+        0, [(0, 2, (0,), (6, 1)), (2, 3, (1,), (6, 1)), (5, 3, (2,), (6, 1))]
+    )
+    assert _slab_side(_COLUMNS.content, PlanBudget()) == (1, [(0, 2, (0, 2), (2, 1)), (2, 4, (1, 3), (4, 1))])
     columns = contiguous_split_map((2, 3, 4), [1, 3], 2)
-    assert _slab_side(columns.content, PlanBudget()) == (2, [(0, 1, (0,)), (1, 3, (1,))])
-    assert _slab_side(contiguous_split_map((5,), [5], 0).content, PlanBudget()) == (None, [(0, 5, (0,))])
+    assert _slab_side(columns.content, PlanBudget()) == (2, [(0, 1, (0,), (3, 1, 1)), (1, 3, (1,), (9, 3, 1))])
+    assert _slab_side(contiguous_split_map((5,), [5], 0).content, PlanBudget()) == (None, [(0, 5, (0,), (1,))])
     assert _slab_side(replicate(contiguous_split_map((3, 2, 2), [3], 0), 3).content, PlanBudget()) == (
-        None, [(0, 3, (0, 1, 2))]
+        None, [(0, 3, (0, 1, 2), (4, 2, 1))]
     )
 
 
@@ -739,6 +748,15 @@ def test_slab_side_declines(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert _slab_side(m.content, budget) is not None
 
 
+def _requests_of(slabs: Any) -> list[tuple[Any, ...]]:
+    """A slab layout's requests without their last two fields, after checking those: each
+    slab's volume is its shape's, and its holders are its candidates' locations."""
+    assert slabs is not None
+    for slab in slabs:
+        assert slab[6] == prod(slab[2]) and slab[7] == tuple(c.source_rank for c in slab[5])
+    return [slab[:6] for slab in slabs]
+
+
 def test_slab_layout_of_columns_against_all_of_f() -> None:
     """A split along axis 1 against a replicated whole: one region, offsets along the columns,
     each side's shard strides; counters (source 2, target 2·2 + 2, joint 2 + 1 + 2) and requests
@@ -748,7 +766,7 @@ def test_slab_layout_of_columns_against_all_of_f() -> None:
     layout = _slab_layout(target, source, PlanBudget())
     assert layout is not None
     assert (layout.regions, layout.frame_count, layout.checks) == (1, 2, 13)
-    assert layout.slabs == [
+    assert _requests_of(layout.slabs) == [
         (0, (0, 0), (4, 2), 0, (2, 1), ((0, 0, (6, 1)), (1, 0, (6, 1)))),
         (1, (0, 2), (4, 4), 0, (4, 1), ((0, 2, (6, 1)), (1, 2, (6, 1)))),
     ]
@@ -761,7 +779,7 @@ def test_slab_layout_of_columns_against_all_of_f() -> None:
     # on the source side: counters source 2 + 2·2, target 2 + 1, joint 4 + 6.
     flipped = _slab_layout(source, target, PlanBudget())
     assert flipped is not None and (flipped.regions, flipped.frame_count, flipped.checks) == (2, 2, 19)
-    assert flipped.slabs == [
+    assert _requests_of(flipped.slabs) == [
         (0, (0, 0), (4, 2), 0, (6, 1), ((0, 0, (2, 1)),)),
         (0, (0, 2), (4, 4), 2, (6, 1), ((1, 0, (4, 1)),)),
         (1, (0, 0), (4, 2), 0, (6, 1), ((0, 0, (2, 1)),)),
@@ -771,7 +789,7 @@ def test_slab_layout_of_columns_against_all_of_f() -> None:
         assert plan_transfers({"w": (source, target)})["w"].statistics.pair_checks == 19
     whole = contiguous_split_map((4, 6), [4], 0)
     layout = _slab_layout(whole, replicate(target, 2), PlanBudget())
-    assert layout is not None and layout.slabs == [
+    assert layout is not None and _requests_of(layout.slabs) == [
         (0, (0, 0), (4, 2), 0, (6, 1), ((0, 0, (2, 1)), (2, 0, (2, 1)))),
         (0, (0, 2), (4, 4), 2, (6, 1), ((1, 0, (4, 1)), (3, 0, (4, 1)))),
     ]
@@ -789,7 +807,7 @@ def test_slab_layout_of_a_split_against_a_replicated_split() -> None:
     assert dict(layout.target_shards) == {0: (2, 6), 1: (3, 6), 2: (3, 6)}
     assert dict(layout.source_shards) == {0: (4, 6), 1: (4, 6), 2: (4, 6), 3: (4, 6)}
     assert layout.inters == [] and layout.templates == {} and layout.plans == {}
-    assert layout.slabs == [
+    assert _requests_of(layout.slabs) == [
         (0, (0, 0), (2, 6), 0, _STRIDES, ((0, 0, _STRIDES), (2, 0, _STRIDES))),
         (1, (2, 0), (2, 6), 0, _STRIDES, ((0, 12, _STRIDES), (2, 12, _STRIDES))),
         (1, (4, 0), (1, 6), 12, _STRIDES, ((1, 0, _STRIDES), (3, 0, _STRIDES))),
