@@ -168,6 +168,7 @@ def test_the_norm_layout_charges_exact_counts() -> None:
     layout = _slab_layout(target, source, PlanBudget())
     assert layout is not None
     assert (layout.regions, layout.frame_count, layout.checks) == (1, 8, 70)
+    assert type(layout.checks) is int  # it is written into the plan's statistics, and so its bytes
     assert _general_checks(target, source) == 70
     assert [s[0] for s in layout.slabs or ()] == list(range(8))
     assert {s[1:5] for s in layout.slabs or ()} == {((0,), (4101,), 0, (1,))}

@@ -187,6 +187,23 @@ def test_every_budget_is_refused_the_same_way(budget: dict[str, int]) -> None:
     assert (fast[1][1] if fast[0] == "ok" else fast[1]) == (slow[1][1] if slow[0] == "ok" else slow[1])
 
 
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_a_budget_only_one_counter_exceeds_is_refused_the_same_way(side: str) -> None:
+    """Each counter alone decides: a source of 16 replicated pieces against a 2-way target (the
+    source counter 20, the others 6), and an 8-way target of all of F (the target counter 24,
+    the others at most 17), each under a budget of 18 that only that counter exceeds."""
+    if side == "source":
+        batch = {"w": (contiguous_split_map((8, 6), [4, 4], 0), replicate(contiguous_split_map((8, 6), [4, 4], 0), 8))}
+    else:
+        batch = {"w": (contiguous_split_map((8, 6), [1] * 8, 0), contiguous_split_map((8, 6), [8], 0))}
+    assert _slab_layout(batch["w"][0], batch["w"][1], PlanBudget()) is not None  # the fast path's layout
+    fast = _planned(batch, limits=PlanBudget(max_pair_checks=18))
+    with _general():
+        slow = _planned(batch, limits=PlanBudget(max_pair_checks=18))
+    assert fast == slow and fast[0] == "AffineTransferError", (fast, slow)
+    assert f"parameter 'w', {side} map: validation needs more than max_pair_checks=18" in fast[1], fast[1]
+
+
 def test_the_budgets_above_cover_both_outcomes() -> None:
     """The pair-check budgets above straddle the layout's largest counter (each of a
     parameter's three counters is held to the budget alone): some refuse, some plan."""
@@ -713,7 +730,8 @@ def test_slab_side_of_splits() -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["empty part", "max_ndim", "max_pieces", "threshold", "gap", "whole beside slabs", "two axes"]
+    "case", ["empty part", "max_ndim", "max_pieces", "threshold", "gap", "whole beside slabs", "two axes",
+             "partial after the axis"]
 )
 def test_slab_side_declines(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     budget = PlanBudget()
@@ -736,6 +754,14 @@ def test_slab_side_declines(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
         m = ParamAffineMap((2, 4), {0: (2, 4), 1: (2, 2), 2: (2, 2)}, {
             0: [piece((2, 4), 0, (4, 1), 0, (4, 1), [0, 1])], 1: [piece((2, 2), 0, (4, 1), 0, (2, 1), [0, 1])],
             2: [piece((2, 2), 2, (4, 1), 0, (2, 1), [2])],
+        })
+    elif case == "partial after the axis":
+        # F (2, 4, 6) split along axis 1 into rows 0-1 and 2-3, each holding only columns 0-2 of
+        # the last axis: every offset is a whole multiple of axis 1's stride and the slabs lie
+        # end to end along it, yet half of F is held by nobody (the general path refuses).
+        m = ParamAffineMap((2, 4, 6), {0: (2, 2, 3), 1: (2, 2, 3)}, {
+            0: [piece((2, 2, 3), 0, (24, 6, 1), 0, (6, 3, 1), [0])],
+            1: [piece((2, 2, 3), 12, (24, 6, 1), 0, (6, 3, 1), [1])],
         })
     else:  # rows 0-1 at location 0, columns 2-3 of rows 2-3 ... split along two axes
         m = ParamAffineMap((4, 4), {0: (2, 4), 1: (2, 2), 2: (2, 2)}, {
