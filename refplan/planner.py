@@ -43,6 +43,7 @@ from .requests import (
     ReplicaRequest,
     ReplicaSelectionRequest,
     TransferEndpoints,
+    _make_request,
     _new_candidate,
     build_requests,
 )
@@ -390,18 +391,12 @@ def _slab_requests(
     layout unbound (then ``build_requests`` refuses, naming the first one in its own order)."""
     out: list[ReplicaRequest] = []
     append = out.append
-    # ``_make_request`` inlined: one instance dictionary per request, no call.
-    new, fill = _new_object, _set_attribute
     if endpoints is None:
         for loc, origin, shape, offset, strides, candidates, numel, _ranks in slabs:
-            fill(request := new(ReplicaRequest), "__dict__", {
-                "parameter": name, "target_location": loc, "target_process": None, "logical_origin": origin,
-                "shape": shape, "target_offset": offset, "target_strides": strides, "candidates": candidates,
-                "candidate_processes": (None,) * len(candidates),
-                "bytes": None if element_size is None else numel * element_size,
-                "candidate_nodes": None, "target_node": None,
-            })
-            append(request)
+            append(_make_request(
+                name, loc, None, origin, shape, offset, strides, candidates, (None,) * len(candidates),
+                None if element_size is None else numel * element_size, None, None,
+            ))
         return out
     targets, sources = endpoints.target, endpoints.source
     # Processes and nodes of candidates depend only on their locations: bound once per source
@@ -428,13 +423,10 @@ def _slab_requests(
             if process not in process_node:
                 return None
             node = process_node[process]
-        fill(request := new(ReplicaRequest), "__dict__", {
-            "parameter": name, "target_location": loc, "target_process": process, "logical_origin": origin,
-            "shape": shape, "target_offset": offset, "target_strides": strides, "candidates": candidates,
-            "candidate_processes": known[0], "bytes": None if element_size is None else numel * element_size,
-            "candidate_nodes": known[1], "target_node": node,
-        })
-        append(request)
+        append(_make_request(
+            name, loc, process, origin, shape, offset, strides, candidates, known[0],
+            None if element_size is None else numel * element_size, known[1], node,
+        ))
     return out
 
 
@@ -485,19 +477,12 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
     """One segment per part; addresses come from the chosen holder, never from the policy."""
     out: list[TransferSegment] = []
     append = out.append
-    new, fill = _new_object, _set_attribute
     for request, parts in zip(prepared.requests, answers):
         origin = request.logical_origin
         if len(parts) == 1 and parts[0][0].origin == origin:  # the whole request: no shift
             pbox, cand = parts[0]
-            # ``make_segment`` inlined (one per request of a batch): the same instance dictionary.
-            fill(segment := new(TransferSegment), "__dict__", {
-                "source_rank": cand.source_rank, "source_offset": cand.source_offset,
-                "source_strides": cand.source_strides, "target_rank": request.target_location,
-                "target_offset": request.target_offset, "target_strides": request.target_strides,
-                "shape": pbox.extent,
-            })
-            append(segment)
+            append(make_segment(cand.source_rank, cand.source_offset, cand.source_strides, request.target_location,
+                                request.target_offset, request.target_strides, pbox.extent))
             continue
         for pbox, cand in parts:
             delta = list(map(sub, pbox.origin, origin)) if pbox.origin != origin else None

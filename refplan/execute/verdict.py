@@ -276,7 +276,9 @@ def _exchange(
     group = _group_of(ctx)
     done: frozenset[tuple[int, int, int]] = frozenset()
     if _GREETED.get(group):
-        brief = _brief((_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), digest, code), reason is not None, rounds)
+        # Everything the full message requires equal (its first ``_HELLO_AGREED`` words), the
+        # digest and the device type, read from the header the full exchange would send.
+        brief = _brief((*header[:_HELLO_AGREED], digest, code), reason is not None, rounds)
         try:
             reduced, done = _reduce(ctx, device, brief, timeout, meanwhile)
         except Exception as exc:

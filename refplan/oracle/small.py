@@ -393,8 +393,8 @@ def judge(segments: Sequence[TransferSegment], src: Layout, tgt: Layout, *, gaps
         w = zeros if t_off == 0 and shape == t_shard else _origin(t_off, t_rm, t_shard, shape)
         if w is None or s_off < 0:
             return None
-        # ``_origin(s_off, s_rm, s_shard, shape)``, inline: the read box's origin, when inside.
-        if ndim == 2:  # unrolled (a row-major last stride is 1)
+        # ``_origin(s_off, s_rm, s_shard, shape)``: the read box's origin, when inside.
+        if ndim == 2:  # unrolled inline (a row-major last stride is 1)
             # Every extent is at least 1 here: ``w`` is the zero origin only for a segment of its
             # (non-empty) shard's shape, and ``_origin`` refuses an empty extent.
             e0, e1 = shape
@@ -404,13 +404,10 @@ def judge(segments: Sequence[TransferSegment], src: Layout, tgt: Layout, *, gaps
             r: tuple[int, ...] = (q0, q1)
             size = e0 * e1
         else:
-            coord = []
-            for stride, limit, e in zip(s_rm, s_shard, shape):
-                q, s_off = divmod(s_off, stride)
-                if e < 1 or q + e > limit:
-                    return None
-                coord.append(q)
-            r = tuple(coord)
+            read = _origin(s_off, s_rm, s_shard, shape)
+            if read is None:
+                return None
+            r = read
             size = prod(shape)
         if t_shift is not None and s_shift is not None:
             # One piece on each side, each the whole shard: the boxes are one cut each, and the

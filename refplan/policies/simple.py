@@ -143,9 +143,7 @@ class _Units:
                 placed = self.place(r)
                 got = seen[key] = (placed.holders, placed.fixed)
             holders, fixed = got
-            size = r.bytes
-            if size is None:
-                size = r.elements
+            size = request_load(r)
             append(_new_placed((holders, size, fixed, (holders.coverage, -size))))
         return out
 
