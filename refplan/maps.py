@@ -331,6 +331,30 @@ def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
     return _piece(shape_t, src_off, src_strides, dst_off, dst_strides, held, scale)
 
 
+class _Unknown:
+    """The type of ``UNKNOWN``: a content's slab structure not worked out yet."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+
+SlabSpan = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+"""One distinct box of a slab map along its axis: (first index, extent, the locations holding it
+sorted, its shard strides)."""
+
+SlabFacts = tuple[int | None, tuple[SlabSpan, ...]]
+"""A slab map's structure: (axis, its distinct boxes by first index), the axis ``None`` when the
+one box is all of F (its span is then along axis 0). ``planner._slab_side`` defines when a map is
+one; the builders that can tell from their arguments alone say so as they build
+(``_split_facts``, ``_widened_facts``), which spares the planner a pass over every location of a
+map it sees once (every parameter's shape distinct). tests/test_slab_facts.py holds every
+builder's facts equal to what the planner works out from the pieces."""
+
+
 class MapContent:
     """What a map holds, immutable all the way down, and shared by every map equal to it.
 
@@ -356,11 +380,16 @@ class MapContent:
     (``_UnsharedContent``) that is never recognized as another's.
     """
 
-    __slots__ = ("__weakref__", "logical_shape", "pieces", "pieces_by_rank", "shard_shapes")
+    __slots__ = ("__weakref__", "logical_shape", "pieces", "pieces_by_rank", "shard_shapes", "slabs")
     logical_shape: tuple[int, ...]
     shard_shapes: Mapping[int, tuple[int, ...]]
     pieces_by_rank: Mapping[int, tuple[AffinePiece, ...]]
     pieces: int
+    slabs: SlabFacts | _Unknown | None
+    """The map's slab structure (``SlabFacts``), ``None`` if it is not a slab map, or ``UNKNOWN``
+    until someone works it out: a pure function of the content, so it is filled in at most once
+    (by the builder that made the pieces, or by the planner's ``_slab_side`` the first time it
+    looks) and never changes the content's meaning."""
 
     def __init__(
         self,
@@ -373,6 +402,7 @@ class MapContent:
         _set(self, "shard_shapes", shard_shapes)
         _set(self, "pieces_by_rank", pieces_by_rank)
         _set(self, "pieces", pieces)  # how many, over every location
+        _set(self, "slabs", UNKNOWN)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to {name!r}: a map's content is immutable")
@@ -689,9 +719,13 @@ def _built(
     shards: dict[int, tuple[int, ...]],
     held: dict[int, tuple[AffinePiece, ...]],
     count: int,
+    slabs: SlabFacts | _Unknown | None = UNKNOWN,
 ) -> ParamAffineMap:
-    """The map of a builder's converted fields, remembered under the builder's ``key`` if any."""
+    """The map of a builder's converted fields, remembered under the builder's ``key`` if any,
+    with the slab structure the builder knows of them (``slabs``), if it knows it."""
     content = _shared_content(logical, shards, held, count)
+    if slabs is not UNKNOWN and content.slabs is UNKNOWN:
+        _set(content, "slabs", slabs)
     if key is not None:
         _keep(_BUILT, key, content)
     return _made(content)
@@ -760,7 +794,11 @@ def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> 
     strides = row_major_strides(shape_t)
     ranks = range(degree)
     one = (_piece(shape_t, 0, strides, 0, strides, _holders(ranks), scale_f),)
-    return _built(key, shape_t, dict.fromkeys(ranks, shape_t), dict.fromkeys(ranks, one), len(ranks))
+    # One box, all of F, held by every location: a slab map (of no axis) when it has a location,
+    # an axis and scale 1.
+    whole = ((None, ((0, shape_t[0], tuple(ranks), strides),))
+             if degree > 0 and shape_t and scale_f == 1.0 else None)
+    return _built(key, shape_t, dict.fromkeys(ranks, shape_t), dict.fromkeys(ranks, one), len(ranks), whole)
 
 
 def contiguous_split_map(
@@ -774,19 +812,23 @@ def contiguous_split_map(
     found = _remembered(key)
     if found is not None:
         return found
-    shards, held = _split_pieces(shape_t, sizes, axis)
-    return _built(key, shape_t, shards, held, len(sizes))
+    shards, held, slabs = _split_pieces(shape_t, sizes, axis)
+    return _built(key, shape_t, shards, held, len(sizes), slabs)
 
 
 def _split_pieces(
     shape: tuple[int, ...], sizes: tuple[int, ...], axis: int
-) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[AffinePiece, ...]]]:
+) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[AffinePiece, ...]], SlabFacts | None]:
     """Shard shapes and pieces of ``contiguous_split_map`` (converted arguments): location r holds
-    rows ``sum(sizes[:r]) ..`` of ``axis`` as one piece."""
+    rows ``sum(sizes[:r]) ..`` of ``axis`` as one piece. With them, the map's slab structure
+    (``SlabFacts``): location r's box is ``[sum(sizes[:r]), +sizes[r])`` along ``axis``, held by r
+    alone; a slab map exactly when every size is positive and they sum to F's extent (one size:
+    the whole of F, of no axis)."""
     strides = row_major_strides(shape)
     step = strides[axis]
     shards: dict[int, tuple[int, ...]] = {}
     held: dict[int, tuple[AffinePiece, ...]] = {}
+    spans: list[SlabSpan] = []
     start = 0
     for rank, size in enumerate(sizes):
         shard = _with_extent(shape, axis, size)
@@ -794,8 +836,12 @@ def _split_pieces(
         shard_strides = strides if axis == 0 else row_major_strides(shard)
         shards[rank] = shard
         held[rank] = (_piece(shard, start * step, strides, 0, shard_strides, _holders((rank,))),)
+        spans.append((start, size, (rank,), shard_strides))
         start += size
-    return shards, held
+    slabs: SlabFacts | None = None
+    if sizes and min(sizes) > 0 and start == shape[axis]:
+        slabs = (axis, tuple(spans)) if len(sizes) > 1 else (None, ((0, shape[0], (0,), strides),))
+    return shards, held, slabs
 
 
 def _int_rows(values: Any, what: str) -> list[tuple[int, ...]]:
@@ -986,7 +1032,7 @@ def replicate(
     names = None if location_of is None else _names(ranks, count, location_of)
     return _replicated(
         content.logical_shape, ranks, content.shard_shapes, content.pieces_by_rank, count, names,
-        type(content) is MapContent, ("replicate", content, count, names),
+        type(content) is MapContent, ("replicate", content, count, names), content.slabs,
     )
 
 
@@ -1007,12 +1053,15 @@ def _replicated(
     names: tuple[tuple[int, ...], ...] | None,
     exact: bool,
     key: tuple[Any, ...],
+    slabs: SlabFacts | _Unknown | None = UNKNOWN,
 ) -> ParamAffineMap:
     """``replicate`` of the map with these fields (``ranks`` sorted): one pass, no intermediate map.
 
     ``exact``: the pieces are exactly ``AffinePiece`` (a shared content's), so each is re-made with
     its new holders as a converted tuple and the result remembered under ``key``; otherwise every
-    piece goes through the constructor, as a map of unknown pieces must.
+    piece goes through the constructor, as a map of unknown pieces must. ``slabs``: the input
+    map's slab structure if known; the result's is the same boxes, each held by every copy of
+    its holders (``_widened_facts``).
     """
     if exact:
         found = _remembered(key)
@@ -1056,7 +1105,21 @@ def _replicated(
         total += len(pieces) * copies
     if not exact:
         return ParamAffineMap(logical, shards, held)
-    return _built(key, logical, shards, held, total)
+    if isinstance(slabs, tuple):
+        slabs = _widened_facts(slabs, holders)
+    return _built(key, logical, shards, held, total, slabs)
+
+
+def _widened_facts(slabs: SlabFacts, holders: Callable[[frozenset[int]], frozenset[int]]) -> SlabFacts:
+    """The slab structure of a slab map replicated (``_replicated``), from the input's: the same
+    boxes, each held by its pieces' widened holder set (``holders``, the function that made
+    them). Still a slab map: every new location holds its TP location's one piece, which names
+    it (each copy of every location the piece named); the holder sets stay one per box and, with
+    distinct new locations, add up to the new locations (copies times the old ones)."""
+    axis, spans = slabs
+    return axis, tuple([
+        (first, size, tuple(sorted(holders(frozenset(named)))), strides) for first, size, named, strides in spans
+    ])
 
 
 def parallel_map(
@@ -1095,8 +1158,8 @@ def parallel_map(
     found = _remembered(key)
     if found is not None:
         return found
-    shards, held = _split_pieces(shape_t, sizes_t, axis)
-    return _replicated(shape_t, ranks, shards, held, count, names, True, key)
+    shards, held, slabs = _split_pieces(shape_t, sizes_t, axis)
+    return _replicated(shape_t, ranks, shards, held, count, names, True, key, slabs)
 
 
 def runs_map(

@@ -25,7 +25,7 @@ from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
 from .frames import NormalizedMap, normalize, pair_budget, plain_logical
 from .limits import PlanBudget
-from .maps import MapContent, ParamAffineMap
+from .maps import MapContent, ParamAffineMap, SlabFacts, SlabSpan, _Unknown
 from .plan import (
     TransferPlan,
     TransferSegment,
@@ -168,29 +168,41 @@ requests, so that ``_slab_requests`` binds each box's holders once)."""
 _FIRST = itemgetter(0)
 _DECLARED = itemgetter(5)  # an ``AffinePiece``'s ``locations``
 
-_Spans = list[tuple[int, int, tuple[int, ...], tuple[int, ...]]]
-"""A slab map's distinct boxes as (first index, extent, holder locations sorted, shard strides)
-along its axis, by first index."""
-
-
-def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Spans] | None:
+def _slab_side(content: MapContent, budget: PlanBudget) -> SlabFacts | None:
     """(axis, distinct boxes) of a map in which every location holds one whole-shard piece that is
     a contiguous slab of F along one axis (every other axis whole), or ``None`` for any other map.
     The axis is ``None`` when the map has one distinct box, all of F (its span is then along
     axis 0).
 
-    Also ``None`` unless the map is one that ``frames._small_normalize`` accepts and whose rules
-    all pass: at most ``limits.SLAB_MAP_PIECES`` (and ``max_pieces_per_map``) pieces, at most
-    ``max_ndim`` positive axes of at most 2**62 with a volume of at most 2**62, F's row-major
-    strides on the logical side and the shard's on the shard side, scale 1, shard offset 0, the
-    distinct boxes laid end to end along the axis from 0 to its extent (so disjoint, and covering
-    F), and each box's pieces naming exactly the locations that hold it. Then every piece is a
-    frame whose box is its slab, and nothing can be refused.
+    ``None`` unless the map is within ``plain_logical``'s bounds for this budget (at most
+    ``limits.SLAB_MAP_PIECES`` and ``max_pieces_per_map`` pieces, at most ``max_ndim`` positive
+    axes of at most 2**62, a volume of at most 2**62), and its structure is a slab map's
+    (``_slab_structure``). The structure is a pure function of the content, so it is kept on the
+    content (``MapContent.slabs``) once known; the builders that know it from their arguments
+    fill it in as they build.
     """
     bounds = plain_logical(content, budget, limits.SLAB_MAP_PIECES)
     if bounds is None:
         return None
-    logical, strides, _numel = bounds
+    facts = content.slabs
+    if isinstance(facts, _Unknown):
+        facts = _slab_structure(content, bounds[0], bounds[1])
+        _set_attribute(content, "slabs", facts)
+    return facts
+
+
+def _slab_structure(content: MapContent, logical: tuple[int, ...], strides: tuple[int, ...]) -> SlabFacts | None:
+    """The slab structure of a map whose F has shape ``logical`` (positive extents) and row-major
+    ``strides``, worked out from its pieces, or ``None`` if it is not a slab map.
+
+    A slab map: every location holds exactly one piece (its shard shape, naming the location
+    among its holders), with F's row-major strides on the logical side and the shard's on the
+    shard side, scale 1, shard offset 0; the distinct boxes are laid end to end along one axis
+    from 0 to its extent (so disjoint, and covering F), every other axis whole, and each box's
+    pieces name exactly the locations that hold it. Then every piece is a frame whose box is its
+    slab, and nothing can be refused (``frames._small_normalize`` accepts the map and all its
+    rules pass).
+    """
     ndim = len(logical)
     shards = content.shard_shapes
     held = content.pieces_by_rank
@@ -252,14 +264,14 @@ def _slab_side(content: MapContent, budget: PlanBudget) -> tuple[int | None, _Sp
     # (which split the locations among the boxes) are then exactly its declared holders.
     if sum(map(len, map(_FIRST, boxes.values()))) != len(locations):
         return None
-    spans: _Spans = []
+    spans: list[SlabSpan] = []
     end = 0
     for (first, size), (declared, box_strides) in sorted(boxes.items()):  # distinct keys
         if first != end:  # a gap, or two boxes that overlap
             return None
         end = first + size
         spans.append((first, size, tuple(sorted(declared)) if len(declared) > 1 else tuple(declared), box_strides))
-    return (axis, spans) if end == logical[0 if axis is None else axis] else None
+    return (axis, tuple(spans)) if end == logical[0 if axis is None else axis] else None
 
 
 _SECOND = itemgetter(1)
@@ -329,9 +341,9 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     axis = target_axis if target_axis is not None else source_axis if source_axis is not None else 0
     # All of F, as a span along the other side's axis (its strides are F's either way).
     if target_axis is None:
-        target_spans = [(0, logical[axis], *target_spans[0][2:])]
+        target_spans = ((0, logical[axis], target_spans[0][2], target_spans[0][3]),)
     if source_axis is None:
-        source_spans = [(0, logical[axis], *source_spans[0][2:])]
+        source_spans = ((0, logical[axis], source_spans[0][2], source_spans[0][3]),)
     starts = [*map(_FIRST, source_spans)]
     ends = [*map(add, starts, map(_SECOND, source_spans))]
     # Every holder of a box has it as its whole shard: the shard strides of a box are those of

@@ -22,7 +22,7 @@ import pytest
 from conftest import Reached, examples, piece
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_small_fast_path import _general, _planned
+from test_small_fast_path import _general, _planned, _side_of
 
 from refplan import limits, plan_transfers, verify_plans
 from refplan.limits import PlanBudget
@@ -271,13 +271,14 @@ _SIDE_CASES: dict[str, tuple[ParamAffineMap, Any]] = {
 }
 
 
+
 @pytest.mark.parametrize("case", sorted(_SIDE_CASES))
 def test_slab_side_holders_and_merged_boxes(case: str) -> None:
     """``_slab_side`` on maps whose pieces are separate objects: exact spans when every box's
     pieces name exactly its holders and the boxes run end to end, else ``None``; either way the
     whole plan (or refusal) is the general path's, as target and as source."""
     m, want = _SIDE_CASES[case]
-    assert _slab_side(m.content, PlanBudget()) == want
+    assert _side_of(m.content, PlanBudget()) == want
     other = contiguous_split_map((8, 3), [3, 5], 0)
     for batch in ({"w": (m, other)}, {"w": (other, m)}):
         fast = _planned(batch)
@@ -291,7 +292,7 @@ def test_slab_side_checks_shard_strides_along_later_axes() -> None:
     """Columns of a (2, 6) F: a shard's row stride is its own width, not F's; a piece that claims
     F's row stride is refused by both paths."""
     good = contiguous_split_map((2, 6), [2, 4], 1)
-    assert _slab_side(good.content, PlanBudget()) == (1, [(0, 2, (0,), (2, 1)), (2, 4, (1,), (4, 1))])
+    assert _side_of(good.content, PlanBudget()) == (1, [(0, 2, (0,), (2, 1)), (2, 4, (1,), (4, 1))])
     bad = ParamAffineMap((2, 6), {0: (2, 2), 1: (2, 4)}, {
         0: [piece((2, 2), 0, (6, 1), 0, (6, 1), [0])], 1: [piece((2, 4), 2, (6, 1), 0, (4, 1), [1])],
     })

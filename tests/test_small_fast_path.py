@@ -670,6 +670,12 @@ def test_drawn_slab_layouts_are_planned_the_same_and_exactly_by_every_path() -> 
     every()
     reached.at_least("slab path planned, judged exact", max(1, examples() // 3))
 
+def _side_of(content: MapContent, budget: PlanBudget) -> tuple[int | None, list[Any]] | None:
+    """``_slab_side`` with its boxes as a list, to compare with the lists written below."""
+    got = _slab_side(content, budget)
+    return None if got is None else (got[0], list(got[1]))
+
+
 
 _COLUMNS = replicate(contiguous_split_map((8, 6), [2, 4], 1), 2)  # a split along axis 1: locations 0, 2 | 1, 3
 
@@ -697,7 +703,7 @@ def test_every_change_to_a_slab_map_is_taken_only_when_the_general_path_agrees(
         along = 0 if axis is None else axis
         # Every holder of a box reads it with the same shard strides, the ones the span carries.
         assert all(len(kinds) == 1 for kinds in strides.values())
-        assert spans == [
+        assert list(spans) == [
             (box.origin[along], box.extent[along], tuple(locs), *strides[box]) for box, locs in sorted(boxes.items())
         ]
         for box in boxes:
@@ -715,16 +721,16 @@ def test_every_change_to_a_slab_map_is_taken_only_when_the_general_path_agrees(
 
 
 def test_slab_side_of_splits() -> None:
-    assert _slab_side(_REPLICATED.content, PlanBudget()) == (0, [(0, 4, (0, 2), (6, 1)), (4, 4, (1, 3), (6, 1))])
+    assert _side_of(_REPLICATED.content, PlanBudget()) == (0, [(0, 4, (0, 2), (6, 1)), (4, 4, (1, 3), (6, 1))])
     split = contiguous_split_map((8, 6), [2, 3, 3], 0)
-    assert _slab_side(split.content, PlanBudget()) == (
+    assert _side_of(split.content, PlanBudget()) == (
         0, [(0, 2, (0,), (6, 1)), (2, 3, (1,), (6, 1)), (5, 3, (2,), (6, 1))]
     )
-    assert _slab_side(_COLUMNS.content, PlanBudget()) == (1, [(0, 2, (0, 2), (2, 1)), (2, 4, (1, 3), (4, 1))])
+    assert _side_of(_COLUMNS.content, PlanBudget()) == (1, [(0, 2, (0, 2), (2, 1)), (2, 4, (1, 3), (4, 1))])
     columns = contiguous_split_map((2, 3, 4), [1, 3], 2)
-    assert _slab_side(columns.content, PlanBudget()) == (2, [(0, 1, (0,), (3, 1, 1)), (1, 3, (1,), (9, 3, 1))])
-    assert _slab_side(contiguous_split_map((5,), [5], 0).content, PlanBudget()) == (None, [(0, 5, (0,), (1,))])
-    assert _slab_side(replicate(contiguous_split_map((3, 2, 2), [3], 0), 3).content, PlanBudget()) == (
+    assert _side_of(columns.content, PlanBudget()) == (2, [(0, 1, (0,), (3, 1, 1)), (1, 3, (1,), (9, 3, 1))])
+    assert _side_of(contiguous_split_map((5,), [5], 0).content, PlanBudget()) == (None, [(0, 5, (0,), (1,))])
+    assert _side_of(replicate(contiguous_split_map((3, 2, 2), [3], 0), 3).content, PlanBudget()) == (
         None, [(0, 3, (0, 1, 2), (4, 2, 1))]
     )
 
