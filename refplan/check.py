@@ -39,7 +39,7 @@ from .box import Box, WorkCounter, overlapping_pairs
 from .errors import InvalidReplicaPolicyError
 from .limits import PlanBudget
 from .maps import describe
-from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest
+from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest, _new_candidate, uniform_read
 
 __all__ = ["DEFAULT_MIN_SPLIT_BYTES", "ResolvedAnswer", "check_answers"]
 
@@ -215,12 +215,20 @@ def check_answers(
             if entry is not None and entry[0] is request:
                 one = entry[1]
             else:
-                for cand in request.candidates:
-                    if cand.source_rank == answer:
-                        one = ((_new_box((request.logical_origin, request.shape)), cand),)
-                        break
-                else:  # not a holder: ``_candidate`` raises the error that says so
-                    one = ((request.box, _candidate(index, request, answer, name)),)
+                uniform = uniform_read(request)
+                if uniform is not None and answer in uniform[0]:
+                    # A holder of a uniform request: its candidate is (answer, *read), made here
+                    # instead of all of them (``requests._UniformRequest``).
+                    offset, strides = uniform[1]
+                    chosen = _new_candidate((answer, offset, strides))
+                    one = ((_new_box((request.logical_origin, request.shape)), chosen),)
+                else:
+                    for cand in request.candidates:
+                        if cand.source_rank == answer:
+                            one = ((_new_box((request.logical_origin, request.shape)), cand),)
+                            break
+                    else:  # not a holder: ``_candidate`` raises the error that says so
+                        one = ((request.box, _candidate(index, request, answer, name)),)
                 if sharing:
                     accepted[(id(request), answer)] = (request, one)
         elif isinstance(answer, (list, tuple)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from functools import partial
 from itertools import chain, repeat
 from math import prod
@@ -38,13 +39,11 @@ from .plan import (
 from .policies import balanced, first_holder, from_selector, lpt
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
-    ReplicaCandidate,
     ReplicaPolicy,
     ReplicaRequest,
     ReplicaSelectionRequest,
     TransferEndpoints,
-    _make_request,
-    _new_candidate,
+    _make_uniform_request,
     build_requests,
 )
 
@@ -158,12 +157,14 @@ def _validated(name: str, target_map: ParamAffineMap, source_map: ParamAffineMap
 
 
 _Slab = tuple[
-    int, tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[ReplicaCandidate, ...], int, tuple[int, ...]
+    int, tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, tuple[int, ...]], int, tuple[int, ...]
 ]
 """One request of a slab layout without its parameter and bytes: (target location, logical
-origin, shape, target offset, target strides, candidates), as ``build_requests`` fills them in,
-then the shape's volume and the candidates' locations (one tuple per source box, shared by its
-requests, so that ``_slab_requests`` binds each box's holders once)."""
+origin, shape, target offset, target strides, the holders' one read address (offset, strides)),
+as ``build_requests`` fills them in, then the shape's volume and the holders' locations (one
+tuple per source box, shared by its requests, so that ``_slab_requests`` binds each box's
+holders once). Every holder of a source box holds it as its whole shard with the same strides,
+so all of a request's candidates read it at one address (``requests._UniformRequest``)."""
 
 _FIRST = itemgetter(0)
 _DECLARED = itemgetter(5)  # an ``AffinePiece``'s ``locations``
@@ -362,12 +363,11 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
             region_first, region_size, holders, strides = source_spans[k]
             lo = first if first > region_first else region_first
             offset = (lo - region_first) * strides[axis]
-            candidates = tuple(map(_new_candidate, zip(holders, repeat(offset), repeat(strides))))
             end = region_first + region_size
             extent = (stop if stop < end else end) - lo
             parts.append((
                 (*zeros_before, lo, *zeros_after), (*before, extent, *after),
-                (lo - first) * step, target_strides, candidates, extent * rest, holders,
+                (lo - first) * step, target_strides, (offset, strides), extent * rest, holders,
             ))
         parts_of.append(parts)
     # Request order: target location (each holds one box), then origin.
@@ -404,9 +404,9 @@ def _slab_requests(
     out: list[ReplicaRequest] = []
     append = out.append
     if endpoints is None:
-        for loc, origin, shape, offset, strides, candidates, numel, _ranks in slabs:
-            append(_make_request(
-                name, loc, None, origin, shape, offset, strides, candidates, (None,) * len(candidates),
+        for loc, origin, shape, offset, strides, read, numel, ranks in slabs:
+            append(_make_uniform_request(
+                name, loc, None, origin, shape, offset, strides, ranks, read, (None,) * len(ranks),
                 None if element_size is None else numel * element_size, None, None,
             ))
         return out
@@ -415,7 +415,7 @@ def _slab_requests(
     # box (its holders tuple, by identity: ``slabs`` keeps it alive), which every request that
     # reads the box repeats.
     bound: dict[int, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
-    for loc, origin, shape, offset, strides, candidates, numel, ranks in slabs:
+    for loc, origin, shape, offset, strides, read, numel, ranks in slabs:
         if loc not in targets:
             return None
         process = targets[loc]
@@ -435,20 +435,28 @@ def _slab_requests(
             if process not in process_node:
                 return None
             node = process_node[process]
-        append(_make_request(
-            name, loc, process, origin, shape, offset, strides, candidates, known[0],
+        append(_make_uniform_request(
+            name, loc, process, origin, shape, offset, strides, ranks, read, known[0],
             None if element_size is None else numel * element_size, known[1], node,
         ))
     return out
 
 
 def _renamed(request: ReplicaRequest, name: str) -> ReplicaRequest:
-    """``dataclasses.replace(request, parameter=name)`` without the frozen ``__init__``'s cost."""
+    """``dataclasses.replace(request, parameter=name)`` without the frozen ``__init__``'s cost: a
+    plain ``ReplicaRequest`` (a uniform one's candidates made), holding nothing else."""
     clone = _new_object(ReplicaRequest)
-    values = request.__dict__.copy()
+    if type(request) is ReplicaRequest:
+        values = request.__dict__.copy()
+    else:
+        values = dict(zip(_REQUEST_FIELDS, _ALL_FIELDS(request)))
     values["parameter"] = name
     _set_attribute(clone, "__dict__", values)
     return clone
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(ReplicaRequest))
+_ALL_FIELDS = attrgetter(*_REQUEST_FIELDS)
 
 
 _new_object = object.__new__

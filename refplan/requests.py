@@ -14,11 +14,11 @@ for the source and the target side.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from math import prod
 from operator import attrgetter, mul
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .box import Box, volume
 from .endpoints import TransferEndpoints
@@ -165,6 +165,101 @@ _set_attribute = object.__setattr__
 _PLACEMENT = attrgetter("strides", "shift")
 _new_candidate = partial(tuple.__new__, ReplicaCandidate)
 """``ReplicaCandidate`` from a 3-tuple without the named tuple's Python ``__new__`` (once per holder)."""
+
+
+class _CandidatesOnDemand:
+    """A uniform request's ``candidates``, made from its holders and its one read address the
+    first time they are read, and kept in the instance (a non-data descriptor: once the instance
+    dictionary has them, it answers)."""
+
+    def __get__(self, request: Any, owner: Any = None) -> Any:
+        if request is None:
+            return self
+        values = request.__dict__
+        offset, strides = values["_read"]
+        made = values["candidates"] = tuple([_new_candidate((rank, offset, strides)) for rank in values["_holders"]])
+        return made
+
+
+_FIELDS = attrgetter(*(f.name for f in fields(ReplicaRequest)))
+
+
+class _UniformRequest(ReplicaRequest):
+    """A ``ReplicaRequest`` whose holders all read its box at one (offset, strides): the slab
+    path's requests (every holder of a slab holds it as its whole shard, laid out alike).
+
+    Why: a request has a candidate per holder, and most holders are DP replicas; with every
+    parameter's shape its own, making those candidates (8 per request for a ZeRO source) was a
+    sixth of planning, while refplan's own policies read only the holders' locations and the
+    checker needs only the chosen one. So the request keeps its holders' locations
+    (``_holders``, shared by every request that reads the same source box) and the read address
+    (``_read``); ``candidates`` are made when something reads them, and equal what
+    ``_make_request`` would have stored. Equal to, and hashed as, the ``ReplicaRequest`` of the
+    same fields; ``holder_locations`` and ``check_answers`` read the two private fields.
+    """
+
+    candidates = _CandidatesOnDemand()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ReplicaRequest):
+            return bool(_FIELDS(self) == _FIELDS(other))
+        return NotImplemented
+
+    __hash__ = ReplicaRequest.__hash__
+
+    def __repr__(self) -> str:
+        return "ReplicaRequest" + ReplicaRequest.__repr__(self)[len(type(self).__qualname__):]
+
+
+def _make_uniform_request(
+    parameter: str,
+    target_location: int,
+    target_process: int | None,
+    logical_origin: tuple[int, ...],
+    shape: tuple[int, ...],
+    target_offset: int,
+    target_strides: tuple[int, ...],
+    holders: tuple[int, ...],
+    read: tuple[int, tuple[int, ...]],
+    candidate_processes: tuple[int | None, ...],
+    bytes_: int | None,
+    candidate_nodes: tuple[int | None, ...] | None,
+    target_node: int | None,
+) -> ReplicaRequest:
+    """``_make_request`` of the candidates ``(rank, *read) for rank in holders``, made on demand
+    (``_UniformRequest``)."""
+    request = _new_object(_UniformRequest)
+    _set_attribute(request, "__dict__", {
+        "parameter": parameter, "target_location": target_location, "target_process": target_process,
+        "logical_origin": logical_origin, "shape": shape, "target_offset": target_offset,
+        "target_strides": target_strides, "_holders": holders, "_read": read,
+        "candidate_processes": candidate_processes, "bytes": bytes_, "candidate_nodes": candidate_nodes,
+        "target_node": target_node,
+    })
+    return request
+
+
+_RANK = attrgetter("source_rank")
+
+
+def holder_locations(request: ReplicaRequest) -> tuple[int, ...]:
+    """The locations of ``request``'s candidates, in their order, without making a uniform
+    request's candidates."""
+    if type(request) is _UniformRequest:
+        holders: tuple[int, ...] | None = request.__dict__.get("_holders")
+        if holders is not None:
+            return holders
+    return tuple(map(_RANK, request.candidates))
+
+
+def uniform_read(request: ReplicaRequest) -> tuple[tuple[int, ...], tuple[int, tuple[int, ...]]] | None:
+    """(holder locations, the one read address) of a uniform request, else ``None``."""
+    if type(request) is _UniformRequest:
+        values = request.__dict__
+        holders = values.get("_holders")
+        if holders is not None:
+            return holders, values["_read"]
+    return None
 
 
 def build_requests(

@@ -172,7 +172,7 @@ def test_the_norm_layout_charges_exact_counts() -> None:
     assert _general_checks(target, source) == 70
     assert [s[0] for s in layout.slabs or ()] == list(range(8))
     assert {s[1:5] for s in layout.slabs or ()} == {((0,), (4101,), 0, (1,))}
-    assert [c.source_rank for c in (layout.slabs or [])[0][5]] == list(range(16))
+    assert list((layout.slabs or [])[0][7]) == list(range(16))
     # Replicated slabs against replicated slabs: source 4 + 2·2, target 6 + 2·2, joint 8 + 28.
     target = replicate(contiguous_split_map((6, 2), [3, 3], 0), 3)
     source = replicate(contiguous_split_map((6, 2), [1, 5], 0), 2)

@@ -61,7 +61,7 @@ from refplan.planner import _lone_checks, _slab_layout, _slab_requests, _slab_si
 from refplan.policies import POLICIES
 from refplan.policies.simple import _Units
 from refplan.regions import check_target_cover, intersections, source_regions
-from refplan.requests import ReplicaCandidate, TransferEndpoints, build_requests
+from refplan.requests import ReplicaCandidate, TransferEndpoints, build_requests, holder_locations
 from refplan.strategies import map_batches, param_maps
 
 # ---------------------------------------------------------------------------------------------
@@ -781,12 +781,12 @@ def test_slab_side_declines(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _requests_of(slabs: Any) -> list[tuple[Any, ...]]:
-    """A slab layout's requests without their last two fields, after checking those: each
-    slab's volume is its shape's, and its holders are its candidates' locations."""
+    """A slab layout's requests with their candidates (each holder, at the one read address) in
+    place of the read address, holders and volume, after checking the volume is the shape's."""
     assert slabs is not None
     for slab in slabs:
-        assert slab[6] == prod(slab[2]) and slab[7] == tuple(c.source_rank for c in slab[5])
-    return [slab[:6] for slab in slabs]
+        assert slab[6] == prod(slab[2])
+    return [(*slab[:5], tuple((rank, *slab[5]) for rank in slab[7])) for slab in slabs]
 
 
 def test_slab_layout_of_columns_against_all_of_f() -> None:
@@ -845,7 +845,9 @@ def test_slab_layout_of_a_split_against_a_replicated_split() -> None:
         (1, (4, 0), (1, 6), 12, _STRIDES, ((1, 0, _STRIDES), (3, 0, _STRIDES))),
         (2, (5, 0), (3, 6), 0, _STRIDES, ((1, 6, _STRIDES), (3, 6, _STRIDES))),
     ]
-    assert all(type(c) is ReplicaCandidate for s in layout.slabs for c in s[5])
+    made = _slab_requests("w", layout.slabs, 2)
+    assert all(type(c) is ReplicaCandidate for r in made for c in r.candidates)
+    assert [holder_locations(r) for r in made] == [(0, 2), (0, 2), (1, 3), (1, 3)]
 
 
 def test_slab_layout_declines(monkeypatch: pytest.MonkeyPatch) -> None:

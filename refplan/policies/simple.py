@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 from heapq import heapify, heapreplace
-from operator import attrgetter
 from typing import NamedTuple
 
-from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest
+from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest, holder_locations
 
 __all__ = ["balanced", "first_holder", "from_selector", "lpt", "request_load", "uses_processes"]
 
@@ -23,7 +22,7 @@ def request_load(request: ReplicaRequest) -> int:
 
 def first_holder(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     """DeepSpeed's old default: the lowest holder location serves every request."""
-    return [min(c.source_rank for c in r.candidates) for r in requests]
+    return [min(holder_locations(r)) for r in requests]
 
 
 def uses_processes(requests: Sequence[ReplicaRequest]) -> bool:
@@ -137,7 +136,7 @@ class _Units:
         out: list[_Placed] = []
         append = out.append
         for r in requests:
-            key = (tuple(map(_RANK, r.candidates)), r.candidate_processes, r.target_process if by_process else None)
+            key = (holder_locations(r), r.candidate_processes, r.target_process if by_process else None)
             got = seen.get(key)
             if got is None:
                 placed = self.place(r)
@@ -154,10 +153,10 @@ class _Units:
         here = r.target_process
         fixed: tuple[int, int] | None = None
         if self.by_process and here in r.candidate_processes:
-            choice = min([c.source_rank for c, p in zip(r.candidates, r.candidate_processes) if p == here])
+            choice = min([rank for rank, p in zip(holder_locations(r), r.candidate_processes) if p == here])
             fixed = (choice, next(u for u, rank in holders.pairs if rank == choice))
-        elif len(r.candidates) == 1:
-            fixed = (r.candidates[0].source_rank, holders.pairs[0][0])
+        elif len(holders.pairs) == 1:
+            fixed = holders.pairs[0][1], holders.pairs[0][0]
         size = request_load(r)
         return _new_placed((holders, size, fixed, (holders.coverage, -size)))
 
@@ -166,7 +165,7 @@ class _Units:
         that is all they depend on, and a model's requests have a few dozen of those, where the
         candidates themselves (with their read offsets) are mostly distinct."""
         processes = r.candidate_processes
-        ranks = tuple(map(_RANK, r.candidates))
+        ranks = holder_locations(r)
         key = (ranks, processes)
         known = self._known.get(key)
         if known is None:
@@ -180,7 +179,6 @@ class _Units:
         return known
 
 
-_RANK = attrgetter("source_rank")
 _new_placed = partial(tuple.__new__, _Placed)
 """``_Placed`` from a 4-tuple without the named tuple's Python ``__new__`` (once per request)."""
 
