@@ -754,7 +754,7 @@ def test_dcp_layout_states_placements_or_says_why_not() -> None:
 
 
 def test_end_to_end_targets_are_judged_from_the_rows() -> None:
-    from refplan.cli.bench import BenchReport, E2ERow, _e2e_targets
+    from refplan.cli.bench import BenchReport, E2ERow, ScenarioSummary, _e2e_targets
 
     def row(scenario: str, contender: str, peer: str, build: float, plan: float, verify: float | None = None
             ) -> E2ERow:
@@ -770,6 +770,8 @@ def test_end_to_end_targets_are_judged_from_the_rows() -> None:
         row("zero2-sync-distinct", "megatron", "megatron", 0.002, 0.002),
         row("moe-large", "refplan:balanced", "refplan", 0.5, 0.7, 0.9),
     ]
+    report.e2e.append(row("llama-sync-distinct", "refplan:balanced", "refplan", 0.001, 0.0119, 0.0122))
+    report.summaries.append(ScenarioSummary("llama-sync-distinct", "", 200, 0, 0, 0.0, (), 0.0, 0))
     report.replicate = {"copies": [128, 1024], "shape": [4096, 4096], "build_seconds": {"128": 0.005, "1024": 0.06},
                         "build_plan_seconds": {"128": 0.01, "1024": 0.1}, "ratio": 12.0}
     met = {t["target"]: (t["met"], t["detail"]) for t in _e2e_targets(report)}
@@ -780,6 +782,10 @@ def test_end_to_end_targets_are_judged_from_the_rows() -> None:
     assert met["moe-large build + plan + verify <= 2 s"][0] is False  # 2.1 s
     assert met["linear replicate: 1024 copies <= 10x 128 copies"][0] is False
     assert "zero2-sync build+plan <= 1x the fastest peer's build+plan" not in met  # not run: not judged
+    # 11.9 ms and 12.2 ms over 200 parameters: 59.5 and 61 us each.
+    planned = met["llama-sync-distinct: planned in <= 60 us per parameter"]
+    assert planned == (True, "11.9 ms for 200 parameters = 59.5 us each")
+    assert met["llama-sync-distinct: verified in <= 60 us per parameter"][0] is False
 
 
 def test_replicate_scaling_measures_both_sizes() -> None:

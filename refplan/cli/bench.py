@@ -1079,6 +1079,10 @@ TARGET_E2E_VS_FASTEST = 1.0
 TARGET_LARGE_MOE_SECONDS = 2.0
 """moe-large: refplan's build + plan + verify, CPU seconds."""
 TARGET_REPLICATE_GROWTH = 10.0
+DISTINCT_LAYOUT_SCENARIO = "llama-sync-distinct"
+TARGET_DISTINCT_LAYOUT_US = 60.0
+"""Issue 27, item 1: a distinct Llama layout (16 source x 8 target pieces) planned, and verified,
+in at most this many microseconds per parameter (CPU, best round)."""
 """``replicate`` at 1 024 copies <= this x its time at 128 (linear would be 8x)."""
 REPLICATE_COPIES = (128, 1024)
 
@@ -1842,6 +1846,15 @@ def _e2e_targets(report: BenchReport) -> list[dict[str, Any]]:
         add(f"{row.scenario} verify <= plan", row.verify_seconds <= row.plan_only_seconds,
             f"verify {ms(row.verify_seconds)} ms, plan {ms(row.plan_only_seconds)} ms = "
             f"{row.verify_seconds / row.plan_only_seconds:.2f}x")
+    distinct = _e2e_row(report, DISTINCT_LAYOUT_SCENARIO, "refplan:balanced")
+    count = next((s.parameters for s in report.summaries if s.name == DISTINCT_LAYOUT_SCENARIO), 0)
+    if distinct is not None and count:
+        for what, seconds in (("planned", distinct.plan_only_seconds), ("verified", distinct.verify_seconds)):
+            if seconds is None:
+                continue
+            us = seconds / count * 1e6
+            add(f"{DISTINCT_LAYOUT_SCENARIO}: {what} in <= {TARGET_DISTINCT_LAYOUT_US:g} us per parameter",
+                us <= TARGET_DISTINCT_LAYOUT_US, f"{ms(seconds)} ms for {count} parameters = {us:.1f} us each")
     large = _e2e_row(report, "moe-large", "refplan:balanced")
     if large is not None and large.e2e_seconds is not None:
         total = large.e2e_seconds + (large.verify_seconds or 0.0)
