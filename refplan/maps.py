@@ -339,6 +339,9 @@ class _Unknown:
     def __repr__(self) -> str:
         return "UNKNOWN"
 
+    def __reduce__(self) -> str:
+        return "UNKNOWN"  # unpickled as this module's one instance
+
 
 UNKNOWN = _Unknown()
 
@@ -724,7 +727,7 @@ def _built(
     """The map of a builder's converted fields, remembered under the builder's ``key`` if any,
     with the slab structure the builder knows of them (``slabs``), if it knows it."""
     content = _shared_content(logical, shards, held, count)
-    if slabs is not UNKNOWN and content.slabs is UNKNOWN:
+    if not isinstance(slabs, _Unknown) and isinstance(content.slabs, _Unknown):
         _set(content, "slabs", slabs)
     if key is not None:
         _keep(_BUILT, key, content)

@@ -11,6 +11,8 @@ empty parts, sizes that do not add up, scales, renamed replicas, and replicas of
 
 from __future__ import annotations
 
+import copy
+import pickle
 from itertools import pairwise
 from typing import Any
 
@@ -144,3 +146,31 @@ def test_replica_records_list_holders_sorted() -> None:
               parallel_map((4, 3), 2, 0, 3, location_of=lambda t, c: names[c * 2 + t])):
         assert m.content.slabs == (0, ((0, 2, (0, 26, 52), (3, 1)), (2, 2, (13, 39, 65), (3, 1))))
         assert m.content.slabs == _recomputed(m.content)
+
+
+def test_unknown_is_one_object_through_copies() -> None:
+    """``UNKNOWN`` pickles and copies as itself, so a content's ``slabs`` is never a stray
+    instance that a builder would take for a record."""
+    assert pickle.loads(pickle.dumps(UNKNOWN)) is UNKNOWN
+    assert copy.deepcopy(UNKNOWN) is UNKNOWN and repr(UNKNOWN) == "UNKNOWN"
+
+
+@pytest.mark.parametrize("case", ["columns", "pair-holders", "third-axis", "whole"])
+def test_structure_worked_out_from_pieces(case: str) -> None:
+    """``_slab_structure`` itself (the planner's own reading of a map nobody recorded), on maps
+    a builder would record, written out: a split along a later axis of a non-square F, a box
+    held by two locations whose set does not iterate in order ({8, 1}), a split along axis 2
+    (shard strides of its own), and all of F."""
+    if case == "columns":
+        m = contiguous_split_map((4, 6), [2, 4], 1)
+        want: Any = (1, ((0, 2, (0,), (2, 1)), (2, 4, (1,), (4, 1))))
+    elif case == "pair-holders":
+        m = replicate(contiguous_split_map((4, 3), [1, 3], 0), 2, lambda loc, c: [[1, 8], [0, 5]][loc][c])
+        want = (0, ((0, 1, (1, 8), (3, 1)), (1, 3, (0, 5), (3, 1))))
+    elif case == "third-axis":
+        m = contiguous_split_map((2, 3, 4), [1, 3], 2)
+        want = (2, ((0, 1, (0,), (3, 1, 1)), (1, 3, (1,), (9, 3, 1))))
+    else:
+        m = replicated_map((5, 2), 3)
+        want = (None, ((0, 5, (0, 1, 2), (2, 1)),))
+    assert _recomputed(m.content) == want == m.content.slabs
