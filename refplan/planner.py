@@ -109,6 +109,7 @@ def _prepare(
     element_size: int | None,
     process_node: Mapping[int, int] | None,
     memo: _Memo | None = None,
+    bindings: _Bindings | None = None,
 ) -> _Prepared:
     if not isinstance(target_map, ParamAffineMap) or not isinstance(source_map, ParamAffineMap):
         raise InvalidMapError(f"parameter {name!r}: expected a (target ParamAffineMap, source ParamAffineMap) pair")
@@ -129,7 +130,7 @@ def _prepare(
     # hands out those shared requests itself.
     requests = None
     if layout.slabs is not None:
-        requests = _slab_requests(name, layout.slabs, element_size, endpoints, process_node)
+        requests = _slab_requests(name, layout.slabs, element_size, endpoints, process_node, bindings)
         if requests is None:  # a location or process without a binding: ``build_requests`` names it
             layout = _validated(name, target_map, source_map, budget)
     if requests is None:
@@ -391,16 +392,27 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     return layout
 
 
+_Bindings = dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...] | None]]
+"""Source holder locations -> (their processes, those processes' nodes or ``None``), for one
+batch's endpoints and node binding."""
+
+
 def _slab_requests(
     name: str,
     slabs: list[_Slab],
     element_size: int | None,
     endpoints: TransferEndpoints | None = None,
     process_node: Mapping[int, int] | None = None,
+    bindings: _Bindings | None = None,
 ) -> list[ReplicaRequest] | None:
     """The requests of a ``_slab_layout`` for parameter ``name``: ``build_requests``'s, field for
     field, or ``None`` if ``endpoints`` or ``process_node`` leave a location or process of the
-    layout unbound (then ``build_requests`` refuses, naming the first one in its own order)."""
+    layout unbound (then ``build_requests`` refuses, naming the first one in its own order).
+
+    ``bindings``: the processes and nodes of holder tuples already bound in this batch (the
+    caller keeps it for one batch: they depend only on the locations, the endpoints and the node
+    binding). Distinct parameters of a model name the same few holder tuples, so each is bound
+    once per batch instead of once per parameter."""
     out: list[ReplicaRequest] = []
     append = out.append
     if endpoints is None:
@@ -411,15 +423,14 @@ def _slab_requests(
             ))
         return out
     targets, sources = endpoints.target, endpoints.source
-    # Processes and nodes of candidates depend only on their locations: bound once per source
-    # box (its holders tuple, by identity: ``slabs`` keeps it alive), which every request that
-    # reads the box repeats.
-    bound: dict[int, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
+    # Processes and nodes of candidates depend only on their locations: bound once per holder
+    # tuple (by value) in the batch, which every request that reads its box repeats.
+    bound: _Bindings = {} if bindings is None else bindings
     for loc, origin, shape, offset, strides, read, numel, ranks in slabs:
         if loc not in targets:
             return None
         process = targets[loc]
-        known = bound.get(id(ranks))
+        known = bound.get(ranks)
         if known is None:
             if not all(map(sources.__contains__, ranks)):
                 return None
@@ -427,9 +438,9 @@ def _slab_requests(
             if process_node is not None:
                 if not all(map(process_node.__contains__, processes)):
                     return None
-                known = bound[id(ranks)] = (processes, tuple(map(process_node.__getitem__, processes)))
+                known = bound[ranks] = (processes, tuple(map(process_node.__getitem__, processes)))
             else:
-                known = bound[id(ranks)] = (processes, None)
+                known = bound[ranks] = (processes, None)
         node: int | None = None
         if process_node is not None:
             if process not in process_node:
@@ -704,6 +715,7 @@ def _prepare_batch(
         raise ValueError(f"min_split_bytes must be non-negative, got {split_floor}")
     prepared: list[_Prepared] = []
     memo: _Memo = {}
+    bindings: _Bindings = {}
     # A parameter whose two maps have the contents of a remembered layout gets that layout, and
     # the requests built for it at this element size, by one lookup keyed on the contents'
     # identities (``_content_key``: equal shared contents are the same immutable object; only
@@ -725,7 +737,7 @@ def _prepare_batch(
             if layout is not None and (templates := layout.templates.get(size)) is not None:
                 prepared.append(_new_prepared((name, layout, templates, True)))
                 continue
-        prepared.append(_prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo))
+        prepared.append(_prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo, bindings))
     return prepared, sizes, split_floor
 
 

@@ -899,6 +899,17 @@ def test_slab_requests_bind_processes_and_nodes_as_build_requests() -> None:
         assert [r.candidate_processes for r in got] == [(0, 2), (0, 2), (1, 3), (1, 3)]
         assert [r.target_node for r in got] == ([None] * 4 if nodes is None else [0, 1, 1, 0])
         assert [r.candidate_nodes for r in got] == ([None] * 4 if nodes is None else [(0, 1)] * 4)
+        # A batch's bindings, shared by its parameters: bound once per holder tuple, the same
+        # requests for every parameter (a second layout of other shapes reads the same holders).
+        bindings: dict[Any, Any] = {}
+        assert _slab_requests("w", layout.slabs, 2, _ENDPOINTS, nodes, bindings) == want
+        assert set(bindings) == {(0, 2), (1, 3)}
+        source = replicate(contiguous_split_map((4, 3), [2, 2], 0), 2)
+        other = _slab_layout(contiguous_split_map((4, 3), [1, 2, 1], 0), source, PlanBudget())
+        assert other is not None and other.slabs is not None
+        shared = _slab_requests("v", other.slabs, 2, _ENDPOINTS, nodes, bindings)
+        assert shared == _slab_requests("v", other.slabs, 2, _ENDPOINTS, nodes) is not None
+        assert shared is not None and [r.candidate_processes for r in shared] == [(0, 2), (0, 2), (1, 3), (1, 3)]
 
 
 @pytest.mark.parametrize("unbound", ["target location", "source location", "target process", "source process"])
