@@ -174,3 +174,12 @@ def test_structure_worked_out_from_pieces(case: str) -> None:
         m = replicated_map((5, 2), 3)
         want = (None, ((0, 5, (0, 1, 2), (2, 1)),))
     assert _recomputed(m.content) == want == m.content.slabs
+
+
+def test_whole_records_by_count_of_holders() -> None:
+    """All of F held by no location is no slab map; by one or more locations it is one box."""
+    assert replicated_map((3, 2), 0).content.slabs is None is _recomputed(replicated_map((3, 2), 0).content)
+    for degree in (1, 2):
+        content = replicated_map((3, 2), degree).content
+        assert content.slabs == (None, ((0, 3, tuple(range(degree)), (2, 1)),)) == _recomputed(content)
+    assert replicated_map((3, 2), 2, 2.0).content.slabs is None  # a scale: not a plain copy
