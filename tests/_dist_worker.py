@@ -596,6 +596,57 @@ def s_free_chunks(me: int, world: int) -> dict[str, Any]:
         "staged": run_exact({"w": (rows, cols_source)}, ends, {"w": torch.float32}, me,
                             budget=StagingBudget(1 << 17)),
     }
+    from refplan.execute import transport
+
+    transport._ORDERED_BATCHES = True  # NCCL's path: each round one batch, pieces in order
+    try:
+        out["free_ordered"] = run_exact({"w": (rows, rows)}, ends, {"w": torch.float32}, me,
+                                        budget=StagingBudget(1 << 17))
+    finally:
+        transport._ORDERED_BATCHES = False
+    return out
+
+
+def s_layout_reuse(me: int, world: int) -> dict[str, Any]:
+    """The same plan objects called again with new buffers (other addresses, other contents):
+    the second call reuses this process's layout (no queues built) and binds its direct pieces
+    (a run of free chunks sent and received in place, and a staged chunk received in place) to
+    the new buffers. The first call's buffers are emptied and refilled with other values between
+    the calls, so a piece still bound to them would send wrong data or land in the wrong place."""
+    from refplan.execute import checks
+
+    shape = (1024, 256)
+    rows = contiguous_split_map(shape, [256] * 4, 0)
+    cols = contiguous_split_map(shape, [64] * 4, 1)
+    pairs = {"free": (rows, rows), "staged": (rows, cols)}
+    dtypes = dict.fromkeys(pairs, torch.float32)
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    budget = StagingBudget(1 << 17)
+    plans = plan(pairs, ends, dtypes, "balanced")
+    built: list[int] = []
+    real = checks._build_queues
+
+    def counting(*args: Any) -> Any:
+        built.append(1)
+        return real(*args)
+
+    checks._build_queues = counting  # type: ignore[assignment]  # where _prepare looks it up
+    try:
+        first = make_buffers(pairs, ends, me, dtypes)
+        stats = execute_transfers(plans, first.sources, first.targets, ends, dtypes=dtypes, budget=budget,
+                                  timeout=TIMEOUT)
+        out: dict[str, Any] = {"first": {**verdict(first), **stats_dict(stats)}}
+        for per in (*first.sources.values(), *first.targets.values()):
+            for t in per.values():
+                t.fill_(-7.0)
+        second = make_buffers(pairs, ends, me, dtypes)
+        stats = execute_transfers(plans, second.sources, second.targets, ends, dtypes=dtypes, budget=budget,
+                                  timeout=TIMEOUT)
+        out["second"] = {**verdict(second), **stats_dict(stats)}
+        out["first_untouched"] = all(bool((t == -7.0).all()) for per in first.targets.values() for t in per.values())
+        out["builds"] = len(built)
+    finally:
+        checks._build_queues = real  # type: ignore[assignment]
     return out
 
 
@@ -740,6 +791,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("free_chunks", s_free_chunks),
     ("pack_ahead", s_pack_ahead),
     ("small_chunks_together", s_small_chunks_together),
+    ("layout_reuse", s_layout_reuse),
     ("stuck_peer", s_stuck_peer),
 ]
 

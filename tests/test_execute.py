@@ -276,7 +276,12 @@ def test_chunks_contiguous_at_both_ends_are_not_cut_into_rounds_by_staging(
             assert_exact(res[kind], f"{kind} chunks, process {rank}")
         # 2 MiB per queue in 64 KiB chunks: 1 MiB of in-place chunks per round.
         assert res["free"]["chunks"] == 64 and res["free"]["rounds"] == 2
-        assert res["free"]["direct"] == res["free"]["messages"] == 64
+        # Each round's 16 chunks continue each other at both ends, so they travel as one message
+        # (issue 26, item 8: a message costs each end about 0.1 ms of CPU here): one per round
+        # and direction, 4 in all, every one in place.
+        assert res["free"]["direct"] == res["free"]["messages"] == 4
+        assert_exact(res["free_ordered"], f"free chunks posted in order, process {rank}")
+        assert res["free_ordered"]["direct"] == res["free_ordered"]["messages"] == 4
         # Staged by the receiver: one 64 KiB message of each 512 KiB queue (3 per direction) per
         # round; the sender still sends each straight from its shard.
         assert res["staged"]["rounds"] == 8
@@ -306,6 +311,20 @@ def test_small_chunks_share_one_message_between_large_ones(dist_results: dict[st
         assert res["chunks"] == 10 and res["rounds"] == 1
         # Per direction: 3 large chunks straight from/into the shards, 2 small ones in one message.
         assert res["messages"] == 8 and res["direct"] == 6, res
+
+
+def test_a_remembered_layout_binds_the_new_buffers(dist_results: dict[str, list[Any]]) -> None:
+    per_process = scenario(dist_results, "layout_reuse")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["first"], f"first call, process {rank}")
+        assert_exact(res["second"], f"second call with new buffers, process {rank}")
+        assert res["first_untouched"], f"process {rank}: the second call wrote into the first call's targets"
+        assert res["builds"] == 1, f"process {rank}: the layout was built {res['builds']} times"
+        for call in ("first", "second"):
+            # Per direction 7 chunks in 4 messages: the 4 free chunks to (from) the next process
+            # as one message in place at both ends, and 3 column slabs of 64 KiB, each sent in
+            # place from its contiguous source shard and staged by its receiver.
+            assert res[call]["chunks"] == 14 and res[call]["messages"] == 8 and res[call]["direct"] == 5, res[call]
 
 
 def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
@@ -343,6 +362,37 @@ def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
                 staged_end = max((at + sizes[j] for j, at in a if not marks[j]), default=0)
                 start = -(-staged_end // aligns[i]) * aligns[i]
                 assert start + sizes[i] > budget
+
+
+def test_free_chunks_that_continue_each_other_at_both_ends_travel_as_one_message() -> None:
+    """Consecutive free chunks that continue each other at *both* ends (same parameter and
+    locations, each starting where the last ended on both sides) are one wire message; any break
+    at either end, or a staged chunk between them, starts another. Both ends decide from the
+    chunks' ``ends`` alone, so the sender's pieces are the receiver's."""
+    from refplan.execute.schedule import _DIRECT_MIN, _Op, _pieces
+
+    N = _DIRECT_MIN // 4  # free chunks are at least _DIRECT_MIN bytes
+
+    def free(src: int, tgt: int, n: int = N, name: str = "w", sloc: int = 0, tloc: int = 0) -> _Op:
+        return _Op((name, sloc), src, (n,), (1,), 4 * n, 4, True, (name, sloc, src, tloc, tgt))
+
+    staged = _Op(("w", 0), 0, (4, 4), (8, 1), 64, 4)
+
+    def cut(*ops: _Op) -> list[tuple[int, int]]:
+        return [(p.first, p.last) for p in _pieces(tuple((op, -1 if op.free else 0) for op in ops))]
+
+    assert cut(free(0, 0), free(N, N), free(2 * N, 2 * N)) == [(0, 3)]
+    assert cut(free(0, 0), free(N, 4 * N)) == [(0, 1), (1, 2)]  # contiguous at the source only
+    assert cut(free(0, 0), free(4 * N, N)) == [(0, 1), (1, 2)]  # at the target only
+    assert cut(free(0, 0), free(N, N, name="v")) == [(0, 1), (1, 2)]  # another parameter
+    assert cut(free(0, 0), free(N, N, tloc=1)) == [(0, 1), (1, 2)]  # another target location
+    assert cut(free(0, 0), staged, free(N, N)) == [(0, 1), (1, 2), (2, 3)]
+    assert cut(free(N, N), free(0, 0)) == [(0, 1), (1, 2)]  # the order matters
+    # The receiver's op describes the same chunk from its side (its key and offset are the
+    # target's); the pieces are the same.
+    mirror = [_Op(("w", 0), op.ends[4], op.shape, op.strides, op.nbytes, 4, True, op.ends)
+              for op in (free(0, 0), free(N, N), free(4 * N, 2 * N))]
+    assert cut(*mirror) == cut(free(0, 0), free(N, N), free(4 * N, 2 * N)) == [(0, 2), (2, 3)]
 
 
 def test_contiguity_is_decided_from_the_segment_as_torch_decides_it() -> None:
@@ -689,6 +739,57 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     assert len(checked) == before + 2, "a plan with a mutable segment list was remembered"
     ex.release_staging()
     assert not checks._CHECKED
+
+
+def test_layouts_are_remembered_per_buffer_sizes_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync loop's later calls reuse this process's layout (local segment checks, queues, which
+    pieces are contiguous) instead of building it again, but only for the same plan objects and
+    buffers of the same sizes: a smaller target buffer is still refused by the bounds check, a
+    larger one gets a layout of its own, new buffers (other addresses, other data) are the ones
+    written, and at most four layouts are kept."""
+    from refplan import execute as ex
+    from refplan.execute import checks, schedule
+
+    source_map = contiguous_split_map((4, 4), [2, 2], 0)
+    target_map = contiguous_split_map((4, 4), [2, 2], 1)
+    endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
+    plan = plan_transfer(target_map, source_map, endpoints=endpoints)
+    built: list[int] = []
+    real = checks._build_queues
+
+    def counting(*args: Any) -> Any:
+        built.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(checks, "_build_queues", counting)  # where _prepare looks it up
+    ex.release_staging()
+
+    def run(the_plan: Any = plan, extra: int = 0, base: float = 0.0) -> dict[int, torch.Tensor]:
+        full = torch.arange(base, base + 16.0).view(4, 4)
+        sources = {0: full[:2].reshape(-1).clone(), 1: full[2:].reshape(-1).clone()}
+        targets = {0: torch.full((8 + extra,), -1.0), 1: torch.full((8,), -1.0)}
+        execute_transfer(the_plan, sources, targets, endpoints, dtype=torch.float32)
+        assert torch.equal(targets[0][:8].view(4, 2), full[:, :2]) and torch.equal(targets[1].view(4, 2), full[:, 2:])
+        assert (targets[0][8:] == -1.0).all()
+        return targets
+
+    first = run()
+    second = run(base=100.0)  # new buffers and data, the same plan and sizes: the layout is reused
+    assert len(built) == 1 and len(schedule._LAYOUTS.entries) == 1
+    assert torch.equal(first[0].view(4, 2), torch.arange(16.0).view(4, 4)[:, :2]), "the first call's targets changed"
+    assert not torch.equal(first[0], second[0])
+    with pytest.raises(TransferRejectedError, match="holds 7 elements"):  # bounds are still checked
+        execute_transfer(plan, {0: torch.zeros(8), 1: torch.zeros(8)}, {0: torch.zeros(7), 1: torch.zeros(8)},
+                         endpoints, dtype=torch.float32)
+    run(extra=3)  # another size: another layout
+    assert len(built) == 2 and len(schedule._LAYOUTS.entries) == 2
+    for _ in range(5):  # other plan objects: a layout each, at most four kept
+        run(plan_transfer(target_map, source_map, endpoints=endpoints))
+    assert len(built) == 7 and len(schedule._LAYOUTS.entries) == 4
+    run()  # forgotten (least recently used): built again
+    assert len(built) == 8
+    ex.release_staging()
+    assert not schedule._LAYOUTS.entries
 
 
 def test_paired_ratios_of_the_bench() -> None:

@@ -296,6 +296,7 @@ def execute_transfer(
 
 def release_staging() -> None:
     """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase),
-    and forget the batches whose checks were remembered (which keeps their plans alive)."""
+    and forget the batches whose checks and layouts were remembered (which keeps their plans alive)."""
     schedule._POOL.clear()
+    schedule._LAYOUTS.clear()
     checks._CHECKED.clear()

@@ -20,6 +20,7 @@ import torch
 from ..maps import ParamAffineMap
 from ..plan import TransferPlan, TransferSegment
 from ..requests import TransferEndpoints
+from . import schedule
 from .common import StagingBudget, _Context, _describe, _Refusal
 from .schedule import (
     _DIRECT_MIN,
@@ -27,6 +28,7 @@ from .schedule import (
     _allocate_staging,
     _build_queues,
     _Key,
+    _Layout,
     _Mine,
     _Param,
     _Queue,
@@ -314,7 +316,10 @@ def _prepare(
     buffers, the segments that touch them, the plans against ``maps``; then the schedule is built
     and its staging allocated (a failure there is a refusal too). Nothing here costs more than
     the number of segments, buffers and (bounded) chunks: extents enter only through arithmetic,
-    and chunks are built only after their count is known to fit.
+    and chunks are built only after their count is known to fit. A sync loop pays for the plan
+    checks and this process's layout once: both are remembered (``_CHECKED``,
+    ``schedule._LAYOUTS``) keyed by everything they are functions of, and the buffers are
+    checked, and the pieces bound to them, on every call.
     """
     args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds, call_key)
     key = _batch_key(ctx, args, dtypes, mode)
@@ -327,12 +332,43 @@ def _prepare(
         digest = _remember(key, args, params, limits, dtypes, mode)
     sched = _Schedule(device=holds or torch.device("cpu"), digest=digest, params=params, endpoints=args.endpoints)
     _check_buffers(ctx, args, params, sched)
+    where = _layout_key(key, ctx, sched)
+    layout = schedule._LAYOUTS.get(where) if where is not None else None
+    if layout is not None:
+        # The same plan objects, bindings, budget and buffer sizes passed the local segment
+        # checks and were laid out before: those are pure functions of exactly these, so they
+        # cannot fail now, and the layout is the one they would build again.
+        if maps is not None:
+            _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
+        layout.instantiate(sched)
+        _allocate_staging(sched, args.budget.total_bytes, layout.spans)
+        return sched
     mine = _check_local_segments(ctx, args, params, limits, sched)
     if maps is not None:
         _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
     _build_queues(ctx, mine, params, limits, args.budget, sched)
-    _allocate_staging(sched, args.budget.total_bytes)
+    spans = _allocate_staging(sched, args.budget.total_bytes)
+    if where is not None:
+        schedule._LAYOUTS.put(where, _Layout.of(sched, spans))
     return sched
+
+
+def _layout_key(batch: tuple[object, ...] | None, ctx: _Context, sched: _Schedule) -> tuple[object, ...] | None:
+    """What this process's layout (``schedule._Layout``) depends on beyond the remembered batch
+    (``_batch_key``: the plan objects and the values of everything else the global checks read):
+    this process, its device, and which buffers it holds with how many elements each. Buffers are checked
+    to be flat contiguous views just before (``_check_buffers``), so their element counts are
+    all of their geometry the layout reads; their addresses and contents are not part of it.
+    None when the batch is not remembered (its plans are not frozen): laid out every call."""
+    if batch is None:
+        return None
+    return (
+        batch,
+        ctx.me,
+        sched.device,
+        tuple((k, t.numel()) for k, t in sched.sources.items()),
+        tuple((k, t.numel()) for k, t in sched.targets.items()),
+    )
 
 
 _CHECKED: dict[tuple[object, ...], tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = {}

@@ -111,8 +111,9 @@ class TransferStats:
     """What this process did in one ``execute_transfers`` call.
 
     ``segments`` counts segments with this process on either side, ``chunks`` the network chunks it
-    sent or received, ``messages`` the messages those chunks travelled in (consecutive chunks
-    of one peer queue share a message up to the budget), ``direct_messages`` those sent from or
+    sent or received, ``messages`` the wire messages those chunks travelled in (consecutive small
+    chunks of one peer queue share a staged message up to the budget, and consecutive in-place
+    chunks that continue each other at both ends one message), ``direct_messages`` those sent from or
     received into the shard itself (no staging), ``rounds`` the ``batch_isend_irecv`` calls
     it made. Sent and received bytes count payload (chunk elements × element size, not the
     alignment padding between chunks of a message). Per-peer byte counts are

@@ -114,6 +114,10 @@ class _Op:
     nbytes: int
     itemsize: int
     free: bool = False  # contiguous at both ends and at least _DIRECT_MIN: never staged (_free)
+    # For a free chunk, where it lies at both ends: (parameter, source location, source offset,
+    # target location, target offset). The same at both ends of its queue, so both can tell
+    # whether it continues the chunk before it at both ends (``_joins``).
+    ends: tuple[str, int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -198,12 +202,36 @@ def _large(op: _Op) -> bool:
     return op.nbytes >= _DIRECT_MIN
 
 
+def _joins(before: _Op, op: _Op) -> bool:
+    """Whether free chunk ``op`` continues free chunk ``before`` at both ends: the same parameter
+    and locations, each side starting where the other chunk ends. Then the two are one contiguous
+    run in both shards and travel as one message (``_pieces``). Decided from ``ends``, which both
+    ends of the queue hold alike, so they cut the same pieces."""
+    a, b = before.ends, op.ends
+    if a is None or b is None or a[0] != b[0] or a[1] != b[1] or a[3] != b[3]:
+        return False
+    count = before.nbytes // before.itemsize
+    return b[2] == a[2] + count and b[4] == a[4] + count
+
+
 def _pieces(parts: tuple[tuple[_Op, int], ...]) -> list[_Piece]:
+    """Cut a message's chunks into wire messages, the same way at both ends.
+
+    A free chunk (``_free``) travels in place: alone, or with the free chunks after it that
+    continue it at both ends (a segment cut by the message limit, or adjacent segments), as one
+    message. Each message costs both ends a send or receive and gloo's per-message work (about
+    0.1 ms of CPU on each side on 2 shared cores, issue 26), and the staging limit does not
+    apply to bytes that are never staged; ``pack_messages`` still bounds the free bytes of one
+    message. A chunk of ``_DIRECT_MIN`` or more that is staged travels alone (so it can land in
+    place where it is contiguous), and consecutive smaller ones share one staged range.
+    """
     out: list[_Piece] = []
     i = 0
     while i < len(parts):
         j = i + 1
         if parts[i][0].free:  # no staging range: sent and received in place
+            while j < len(parts) and parts[j][0].free and _joins(parts[j - 1][0], parts[j][0]):
+                j += 1
             out.append(_Piece(i, j, 0, 0))
             i = j
             continue
@@ -392,6 +420,17 @@ def _direct(buf: torch.Tensor, op: _Op) -> torch.Tensor | None:
     return view.reshape(-1).view(torch.uint8)
 
 
+def _direct_run(buf: torch.Tensor, parts: Sequence[tuple[_Op, int]]) -> torch.Tensor | None:
+    """A run of free chunks that continue each other (``_joins``) as one flat uint8 tensor of the
+    shard, or None if some chunk of it is not contiguous there after all."""
+    views = [_direct(buf, op) for op, _at in parts]
+    if any(v is None for v in views):
+        return None
+    first = parts[0][0]
+    count = sum(op.nbytes for op, _at in parts) // first.itemsize
+    return buf[first.offset : first.offset + count].view(torch.uint8)
+
+
 _Key = tuple[str, int]  # (parameter, location)
 
 
@@ -443,12 +482,13 @@ def _build_queues(
         for chunk in _chunks(seg, limits[(s_proc, t_proc)] // size):
             nbytes = chunk.numel * size
             free = _free(nbytes, chunk.shape, seg.source_strides, seg.target_strides)
+            ends = (name, seg.source_rank, chunk.source_offset, seg.target_rank, chunk.target_offset) if free else None
             if s_proc == ctx.me:
                 key, off, strides = (name, seg.source_rank), chunk.source_offset, seg.source_strides
-                outgoing.setdefault(t_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size, free))
+                outgoing.setdefault(t_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size, free, ends))
             else:
                 key, off, strides = (name, seg.target_rank), chunk.target_offset, seg.target_strides
-                incoming.setdefault(s_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size, free))
+                incoming.setdefault(s_proc, []).append(_Op(key, off, chunk.shape, strides, nbytes, size, free, ends))
     # Small chunks first in each queue (a stable partition, so both ends still agree): they then
     # share one staged piece instead of each travelling as a message of its own between two large
     # chunks (the ZeRO-2 bench batch: 8 norm halves of 1 KiB were 8 of a queue's 26 messages).
@@ -464,29 +504,58 @@ def _build_queues(
         )
 
 
-def _allocate_staging(sched: _Schedule, bound: int) -> None:
-    """Mark the direct pieces (one chunk, contiguous in this process's shard: no staging copy)
-    and allocate two staging slots per queue for the others.
+_Span = tuple[tuple[str, int], int, int] | None
+"""Where a direct piece lies in this process's shard: (parameter and location, first element,
+element count); None for a staged piece."""
 
-    Allocated before the verdict, so that running out of memory is this process's refusal
+
+def _allocate_staging(sched: _Schedule, bound: int, spans: Sequence[_Span] | None = None) -> tuple[_Span, ...]:
+    """Mark the direct pieces (contiguous in this process's shard: no staging copy) and allocate
+    two staging slots per queue for the others; returns where each piece lies (``_Span``, in
+    queue, message and piece order).
+
+    With ``spans`` (what an earlier call returned for the same layout, ``_Layout``), the pieces
+    are bound by slicing the shards' flat views at those ranges instead of being tested one by
+    one: which pieces are contiguous depends only on the layout, the shards' addresses do not
+    matter. Allocated before the verdict, so that running out of memory is this process's refusal
     rather than a raise after its peers have started moving.
     """
     sizes: dict[tuple[str, int], int] = {}
+    found: list[_Span] = []
+    at = 0
     for direction, queues, store in (
         ("send", sched.outgoing, sched.sources),
         ("receive", sched.incoming, sched.targets),
     ):
         for peer, messages in queues.items():
             for message in messages:
+                staged = False
                 for piece in message.pieces:
+                    if spans is not None:
+                        span = spans[at]
+                        at += 1
+                        if span is not None:
+                            key, start, count = span
+                            piece.direct = store[key][start : start + count].view(torch.uint8)
+                        else:
+                            staged = True
+                        continue
+                    op = message.parts[piece.first][0]
                     if piece.last == piece.first + 1:
-                        op = message.parts[piece.first][0]
                         piece.direct = _direct(store[op.key], op)
-                        if op.free and piece.direct is None:  # _contiguous disagrees with torch
-                            raise _Refusal(
-                                f"parameter {op.key[0]!r}: a chunk meant to be sent in place is not contiguous"
-                            )
-                if any(piece.direct is None for piece in message.pieces):
+                    elif op.free:  # a run of free chunks, one contiguous range at both ends (_joins)
+                        piece.direct = _direct_run(store[op.key], message.parts[piece.first : piece.last])
+                    if op.free and piece.direct is None:  # _contiguous disagrees with torch
+                        raise _Refusal(
+                            f"parameter {op.key[0]!r}: a chunk meant to be sent in place is not contiguous"
+                        )
+                    if piece.direct is None:
+                        staged = True
+                        found.append(None)
+                    else:
+                        count = sum(o.nbytes for o, _at in message.parts[piece.first : piece.last]) // op.itemsize
+                        found.append((op.key, op.offset, count))
+                if staged:
                     key = (direction, peer)
                     sizes[key] = max(sizes.get(key, 0), message.nbytes)
     try:
@@ -502,3 +571,83 @@ def _allocate_staging(sched: _Schedule, bound: int) -> None:
             sched.slots[key] = [arena[i * step : i * step + sizes[key]] for i in range(_SLOTS)]
     except (RuntimeError, MemoryError) as exc:
         raise _Refusal(f"cannot allocate staging: {_describe(exc)}") from None
+    return tuple(found) if spans is None else tuple(spans)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """This process's schedule of a batch without the shards' addresses: what the local segment
+    checks (``checks._check_local_segments``), ``_build_queues`` and the contiguity tests of
+    ``_allocate_staging`` derive, all pure functions of the plans, endpoints, budget, dtypes,
+    group, this process and the element counts of its buffers (``_LAYOUTS`` keys it on them).
+
+    Its messages are templates: each call gets fresh pieces (``instantiate``), so the views a
+    call binds to them never outlive it or reach another call. ``params`` holds the plans, so
+    that no id in the key can be reused by another object while the layout is remembered.
+    """
+
+    params: Mapping[str, _Param]
+    segments: int
+    local: tuple[_Local, ...]
+    outgoing: tuple[tuple[int, tuple[_Message, ...]], ...]
+    incoming: tuple[tuple[int, tuple[_Message, ...]], ...]
+    spans: tuple[_Span, ...]
+
+    @staticmethod
+    def of(sched: _Schedule, spans: tuple[_Span, ...]) -> _Layout:
+        def frozen(queues: Mapping[int, list[_Message]]) -> tuple[tuple[int, tuple[_Message, ...]], ...]:
+            return tuple(
+                (peer, tuple(_Message(m.parts, m.nbytes, [_Piece(p.first, p.last, p.start, p.end) for p in m.pieces])
+                             for m in messages))
+                for peer, messages in queues.items()
+            )
+
+        return _Layout(sched.params, sched.segments, tuple(sched.local), frozen(sched.outgoing),
+                       frozen(sched.incoming), spans)
+
+    def instantiate(self, sched: _Schedule) -> None:
+        """Give ``sched`` this layout's queues, with pieces of its own."""
+        def fresh(queues: tuple[tuple[int, tuple[_Message, ...]], ...]) -> dict[int, list[_Message]]:
+            return {
+                peer: [_Message(m.parts, m.nbytes, [_Piece(p.first, p.last, p.start, p.end) for p in m.pieces])
+                       for m in messages]
+                for peer, messages in queues
+            }
+
+        sched.segments = self.segments
+        sched.local = list(self.local)
+        sched.outgoing = fresh(self.outgoing)
+        sched.incoming = fresh(self.incoming)
+
+
+class _Layouts:
+    """The layouts of the last ``limit`` batches this process checked (least recently used first
+    out), under a lock: calls on different groups may run in different threads."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.entries: OrderedDict[tuple[object, ...], _Layout] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> _Layout | None:
+        with self.lock:
+            layout = self.entries.get(key)
+            if layout is not None:
+                self.entries.move_to_end(key)
+            return layout
+
+    def put(self, key: tuple[object, ...], layout: _Layout) -> None:
+        with self.lock:
+            self.entries[key] = layout
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.limit:
+                self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+_LAYOUTS = _Layouts(4)
+"""Layouts remembered per process (``_Layout``); ``release_staging()`` forgets them. Reached as
+``schedule._LAYOUTS``, like the pool."""
