@@ -351,11 +351,11 @@ sorted, its shard strides)."""
 
 SlabFacts = tuple[int | None, tuple[SlabSpan, ...]]
 """A slab map's structure: (axis, its distinct boxes by first index), the axis ``None`` when the
-one box is all of F (its span is then along axis 0). ``planner._slab_side`` defines when a map is
-one; the builders that can tell from their arguments alone say so as they build
-(``_split_facts``, ``_widened_facts``), which spares the planner a pass over every location of a
-map it sees once (every parameter's shape distinct). tests/test_slab_facts.py holds every
-builder's facts equal to what the planner works out from the pieces."""
+one box is all of F (its span is then along axis 0). ``planner._slab_structure`` defines when a
+map is one; the builders that can tell from their arguments alone say so as they build
+(``_split_pieces``, ``replicated_map``, ``_widened_facts``), which spares the planner a pass over
+every location of a map it sees once (every parameter's shape distinct). tests/test_slab_facts.py
+holds every builder's record equal to what the planner works out from the pieces."""
 
 
 class MapContent:

@@ -170,6 +170,7 @@ so all of a request's candidates read it at one address (``requests._UniformRequ
 _FIRST = itemgetter(0)
 _DECLARED = itemgetter(5)  # an ``AffinePiece``'s ``locations``
 
+
 def _slab_side(content: MapContent, budget: PlanBudget) -> SlabFacts | None:
     """(axis, distinct boxes) of a map in which every location holds one whole-shard piece that is
     a contiguous slab of F along one axis (every other axis whole), or ``None`` for any other map.
