@@ -100,8 +100,11 @@ def assert_same(fast: ParamAffineMap, reference: ParamAffineMap) -> None:
 
 
 def both_orders(build: Callable[[], ParamAffineMap], reference: Callable[[], ParamAffineMap]) -> None:
-    """Equal whichever is built first, and when neither is remembered any more."""
+    """Equal whichever is built first, and when neither is remembered any more. Built first, the
+    builder's content also counts its own pieces (``MapContent.pieces``, which the planner's size
+    limits read; the count is not part of the content's identity, so only a fresh one shows it)."""
     fast = build()
+    assert fast.content.pieces == sum(map(len, fast.pieces_by_rank.values()))
     assert_same(fast, reference())
     del fast  # contents hold no cycles: both are gone now, and so is what the builder remembered
     ref = reference()
@@ -246,7 +249,9 @@ def test_runs_map_equals_the_constructor(data: st.DataObject) -> None:
     locations = data.draw(st.permutations(range(10)), label="locations")[:len(picks)]
     holdings = {loc: kinds[k] for loc, k in zip(locations, picks)}
     if data.draw(st.booleans(), label="an empty location"):  # holds nothing: a location, no pieces
-        holdings[10] = ((),) * ndim
+        empty = {10: ((),) * ndim}
+        # First or last: the locations after an empty one are still read.
+        holdings = {**empty, **holdings} if data.draw(st.booleans(), label="empty first") else {**holdings, **empty}
 
     def reference() -> ParamAffineMap:
         strides = _strides(shape)
@@ -409,3 +414,29 @@ def test_builders_refuse_what_is_not_an_integer_naming_the_argument(make: Callab
     with pytest.raises(InvalidMapError) as info:
         make()
     assert str(info.value) == message
+
+
+def test_parallel_map_defaults_and_argument_names() -> None:
+    """One TP rank and one copy by default: the whole of F at location 0; a bad argument is
+    refused naming it."""
+    assert parallel_map((4, 3)).content is contiguous_split_map((4, 3), [4], 0).content
+    assert parallel_map((4, 3), 2).content is contiguous_split_map((4, 3), [2, 2], 0).content
+    assert parallel_map((4, 3), copies=2).content is replicate(contiguous_split_map((4, 3), [4], 0), 2).content
+    for kwargs, name in (({"shape": (4, "x")}, "shape"), ({"shape": (4, 3), "partition_dim": 2}, "partition_dim"),
+                         ({"shape": (4, 3), "copies": 1.5}, "copies"), ({"shape": (4, 3), "tp": "2"}, "tp")):
+        with pytest.raises(InvalidMapError, match=name):
+            parallel_map(**kwargs)  # type: ignore[arg-type]
+
+
+class _One:
+    """A key that is the integer 1 by ``__index__`` without being equal to 1 as a dict key."""
+
+    def __index__(self) -> int:
+        return 1
+
+
+def test_runs_map_refuses_two_keys_for_one_location() -> None:
+    with pytest.raises(InvalidMapError, match="two keys name one location"):
+        runs_map((4,), {1: [[(0, 2)]], _One(): [[(2, 2)]]})
+    with pytest.raises(InvalidMapError, match="logical_shape"):
+        runs_map((4, "x"), {0: [[(0, 4)], [(0, 1)]]})
