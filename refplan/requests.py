@@ -245,11 +245,8 @@ _RANK = attrgetter("source_rank")
 def holder_locations(request: ReplicaRequest) -> tuple[int, ...]:
     """The locations of ``request``'s candidates, in their order, without making a uniform
     request's candidates."""
-    if type(request) is _UniformRequest:
-        holders: tuple[int, ...] | None = request.__dict__.get("_holders")
-        if holders is not None:
-            return holders
-    return tuple(map(_RANK, request.candidates))
+    uniform = uniform_read(request)
+    return uniform[0] if uniform is not None else tuple(map(_RANK, request.candidates))
 
 
 def uniform_read(request: ReplicaRequest) -> tuple[tuple[int, ...], tuple[int, tuple[int, ...]]] | None:

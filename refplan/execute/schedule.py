@@ -596,11 +596,7 @@ class _Layout:
     @staticmethod
     def of(sched: _Schedule, spans: tuple[_Span, ...]) -> _Layout:
         def frozen(queues: Mapping[int, list[_Message]]) -> tuple[tuple[int, tuple[_Message, ...]], ...]:
-            return tuple(
-                (peer, tuple(_Message(m.parts, m.nbytes, [_Piece(p.first, p.last, p.start, p.end) for p in m.pieces])
-                             for m in messages))
-                for peer, messages in queues.items()
-            )
+            return tuple((peer, tuple(map(_unbound, messages))) for peer, messages in queues.items())
 
         return _Layout(sched.params, sched.segments, tuple(sched.local), frozen(sched.outgoing),
                        frozen(sched.incoming), spans)
@@ -608,16 +604,18 @@ class _Layout:
     def instantiate(self, sched: _Schedule) -> None:
         """Give ``sched`` this layout's queues, with pieces of its own."""
         def fresh(queues: tuple[tuple[int, tuple[_Message, ...]], ...]) -> dict[int, list[_Message]]:
-            return {
-                peer: [_Message(m.parts, m.nbytes, [_Piece(p.first, p.last, p.start, p.end) for p in m.pieces])
-                       for m in messages]
-                for peer, messages in queues
-            }
+            return {peer: list(map(_unbound, messages)) for peer, messages in queues}
 
         sched.segments = self.segments
         sched.local = list(self.local)
         sched.outgoing = fresh(self.outgoing)
         sched.incoming = fresh(self.incoming)
+
+
+def _unbound(message: _Message) -> _Message:
+    """``message`` with pieces of its own, bound to no buffer: what a layout keeps, and what each
+    call that reuses it starts from."""
+    return _Message(message.parts, message.nbytes, [_Piece(p.first, p.last, p.start, p.end) for p in message.pieces])
 
 
 class _Layouts:
