@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from math import prod
 from typing import Any
 
 import z3
@@ -54,7 +55,7 @@ from refplan.frames import normalize
 from refplan.limits import PlanBudget
 from refplan.maps import AffinePiece, ParamAffineMap
 from refplan.plan import TransferSegment, coalesce, make_segment
-from refplan.planner import _emit, _Prepared
+from refplan.planner import _emit, _Prepared, _row_segments
 from refplan.regions import _small_intersections, intersections, source_regions
 from refplan.requests import ReplicaCandidate, ReplicaPart, ReplicaRequest, build_requests
 
@@ -549,7 +550,7 @@ def check_emit(rng: random.Random) -> Check:
     candidate's location and strides, the request's target location and strides, the part's
     extent."""
     check = Check("differential.emit", "every part of small 1-D requests; 3000 drawn requests up to 4 axes",
-                  ["refplan.planner._emit"])
+                  ["refplan.planner._emit", "refplan.planner._row_segments"])
     compiled: dict[int, Callable[..., tuple[Any, ...]]] = {}
 
     def model(request: ReplicaRequest, cand: ReplicaCandidate, part: Box) -> TransferSegment:
@@ -566,9 +567,17 @@ def check_emit(rng: random.Random) -> Check:
                             request.target_strides, part.extent)
 
     def one(requests: list[ReplicaRequest], answers: list[tuple[tuple[Box, ReplicaCandidate], ...]]) -> None:
-        got = _emit(_Prepared("w", None, requests, False), answers)  # type: ignore[arg-type]
+        got = _emit(_Prepared("w", None, requests, False, None), answers)  # type: ignore[arg-type]
         want = [model(r, c, p) for r, parts in zip(requests, answers) for p, c in parts]
         check.same(("emit", requests, answers), got, want)
+        if all(len(parts) == 1 and parts[0][0] == r.box for r, parts in zip(requests, answers)):
+            # Whole answers: the rows' path makes the same segments from slabs (the request's
+            # geometry, the candidate's read address) and the chosen locations.
+            slabs = [(r.target_location, r.logical_origin, r.shape, r.target_offset, r.target_strides,
+                      (parts[0][1].source_offset, parts[0][1].source_strides), prod(r.shape), r.locations)
+                     for r, parts in zip(requests, answers)]
+            chosen = [parts[0][1].source_rank for parts in answers]
+            check.same(("rows", requests, answers), _row_segments(chosen, slabs), want)
 
     for q_origin, t_stride, c_stride, t_off, c_off in itertools.product((0, 3), (1, 2, -1), (1, 3), (0, 7), (0, 5)):
         request = ReplicaRequest("w", 4, None, (q_origin,), (4,), t_off, (t_stride,),

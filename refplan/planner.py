@@ -37,8 +37,10 @@ from .plan import (
     make_statistics,
 )
 from .policies import balanced, first_holder, from_selector, lpt
+from .policies.simple import ROW_FORMS, HolderKey
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
+    ReplicaAnswer,
     ReplicaPolicy,
     ReplicaRequest,
     ReplicaSelectionRequest,
@@ -69,8 +71,8 @@ class _Layout:
     objects: ``slabs`` holds what its requests are made of) is emitted by the same code.
     """
 
-    __slots__ = ("checks", "frame_count", "inters", "logical", "plans", "regions", "slabs", "source_shards",
-                 "target_shards", "templates")
+    __slots__ = ("checks", "frame_count", "inters", "logical", "plans", "regions", "rows", "slabs",
+                 "source_shards", "target_shards", "templates")
 
     def __init__(
         self, target: NormalizedMap, source: NormalizedMap, inters: list[Intersection], regions: int, checks: int
@@ -84,20 +86,29 @@ class _Layout:
         self.checks = checks
         self.slabs: list[_Slab] | None = None
         self.templates: dict[int | None, list[ReplicaRequest]] = {}
+        self.rows: dict[int | None, _Rows] = {}
         self.plans: dict[tuple[Any, ...], TransferPlan] = {}
 
 
+_Rows = tuple[list[HolderKey], list[int]]
+"""A slab layout's requests as refplan's own policies read them (``policies.simple.ROW_FORMS``),
+one row per slab in request order: its ``HolderKey`` and its load (bytes, or elements without
+an element size). Made instead of request objects when the batch is planned by rows."""
+
+
 class _Prepared(NamedTuple):
-    """One parameter after validation: its layout and requests."""
+    """One parameter after validation: its layout, and its requests or (planned by rows) its
+    rows; exactly one of the two is not ``None``."""
 
     name: str
     layout: _Layout
-    requests: list[ReplicaRequest]
+    requests: list[ReplicaRequest] | None
     shared: bool  # the layout is the batch's memoized one: its plans may be reused
+    rows: _Rows | None
 
 
 _new_prepared = partial(tuple.__new__, _Prepared)
-"""``_Prepared`` from a 4-tuple without the named tuple's Python ``__new__`` (once per parameter)."""
+"""``_Prepared`` from a 5-tuple without the named tuple's Python ``__new__`` (once per parameter)."""
 
 
 def _prepare(
@@ -110,6 +121,7 @@ def _prepare(
     process_node: Mapping[int, int] | None,
     memo: _Memo | None = None,
     bindings: _Bindings | None = None,
+    by_rows: bool = False,
 ) -> _Prepared:
     if not isinstance(target_map, ParamAffineMap) or not isinstance(source_map, ParamAffineMap):
         raise InvalidMapError(f"parameter {name!r}: expected a (target ParamAffineMap, source ParamAffineMap) pair")
@@ -130,7 +142,14 @@ def _prepare(
     # hands out those shared requests itself.
     requests = None
     if layout.slabs is not None:
-        requests = _slab_requests(name, layout.slabs, element_size, endpoints, process_node, bindings)
+        if by_rows:
+            rows = _slab_rows(layout.slabs, element_size, endpoints, process_node, bindings)
+            if rows is not None:
+                if key is not None:
+                    layout.rows[element_size] = rows
+                return _new_prepared((name, layout, None, key is not None, rows))
+        else:
+            requests = _slab_requests(name, layout.slabs, element_size, endpoints, process_node, bindings)
         if requests is None:  # a location or process without a binding: ``build_requests`` names it
             layout = _validated(name, target_map, source_map, budget)
     if requests is None:
@@ -141,7 +160,7 @@ def _prepare(
         # Built (and so bound to endpoints without error) for this parameter: later parameters of
         # the layout share these; the policy sees copies named for each parameter (``_for_policy``).
         layout.templates[element_size] = requests
-    return _new_prepared((name, layout, requests, key is not None))
+    return _new_prepared((name, layout, requests, key is not None, None))
 
 
 def _validated(name: str, target_map: ParamAffineMap, source_map: ParamAffineMap, budget: PlanBudget) -> _Layout:
@@ -353,28 +372,31 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     # its shape (F's with the box's extent on the axis), as ``_slab_side`` checked them.
     before, after = logical[:axis], logical[axis + 1:]
     zeros_before, zeros_after = (0,) * axis, (0,) * len(after)
-    # The parts of each distinct target box, worked out once and shared by all its holders:
-    # (origin, shape, target offset, target strides, candidates, volume, holders) in origin order.
+    # Each distinct target box's parts, in origin order, as slabs of its first holder; a box's
+    # other holders (replicas) repeat them under their own location. Then request order: target
+    # location (each holds one box), then origin: a stable sort by location, which leaves each
+    # location's slabs in origin order (and is one pass when the locations already come in order).
     rest = prod(before) * prod(after)  # a part's volume is its extent along the axis times this
-    parts_of: list[list[tuple[Any, ...]]] = []
-    for first, size, _holders, target_strides in target_spans:
+    slabs: list[_Slab] = []
+    append = slabs.append
+    for first, size, locations, target_strides in target_spans:
         stop = first + size
         step = target_strides[axis]
-        parts = []
+        owner = locations[0]
+        others = locations[1:]
         for k in range(bisect_right(ends, first), bisect_left(starts, stop)):
             region_first, region_size, holders, strides = source_spans[k]
             lo = first if first > region_first else region_first
-            offset = (lo - region_first) * strides[axis]
             end = region_first + region_size
             extent = (stop if stop < end else end) - lo
-            parts.append((
-                (*zeros_before, lo, *zeros_after), (*before, extent, *after),
-                (lo - first) * step, target_strides, (offset, strides), extent * rest, holders,
-            ))
-        parts_of.append(parts)
-    # Request order: target location (each holds one box), then origin.
-    by_location = sorted(chain.from_iterable(map(zip, map(_THIRD, target_spans), map(repeat, range(distinct)))))
-    slabs: list[_Slab] = [(loc, *part) for loc, k in by_location for part in parts_of[k]]
+            slab = (
+                owner, (*zeros_before, lo, *zeros_after), (*before, extent, *after), (lo - first) * step,
+                target_strides, ((lo - region_first) * strides[axis], strides), extent * rest, holders,
+            )
+            append(slab)
+            for location in others:
+                append((location, *slab[1:]))
+    slabs.sort(key=_FIRST)
     if not replicated:
         joint += len(slabs)
     if max(source_work, target_work, joint) > budget.max_pair_checks:
@@ -389,6 +411,7 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     layout.checks = source_work + target_work + joint
     layout.slabs = slabs
     layout.templates = {}
+    layout.rows = {}
     layout.plans = {}
     return layout
 
@@ -409,25 +432,48 @@ def _slab_requests(
     """The requests of a ``_slab_layout`` for parameter ``name``: ``build_requests``'s, field for
     field, or ``None`` if ``endpoints`` or ``process_node`` leave a location or process of the
     layout unbound (then ``build_requests`` refuses, naming the first one in its own order).
+    ``bindings`` as for ``_slab_rows``, whose rows these requests are made of."""
+    bound: _Bindings = {} if bindings is None else bindings
+    rows = _slab_rows(slabs, element_size, endpoints, process_node, bound)
+    if rows is None:
+        return None
+    nodes = [None] * len(slabs) if process_node is None else [*map(process_node.__getitem__, map(_THIRD, rows[0]))]
+    unbound = (None, None)  # no endpoints: no holder tuple is bound
+    return [
+        _make_uniform_request(
+            name, loc, process, origin, shape, offset, strides, ranks, read, processes,
+            None if element_size is None else numel * element_size, bound.get(ranks, unbound)[1], node,
+        )
+        for (loc, origin, shape, offset, strides, read, numel, ranks), (_, processes, process), node
+        in zip(slabs, rows[0], nodes)
+    ]
+
+
+def _slab_rows(
+    slabs: list[_Slab],
+    element_size: int | None,
+    endpoints: TransferEndpoints | None,
+    process_node: Mapping[int, int] | None,
+    bindings: _Bindings | None,
+) -> _Rows | None:
+    """The rows of a ``_slab_layout``'s requests (``_Rows``: what ``_slab_requests`` would put in
+    each request's holders, candidate processes, target process and load), or ``None`` if
+    ``endpoints`` or ``process_node`` leave a location or process of the layout unbound.
 
     ``bindings``: the processes and nodes of holder tuples already bound in this batch (the
     caller keeps it for one batch: they depend only on the locations, the endpoints and the node
     binding). Distinct parameters of a model name the same few holder tuples, so each is bound
     once per batch instead of once per parameter."""
-    out: list[ReplicaRequest] = []
-    append = out.append
+    sizes = [*map(_NUMEL, slabs)] if element_size is None else [numel * element_size for numel in map(_NUMEL, slabs)]
     if endpoints is None:
-        for loc, origin, shape, offset, strides, read, numel, ranks in slabs:
-            append(_make_uniform_request(
-                name, loc, None, origin, shape, offset, strides, ranks, read, (None,) * len(ranks),
-                None if element_size is None else numel * element_size, None, None,
-            ))
-        return out
+        return [(ranks, (None,) * len(ranks), None) for ranks in map(_RANKS, slabs)], sizes
     targets, sources = endpoints.target, endpoints.source
     # Processes and nodes of candidates depend only on their locations: bound once per holder
     # tuple (by value) in the batch, which every request that reads its box repeats.
     bound: _Bindings = {} if bindings is None else bindings
-    for loc, origin, shape, offset, strides, read, numel, ranks in slabs:
+    keys: list[HolderKey] = []
+    append = keys.append
+    for loc, ranks in zip(map(_FIRST, slabs), map(_RANKS, slabs)):
         if loc not in targets:
             return None
         process = targets[loc]
@@ -442,16 +488,14 @@ def _slab_requests(
                 known = bound[ranks] = (processes, tuple(map(process_node.__getitem__, processes)))
             else:
                 known = bound[ranks] = (processes, None)
-        node: int | None = None
-        if process_node is not None:
-            if process not in process_node:
-                return None
-            node = process_node[process]
-        append(_make_uniform_request(
-            name, loc, process, origin, shape, offset, strides, ranks, read, known[0],
-            None if element_size is None else numel * element_size, known[1], node,
-        ))
-    return out
+        if process_node is not None and process not in process_node:
+            return None
+        append((ranks, known[0], process))
+    return keys, sizes
+
+
+_NUMEL = itemgetter(6)  # a ``_Slab``'s volume
+_RANKS = itemgetter(7)  # a ``_Slab``'s holder locations
 
 
 def _renamed(request: ReplicaRequest, name: str) -> ReplicaRequest:
@@ -505,11 +549,11 @@ def _content_key(target_map: ParamAffineMap, source_map: ParamAffineMap) -> tupl
     return target, source
 
 
-def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSegment]:
+def _emit(prepared: _Prepared, answers: Sequence[ResolvedAnswer]) -> list[TransferSegment]:
     """One segment per part; addresses come from the chosen holder, never from the policy."""
     out: list[TransferSegment] = []
     append = out.append
-    for request, parts in zip(prepared.requests, answers):
+    for request, parts in zip(prepared.requests or (), answers):
         origin = request.logical_origin
         if len(parts) == 1 and parts[0][0].origin == origin:  # the whole request: no shift
             pbox, cand = parts[0]
@@ -533,9 +577,11 @@ def _emit(prepared: _Prepared, answers: list[ResolvedAnswer]) -> list[TransferSe
 
 
 def _finish_all(
-    prepared: list[_Prepared], resolved: list[ResolvedAnswer], budget: PlanBudget
+    prepared: list[_Prepared], resolved: Sequence[Any], budget: PlanBudget
 ) -> dict[str, TransferPlan]:
     """Every parameter's plan: emitted, coalesced and measured, or reused from its layout.
+    ``resolved``: the checked answers (``ResolvedAnswer``) of parameters with requests, the
+    chosen locations of those planned by rows (``_plan_rows``).
 
     Reuse is keyed on everything the plan depends on besides the layout and the budget (both the
     same for the whole layout): the holder chosen for each request, and for a split every part's
@@ -548,27 +594,59 @@ def _finish_all(
     sharing = Counter(map(id, map(_LAYOUT, prepared)))
     start = 0
     for p in prepared:
-        stop = start + len(p.requests)
+        by_rows = p.requests is None  # then ``resolved`` holds the chosen locations (``_plan_rows``)
+        stop = start + (len(p.layout.slabs or ()) if by_rows else len(p.requests or ()))
+        answers = resolved[start:stop]
         if p.shared and sharing[id(p.layout)] > 1:
-            answers = resolved[start:stop]
             # What each answer contributes to its plan's memo key: the holder of a whole
             # request, else every part (box and holder) of its split.
-            choice = tuple([a[0][1].source_rank if len(a) == 1 else a for a in answers])
+            choice = tuple(answers) if by_rows else tuple([a[0][1].source_rank if len(a) == 1 else a for a in answers])
             plan = p.layout.plans.get(choice)
             if plan is None:
-                plan = p.layout.plans[choice] = _emit_plan(p, answers, budget)
+                plan = p.layout.plans[choice] = _emit_rows(p, answers, budget) if by_rows else _emit_plan(
+                    p, answers, budget)
         else:
-            plan = _emit_plan(p, resolved[start:stop], budget)
+            plan = _emit_rows(p, answers, budget) if by_rows else _emit_plan(p, answers, budget)
         plans[p.name] = plan
         start = stop
     return plans
 
 
-def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
-    name = prepared.name
+def _emit_rows(prepared: _Prepared, chosen: Sequence[int], budget: PlanBudget) -> TransferPlan:
+    """The plan of a parameter planned by rows: one segment per slab, read from the chosen holder
+    at the slab's one read address (``_emit``'s segment for that whole answer)."""
     layout = prepared.layout
+    slabs = layout.slabs or []
+    raw = _row_segments(chosen, slabs)
+    return _measured_plan(prepared.name, layout, raw, _lone_merge_checks(layout, len(raw), budget), 0, len(slabs),
+                          budget)
+
+
+def _row_segments(chosen: Sequence[int], slabs: Sequence[_Slab]) -> list[TransferSegment]:
+    """One segment per slab, read from its chosen holder: ``_emit``'s segment for a whole answer
+    with the candidate (chosen, *read) (proofs/differential.py holds both to the emit model)."""
+    return [
+        make_segment(rank, read[0], read[1], loc, offset, strides, shape)
+        for rank, (loc, _origin, shape, offset, strides, read, _numel, _ranks) in zip(chosen, slabs)
+    ]
+
+
+def _emit_plan(prepared: _Prepared, answers: Sequence[ResolvedAnswer], budget: PlanBudget) -> TransferPlan:
     raw = _emit(prepared, answers)
-    lone = _lone_checks(layout, answers, len(raw), budget)
+    parts = [*map(len, answers)]
+    splits = len(parts) - parts.count(1) - parts.count(0)  # answers of more than one part
+    lone = _lone_checks(prepared.layout, answers, len(raw), budget)
+    return _measured_plan(prepared.name, prepared.layout, raw, lone, splits, len(answers), budget)
+
+
+def _measured_plan(
+    name: str, layout: _Layout, raw: list[TransferSegment], lone: int | None, splits: int, requests: int,
+    budget: PlanBudget,
+) -> TransferPlan:
+    """A parameter's plan from its emitted segments: coalesced (unless ``lone`` gives what
+    ``coalesce`` would charge for segments it would keep as they are), then refused if over
+    ``max_segments`` or ``max_plan_bytes`` (the policy's error if it split ``splits``
+    requests), measured and counted."""
     if lone is not None:
         # Already in ``TransferSegment.sort_key`` order, which ``coalesce`` would produce: a slab
         # layout's requests go by target location, each location's by origin along the axis, so
@@ -579,8 +657,6 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
     # A budget exhausted only because the policy split requests is the policy's failure (RFC: the
     # extra segments from splits must stay within max_segments and max_plan_bytes); otherwise it
     # is the layout's, refused as a plain budget error.
-    parts = [*map(len, answers)]
-    splits = len(parts) - parts.count(1) - parts.count(0)  # answers of more than one part
     over: type[AffineTransferError] = InvalidReplicaPolicyError if splits else AffineTransferError
     blame = f" after the policy split {splits} request(s)" if splits else ""
     if len(segments) > budget.max_segments:  # R31
@@ -598,14 +674,22 @@ def _emit_plan(prepared: _Prepared, answers: list[ResolvedAnswer], budget: PlanB
         )
     stats = make_statistics(
         layout.regions, layout.frame_count, layout.checks, len(raw), len(segments), plan_bytes,
-        len(prepared.requests), splits, merge_checks,
+        requests, splits, merge_checks,
     )
     return make_plan(segments_t, logical, sum(map(prod, map(_SHAPE, segments))), stats)  # moved = Σ numel
 
 
-def _lone_checks(layout: _Layout, answers: list[ResolvedAnswer], segments: int, budget: PlanBudget) -> int | None:
-    """What ``coalesce`` charges on a slab layout's segments when no request was split, or
-    ``None`` when ``coalesce`` must run (any split, another layout, or a merge budget it refuses).
+def _lone_checks(layout: _Layout, answers: Sequence[ResolvedAnswer], segments: int, budget: PlanBudget) -> int | None:
+    """``_lone_merge_checks`` when ``layout`` is a slab layout and no answer split its request,
+    else ``None`` (``coalesce`` must run)."""
+    if layout.slabs is None or [*map(len, answers)].count(1) != len(answers):
+        return None
+    return _lone_merge_checks(layout, segments, budget)
+
+
+def _lone_merge_checks(layout: _Layout, segments: int, budget: PlanBudget) -> int | None:
+    """What ``coalesce`` charges on a slab layout's ``segments`` when no request was split (the
+    caller knows both), or ``None`` when ``coalesce`` must run (a merge budget it refuses).
 
     Why it is known without coalescing: every source location of a ``_slab_layout`` holds one
     region and every target location one frame, so a whole answer gives at most one segment per
@@ -614,8 +698,6 @@ def _lone_checks(layout: _Layout, answers: list[ResolvedAnswer], segments: int, 
     kept as it is after one check per axis if merging runs at all; the output is the segments in
     ``TransferSegment.sort_key`` order (distinct keys: one segment per pair).
     """
-    if layout.slabs is None or [*map(len, answers)].count(1) != len(answers):
-        return None
     checks = len(layout.logical) * segments if budget.max_merge_passes > 0 else 0
     return checks if checks <= budget.max_merge_checks else None
 
@@ -699,8 +781,14 @@ def _prepare_batch(
     element_size: Mapping[str, int] | int | None,
     process_node: Mapping[int, int] | None,
     min_split_bytes: int | None,
+    by_rows: bool = False,
 ) -> tuple[list[_Prepared], dict[str, int] | None, int]:
-    """Validate the whole batch and build its requests, in the order ``plan_transfers`` checks."""
+    """Validate the whole batch and build its requests, in the order ``plan_transfers`` checks.
+
+    ``by_rows``: the policy has a row form (``policies.simple.ROW_FORMS``), so slab layouts get
+    rows instead of request objects. Rows are kept only if every parameter has them (one policy
+    call sees the whole batch); otherwise each parameter planned by rows gets its requests after
+    all, made from its layout as they would have been."""
     if not isinstance(pairs, Mapping):
         raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
     names = sorted(pairs)
@@ -735,11 +823,37 @@ def _prepare_batch(
             type(target := target_map._content) is MapContent and type(source := source_map._content) is MapContent
         ):
             layout = memo.get((target, source))
-            if layout is not None and (templates := layout.templates.get(size)) is not None:
-                prepared.append(_new_prepared((name, layout, templates, True)))
-                continue
-        prepared.append(_prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo, bindings))
+            if layout is not None:
+                if by_rows and (rows := layout.rows.get(size)) is not None:
+                    prepared.append(_new_prepared((name, layout, None, True, rows)))
+                    continue
+                if (templates := layout.templates.get(size)) is not None:
+                    prepared.append(_new_prepared((name, layout, templates, True, None)))
+                    continue
+        prepared.append(
+            _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo, bindings, by_rows)
+        )
+    if by_rows and any(p.rows is None for p in prepared):
+        prepared = [p if p.rows is None else _as_requests(p, None if sizes is None else sizes[p.name], endpoints,
+                                                          process_node, bindings) for p in prepared]
     return prepared, sizes, split_floor
+
+
+def _as_requests(
+    p: _Prepared, element_size: int | None, endpoints: TransferEndpoints | None,
+    process_node: Mapping[int, int] | None, bindings: _Bindings,
+) -> _Prepared:
+    """A parameter prepared by rows, with its requests instead (shared through its layout's
+    templates as ``_prepare`` shares them). Its rows bound every location and process, so its
+    requests do too."""
+    layout = p.layout
+    requests = layout.templates.get(element_size) if p.shared else None
+    if requests is None:
+        requests = _slab_requests(p.name, layout.slabs or [], element_size, endpoints, process_node, bindings)
+        assert requests is not None  # the same bindings bound its rows
+        if p.shared:
+            layout.templates[element_size] = requests
+    return _new_prepared((p.name, layout, requests, p.shared, None))
 
 
 def collect_requests(
@@ -761,7 +875,7 @@ def collect_requests(
         prepared, _sizes, _floor = _prepare_batch(
             pairs, limits or PlanBudget(), endpoints, element_size, process_node, None
         )
-        return [r if r.parameter == p.name else _renamed(r, p.name) for p in prepared for r in p.requests]
+        return [r if r.parameter == p.name else _renamed(r, p.name) for p in prepared for r in p.requests or ()]
 
 
 def plan_transfers(
@@ -810,14 +924,23 @@ def _plan_batch(
     min_split_bytes: int | None,
     process_node: Mapping[int, int] | None,
 ) -> dict[str, TransferPlan]:
+    policy = replica_policy if replica_policy is not None else balanced
+    by_rows = next((form for known, form in _ROW_FORMS if policy is known), None)  # identity, as in _for_policy
     prepared, sizes, split_floor = _prepare_batch(
-        pairs, budget, endpoints, element_size, process_node, min_split_bytes
+        pairs, budget, endpoints, element_size, process_node, min_split_bytes, by_rows is not None
     )
+    row_answers = None
+    if by_rows is not None and prepared and prepared[0].rows is not None:  # every parameter has rows
+        row_answers, accepted = _row_answers(prepared, by_rows, endpoints is not None)
+        if accepted:
+            return _finish_all(prepared, row_answers, budget)
+        # Refused: the requests' own check names the first bad answer, as for any policy.
+        prepared = [_as_requests(p, None if sizes is None else sizes[p.name], endpoints, process_node, {})
+                    for p in prepared]
     requests = [*chain.from_iterable(map(_REQUESTS, prepared))]
     names = [*chain.from_iterable(map(repeat, map(_NAME, prepared), map(len, map(_REQUESTS, prepared))))]
-    policy = replica_policy if replica_policy is not None else balanced
     try:
-        answers: Any = policy(_for_policy(policy, requests, names))
+        answers: Any = policy(_for_policy(policy, requests, names)) if row_answers is None else row_answers
     except Exception as exc:
         # A policy bug must surface as a policy error, never as a partial plan, and never as one
         # of our other classes: an InvalidMapError from a policy would tell the caller "corrupt
@@ -827,6 +950,38 @@ def _plan_batch(
         requests, answers, element_size=sizes, min_split_bytes=split_floor, budget=budget, parameters=names
     )
     return _finish_all(prepared, resolved, budget)
+
+
+def _row_answers(prepared: list[_Prepared], form: _RowForm, by_process: bool) -> tuple[Any, bool]:
+    """The answers of one of refplan's own read-only policies to a batch of slab layouts given as
+    rows (its row form: the same rule, ``policies.simple``), and whether they pass the check.
+
+    The check is ``check_answers``'s for these requests: every answer is a whole ``int`` naming
+    one of its request's holders. A slab request's holders all read its box at one address (the
+    slab's ``read``: ``requests._UniformRequest``), so each request's box is then tiled by one
+    part served by a validated holder (Theorem 3's hypotheses), and its segment is the one
+    ``_emit`` makes from that candidate (``_emit_rows``). ``by_process``: every location is bound
+    to a process (the batch has endpoints, and every row bound), which is what
+    ``uses_processes`` says of the requests. tests/test_policy_rows.py holds the plans and the
+    refusals equal to the requests' path, policy by policy.
+    """
+    keys = [*chain.from_iterable(map(_ROW_KEYS, map(_ROWS, prepared)))]
+    try:
+        answers: Any = form(keys, [*chain.from_iterable(map(_ROW_SIZES, map(_ROWS, prepared)))], by_process)
+    except Exception as exc:  # as ``_plan_batch``: a policy's failure is the policy's error
+        raise PolicyRaisedError(f"replica policy raised {_exception_text(exc)}") from exc
+    accepted = type(answers) is list and len(answers) == len(keys) and (
+        {*map(type, answers)} <= _INT and all(map(contains, map(_FIRST, keys), answers))
+    )
+    return answers, accepted
+
+
+_RowForm = Callable[[Sequence[HolderKey], Sequence[int], bool], list[ReplicaAnswer]]
+_ROW_FORMS: tuple[tuple[Callable[..., object], _RowForm], ...] = tuple(ROW_FORMS.items())
+"""refplan's own read-only policies and their row forms (``policies.simple.ROW_FORMS``)."""
+_ROWS = attrgetter("rows")
+_ROW_KEYS = itemgetter(0)
+_ROW_SIZES = itemgetter(1)
 
 
 def plan_transfer(

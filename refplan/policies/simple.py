@@ -56,9 +56,27 @@ def balanced(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     """
     reqs = _held(requests)
     units = _Units()
-    placed = units.placed(reqs)
+    return _least_loaded_after_fixed(units.placed(reqs), units)
+
+
+def balanced_rows(keys: Sequence[HolderKey], sizes: Sequence[int], by_process: bool) -> list[ReplicaAnswer]:
+    """``balanced`` of requests given as rows (``_Units.place_rows``): the same answers as
+    ``balanced`` on the requests those rows describe, by the same code after the rows.
+
+    ``by_process`` is what ``uses_processes`` says of those requests (every target and candidate
+    process known). The planner plans slab layouts with it and never makes their request
+    objects; tests/test_policy_rows.py holds the two front doors equal on drawn batches.
+    """
+    units = _Units()
+    units.by_process = by_process and len(keys) > 0
+    return _least_loaded_after_fixed(units.place_rows(keys, sizes), units)
+
+
+def _least_loaded_after_fixed(placed: list[_Placed], units: _Units) -> list[ReplicaAnswer]:
+    """``balanced``'s rule on what it reads of each request: loads that cannot move first, then
+    the movable requests by ``_assign_least_loaded``."""
     load: dict[int, int] = {}
-    answers: list[ReplicaAnswer] = [0] * len(reqs)
+    answers: list[ReplicaAnswer] = [0] * len(placed)
     movable: list[int] = []
     for i, p in enumerate(placed):
         fixed = p.fixed
@@ -75,6 +93,11 @@ def _held(requests: Sequence[ReplicaRequest]) -> list[ReplicaRequest]:
     """The requests as a list of this call's own: read once (a sequence of the caller's type
     could yield new objects on every pass), and holding every object alive while ids matter."""
     return requests if type(requests) is list else list(requests)
+
+
+HolderKey = tuple[tuple[int, ...], tuple[int | None, ...], int | None]
+"""A request as the least-loaded rule reads it, besides its size: (candidate locations, their
+processes, the target process, or ``None`` when load is counted per location)."""
 
 
 class _Holders(NamedTuple):
@@ -128,44 +151,60 @@ class _Units:
         return list(map(of_id.__getitem__, ids))
 
     def _place_all(self, requests: list[ReplicaRequest]) -> list[_Placed]:
-        """``[self.place(r) for r in requests]`` in one loop: what ``place`` works out besides
-        the size depends only on (candidate locations, processes, target process), so it is
-        worked out once per distinct such triple (a distinct model's requests have a handful)."""
+        """``[self.place(r) for r in requests]`` in one loop: each request's row (``place_rows``)."""
         by_process = self.by_process
-        seen: dict[tuple[object, ...], tuple[_Holders, tuple[int, int] | None]] = {}
+        keys = [(holder_locations(r), r.candidate_processes, r.target_process if by_process else None)
+                for r in requests]
+        return self.place_rows(keys, [*map(request_load, requests)])
+
+    def place_rows(self, keys: Sequence[HolderKey], sizes: Sequence[int]) -> list[_Placed]:
+        """What the rule reads of each request, given as a row: its ``HolderKey`` (candidate
+        locations, their processes, the target process or ``None`` when load is not counted per
+        process) and its ``request_load``. Everything but the size depends only on the key, so
+        it is worked out once per distinct key (a distinct model's requests have a handful).
+
+        The planner calls this directly for slab layouts (``balanced_rows``): their requests are
+        then never made as objects, and the rule is this one code either way."""
+        seen: dict[HolderKey, tuple[_Holders, tuple[int, int] | None]] = {}
         out: list[_Placed] = []
         append = out.append
-        for r in requests:
-            key = (holder_locations(r), r.candidate_processes, r.target_process if by_process else None)
+        for key, size in zip(keys, sizes):
             got = seen.get(key)
             if got is None:
-                placed = self.place(r)
-                got = seen[key] = (placed.holders, placed.fixed)
+                got = seen[key] = self._settle(key[0], key[1], key[2])
             holders, fixed = got
-            size = request_load(r)
             append(_new_placed((holders, size, fixed, (holders.coverage, -size))))
         return out
 
     def place(self, r: ReplicaRequest) -> _Placed:
-        """What the rule reads of ``r``. A request that cannot move is a local copy (with
-        processes: the lowest location in the target's own process) or has a single holder."""
-        holders = self.of(r)
-        here = r.target_process
-        fixed: tuple[int, int] | None = None
-        if self.by_process and here in r.candidate_processes:
-            choice = min([rank for rank, p in zip(holder_locations(r), r.candidate_processes) if p == here])
-            fixed = (choice, next(u for u, rank in holders.pairs if rank == choice))
-        elif len(holders.pairs) == 1:
-            fixed = holders.pairs[0][1], holders.pairs[0][0]
+        """What the rule reads of ``r``."""
+        holders, fixed = self._settle(holder_locations(r), r.candidate_processes, r.target_process)
         size = request_load(r)
         return _new_placed((holders, size, fixed, (holders.coverage, -size)))
 
+    def _settle(
+        self, ranks: tuple[int, ...], processes: tuple[int | None, ...], here: int | None
+    ) -> tuple[_Holders, tuple[int, int] | None]:
+        """The holders of a request with candidate locations ``ranks`` in ``processes`` and target
+        process ``here``, and whether it cannot move: a local copy (with processes: the lowest
+        location in the target's own process) or a single holder, as (location, unit)."""
+        holders = self._of(ranks, processes)
+        fixed: tuple[int, int] | None = None
+        if self.by_process and here in processes:
+            choice = min([rank for rank, p in zip(ranks, processes) if p == here])
+            fixed = (choice, next(u for u, rank in holders.pairs if rank == choice))
+        elif len(holders.pairs) == 1:
+            fixed = holders.pairs[0][1], holders.pairs[0][0]
+        return holders, fixed
+
     def of(self, r: ReplicaRequest) -> _Holders:
-        """The holders of ``r``, worked out once per distinct (candidate locations, processes):
-        that is all they depend on, and a model's requests have a few dozen of those, where the
-        candidates themselves (with their read offsets) are mostly distinct."""
-        processes = r.candidate_processes
-        ranks = holder_locations(r)
+        """The holders of ``r`` (``_of`` of its candidate locations and processes)."""
+        return self._of(holder_locations(r), r.candidate_processes)
+
+    def _of(self, ranks: tuple[int, ...], processes: tuple[int | None, ...]) -> _Holders:
+        """The holders of candidates at ``ranks`` in ``processes``, worked out once per distinct
+        pair: that is all they depend on, and a model's requests have a few dozen of those, where
+        the candidates themselves (with their read offsets) are mostly distinct."""
         key = (ranks, processes)
         known = self._known.get(key)
         if known is None:
@@ -276,7 +315,28 @@ def lpt(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
     """
     reqs = _held(requests)
     units = _Units()
-    placed = units.placed(reqs)
-    answers: list[ReplicaAnswer] = [0] * len(reqs)
-    _assign_least_loaded(placed, list(range(len(reqs))), units, {}, answers)
+    return _least_loaded(units.placed(reqs), units)
+
+
+def lpt_rows(keys: Sequence[HolderKey], sizes: Sequence[int], by_process: bool) -> list[ReplicaAnswer]:
+    """``lpt`` of requests given as rows, as ``balanced_rows`` is ``balanced``'s."""
+    units = _Units()
+    units.by_process = by_process and len(keys) > 0
+    return _least_loaded(units.place_rows(keys, sizes), units)
+
+
+def _least_loaded(placed: list[_Placed], units: _Units) -> list[ReplicaAnswer]:
+    answers: list[ReplicaAnswer] = [0] * len(placed)
+    _assign_least_loaded(placed, list(range(len(placed))), units, {}, answers)
     return answers
+
+
+def first_holder_rows(keys: Sequence[HolderKey], sizes: Sequence[int], by_process: bool) -> list[ReplicaAnswer]:
+    """``first_holder`` of requests given as rows."""
+    return [min(key[0]) for key in keys]
+
+
+ROW_FORMS: dict[Callable[..., object], Callable[[Sequence[HolderKey], Sequence[int], bool], list[ReplicaAnswer]]] = {
+    balanced: balanced_rows, lpt: lpt_rows, first_holder: first_holder_rows,
+}
+"""refplan's own read-only policies and their row forms, looked up by the planner by identity."""
