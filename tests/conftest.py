@@ -340,6 +340,12 @@ def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     calls = {"validate_map": 0, "check_plan": 0}
     validate, check = layout.validate_map, judge.check_plan
 
+    def counted(fn: Any, what: str) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            calls[what] += 1
+            return fn(*args, **kwargs)
+        return run
+
     def counted_validate(*args: Any, **kwargs: Any) -> Any:
         calls["validate_map"] += 1
         return validate(*args, **kwargs)
@@ -350,5 +356,8 @@ def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(layout, "validate_map", counted_validate)
     monkeypatch.setattr(judge, "check_plan", counted_check)
+    # ``verify_plans``' quick judgement of small plain plans reads maps and judges plans by these.
+    monkeypatch.setattr(judge, "_read", counted(judge._read, "validate_map"))
+    monkeypatch.setattr(judge, "_judge_places", counted(judge._judge_places, "check_plan"))
     return calls
 

@@ -813,3 +813,107 @@ def test_judge_declines_maps_of_different_ranks() -> None:
     with small._general_only():
         assert found == segment_errors(target, source, half, limit=5, scan=10)
     assert [index for index, _ in found[0]] == [0] and found[1] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# ``verify_plans``' quick judgement (``judge._quick``): exact types, small plain maps and plans.
+
+
+def _quick_batch() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Three distinct TP2xDP2 -> TP4 parameters and their plans."""
+    pairs = {f"p{i}": (contiguous_split_map((8, 3 + i), [2, 2, 2, 2], 0),
+                       replicate(contiguous_split_map((8, 3 + i), [4, 4], 0), 2)) for i in range(3)}
+    return pairs, {name: plan_transfer(*pair) for name, pair in pairs.items()}
+
+
+def _quick_taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per ``_quick`` call, whether it gave the verdict."""
+    import refplan.oracle.judge as judge_module
+
+    taken: list[bool] = []
+    real = judge_module._quick
+
+    def counted(*args: Any) -> Any:
+        got = real(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(judge_module, "_quick", counted)
+    return taken
+
+
+def test_the_quick_judgement_gives_the_general_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs, plans = _quick_batch()
+    taken = _quick_taken(monkeypatch)
+    quick = verify_plans(pairs, plans)
+    assert taken == [True, True, True]
+    with small._general_only():
+        general = verify_plans(pairs, plans)
+    assert taken[3:] == [False, False, False]  # switched off with the small path
+    assert quick == general and quick.ok and [v.parameter for v in quick.verdicts.values()] == ["p0", "p1", "p2"]
+    assert quick.verdicts["p1"] == ok_verdict(len(plans["p1"].segments)).with_parameter("p1")
+
+
+def _forced(plan: Any, **fields: Any) -> Any:
+    """``plan`` with fields forced past the frozen dataclass (what a Python caller can do)."""
+    import copy
+
+    forced = copy.copy(plan)
+    for name, value in fields.items():
+        object.__setattr__(forced, name, value)
+    return forced
+
+
+def _forced_segment(plan: Any, **fields: Any) -> Any:
+    first = _forced(plan.segments[0], **fields)
+    return _forced(plan, segments=(first, *plan.segments[1:]))
+
+
+@pytest.mark.parametrize("change", [
+    "list of segments", "segments as dicts", "a bool rank", "a float offset", "a list of strides",
+    "a float in a stride", "another logical shape", "a bool in the logical shape", "a wrong offset", "a subclass plan",
+    "a dict map", "one segment too few",
+])
+def test_anything_unusual_goes_to_the_general_judgement(monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    """Only exact, plain plans on exact maps are judged quickly; everything else gets exactly the
+    verdict it got before (the general steps, ``small._general_only``)."""
+    pairs, plans = _quick_batch()
+    plan = plans["p1"]
+    seg = plan.segments[0]
+    target, source = pairs["p1"]
+    if change == "list of segments":
+        plans["p1"] = _forced(plan, segments=list(plan.segments))
+    elif change == "segments as dicts":
+        plans["p1"] = {"logical_shape": list(plan.logical_shape), "segments": [s.to_dict() for s in plan.segments]}
+    elif change == "a bool rank":
+        plans["p1"] = _forced_segment(plan, source_rank=bool(seg.source_rank) if seg.source_rank in (0, 1) else True)
+    elif change == "a float offset":
+        plans["p1"] = _forced_segment(plan, target_offset=float(seg.target_offset))
+    elif change == "a list of strides":
+        plans["p1"] = _forced_segment(plan, source_strides=list(seg.source_strides))
+    elif change == "a float in a stride":
+        plans["p1"] = _forced_segment(plan, target_strides=(float(seg.target_strides[0]), *seg.target_strides[1:]))
+    elif change == "another logical shape":
+        plans["p1"] = _forced(plan, logical_shape=(8, 5))
+    elif change == "a bool in the logical shape":
+        plans["p1"] = plan_transfer(*pairs["p0"])
+        pairs["p1"] = (contiguous_split_map((1, 1), [1], 0), contiguous_split_map((1, 1), [1], 0))
+        plans["p1"] = _forced(plan_transfer(*pairs["p1"]), logical_shape=(True, 1))
+    elif change == "a wrong offset":
+        plans["p1"] = _forced_segment(plan, source_offset=seg.source_offset + 1)
+    elif change == "a subclass plan":
+        plans["p1"] = type("Sub", (type(plan),), {})(plan.segments, plan.logical_shape, plan.moved_elements,
+                                                     plan.statistics)
+    elif change == "a dict map":
+        pairs["p1"] = (target.to_dict(), source)
+    elif change == "one segment too few":
+        plans["p1"] = _forced(plan, segments=plan.segments[1:])
+    taken = _quick_taken(monkeypatch)
+    quick = verify_plans(pairs, plans)
+    with small._general_only():
+        general = verify_plans(pairs, plans)
+    assert quick == general
+    assert quick.verdicts["p0"].ok and quick.verdicts["p2"].ok
+    # p1 went to the general steps (the quick one was either not tried or gave no verdict), and
+    # the others were judged quickly.
+    assert taken[:3].count(True) == 2

@@ -77,6 +77,7 @@ from ..analysis import (
 from ..check import DEFAULT_MIN_SPLIT_BYTES
 from ..errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
+from ..oracle.verdict import worst
 from ..plan import TransferPlan
 from ..planner import collect_requests, plan_transfers
 from ..policies import POLICIES, split_balanced_policy
@@ -1698,12 +1699,15 @@ def _e2e_contenders(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], m
 def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: int, *, peer: bool, oracle: bool,
              min_split_bytes: int, bound: LoadLowerBound, workers: dict[str, Any]) -> list[E2ERow]:
     """Interleaved rounds: every contender builds from the description and plans, GC as shipped and
-    GC off, in each round (same machine load for all). After the last round each contender's plans
-    are checked by the oracle (refplan's verify timed, best of ``runs``), then dropped, so that
+    GC off, in each round (same machine load for all). refplan's plans are verified in every round
+    right after they are made (``verify_plans`` timed beside the plan it judges, so that the
+    verify-to-plan goal compares two figures taken under the same load; best of the rounds).
+    After the last round each contender's plans are checked by the oracle, then dropped, so that
     one contender's output at a time is alive."""
     from ..verify import verify_plans
 
     contenders, missing = _e2e_contenders(scenario, policies, min_split_bytes, peer, workers)
+    verified: dict[str, list[tuple[float, str]]] = {c.key: [] for c in contenders}
     on: dict[str, list[Stages]] = {c.key: [] for c in contenders}
     off: dict[str, list[Stages]] = {c.key: [] for c in contenders}
     errors: dict[str, str] = {}
@@ -1714,9 +1718,12 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
             if c.key in errors:
                 continue
             try:
-                stages, _ = c.run(False)
+                stages, made = c.run(False)
                 on[c.key].append(stages)
-                del _
+                if oracle and scenario.oracle and c.peer == "refplan":
+                    cpu, _wall, verdict = _timed(partial(verify_plans, made[0], c.plans(made)))
+                    verified[c.key].append((cpu, verdict.status))
+                del made
                 stages, output = c.run(True)
                 off[c.key].append(stages)
             except Exception as exc:  # a peer refusing is a result, not a crash
@@ -1731,11 +1738,12 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
                 errors[c.key] = f"wrong plan: {(str(exc).splitlines() or [''])[0][:200]}"
                 del output
                 continue
-            status = seconds = None
+            status: str | None = None
+            seconds: float | None = None
             if oracle and scenario.oracle:
                 if c.peer == "refplan":
-                    pairs = output[0]
-                    seconds, _wall, status = _best_verify(pairs, plans, runs)
+                    seconds = min(cpu for cpu, _ in verified[c.key])
+                    status = worst({got for _, got in verified[c.key]})
                 else:
                     status = verify_plans(scenario.pairs, plans).status
             del output
@@ -1763,18 +1771,6 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
         ))
     rows += [E2ERow(scenario.name, key, key, label, error=why) for key, (label, why) in missing.items()]
     return rows
-
-
-def _best_verify(pairs: Pairs, plans: Mapping[str, TransferPlan], repeat: int) -> tuple[float, float, str]:
-    """Best-of-``repeat`` CPU and wall seconds of ``verify_plans`` (GC as it ships), and its verdict."""
-    from ..verify import verify_plans
-
-    best = wall = float("inf")
-    status = "?"
-    for _ in range(repeat):
-        cpu, elapsed, verdict = _timed(lambda: verify_plans(pairs, plans))
-        best, wall, status = min(best, cpu), min(wall, elapsed), verdict.status
-    return best, wall, status
 
 
 def replicate_scaling(repeat: int = 3, copies: Sequence[int] = REPLICATE_COPIES) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from .segments import (
     not_a_box,
     parse_plan,
     plain_extent,
+    plain_segments,
     runs,
     structural,
     volumes,
@@ -468,9 +469,11 @@ def _verify_plan(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
     judged: Judged | None = None,
+    reads: _Reads | None = None,
 ) -> Verdict:
-    """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps
-    and ``judged`` the verdicts of small plans (see ``_judge``).
+    """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps,
+    ``judged`` the verdicts of small plans (see ``_judge``) and ``reads`` the small maps read for
+    the quick judgement (``_quick``, tried first on exact types).
 
     A plan that fails is judged once more with the maps swapped. ``verify_plan(source, target,
     plan)`` is an easy slip (the planner's order is target first too), and its verdict alone
@@ -479,6 +482,12 @@ def _verify_plan(
     (the plan *is* wrong for the maps as given) and its reason says so. A passing plan is never
     judged twice, so the check costs nothing on the path that matters.
     """
+    if reads is not None and type(plan) is TransferPlan and type(target_map) is ParamAffineMap and (
+        type(source_map) is ParamAffineMap
+    ):
+        quick = _quick(target_map, source_map, plan, target_map.content, source_map.content, reads)
+        if quick is not None:
+            return quick.with_parameter(parameter)
     verdict = _judge(
         target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
         judged=judged,
@@ -680,6 +689,7 @@ def _verify_plans(
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
     judged: Judged = {}
+    reads: _Reads = {}
     same: Same = {}
     statuses: set[str] = set()
     if type(pairs) is dict and type(plans) is dict and len(plans) == len(pairs) and plans.keys() <= pairs.keys():
@@ -705,7 +715,7 @@ def _verify_plans(
                     continue
                 verdict = _verify_plan(
                     target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts,
-                    judged=judged,
+                    judged=judged, reads=reads,
                 )
                 if entry is None:
                     _remember(same, t_content, s_content, plan, verdict)
@@ -717,6 +727,62 @@ def _verify_plans(
         verdicts[name] = verdict
         statuses.add(verdict.status)
     return BatchVerdict(worst(statuses), verdicts)
+
+
+_Reads = dict[MapContent, "tuple[dict[int, tuple[int, ...]], dict[int, small.Place]] | None"]
+"""``_verify_plans``'s readings of map contents by ``small.read_map`` (``None``: not a small plain
+map), one per distinct content of the batch; the dict holds each content, so its identity is
+not reused while the batch runs."""
+
+
+def _quick(
+    target: ParamAffineMap, source: ParamAffineMap, plan: TransferPlan, t_content: MapContent, s_content: MapContent,
+    reads: _Reads,
+) -> Verdict | None:
+    """The ``ok`` verdict ``_judge`` gives a small plain plan on small plain maps, reached without
+    its general steps; ``None`` for anything else (then ``_verify_plan`` judges it).
+
+    ``_judge`` answers ``ok`` through these steps when both maps are read by ``small.read_map``
+    (``validate_map``'s small path: every map rule holds), their logical shapes and the plan's
+    agree, ``parse_plan`` keeps the plan's segments as they are (a tuple of exact, plain
+    ``TransferSegment``), and ``small.judge`` accepts them (``check_plan``'s first step); this is
+    the same sequence of checks on the same values, read once per distinct content of the batch
+    (``read_map`` reads nothing but the content). Why: with every parameter's layout distinct,
+    the steps around those checks (the map and plan forms, the layouts' objects and memos) were
+    a fifth of ``verify_plans`` (issue 27)."""
+    if type(t_content) is not MapContent or type(s_content) is not MapContent:
+        return None
+    logical = t_content.logical_shape
+    segments = plan.segments
+    shape = plan.logical_shape
+    if (
+        s_content.logical_shape != logical or type(segments) is not tuple or len(segments) > small.SMALL_SEGMENTS
+        or type(shape) is not tuple or not _INTS.issuperset(map(type, shape)) or shape != logical
+        or not _SEGMENTS.issuperset(map(type, segments)) or not plain_segments(segments)
+    ):
+        return None
+    t_read = reads.get(t_content, _UNREAD)
+    if t_read is _UNREAD:
+        t_read = reads[t_content] = _read(target)
+    if t_read is None:
+        return None
+    s_read = reads.get(s_content, _UNREAD)
+    if s_read is _UNREAD:
+        s_read = reads[s_content] = _read(source)
+    if s_read is None:
+        return None
+    return _judge_places(segments, s_read[1], t_read[1], len(logical), len(logical))
+
+
+_read = small.read_map
+"""``_quick``'s map reading and plan judgement, by name so that tests count them as they count
+``validate_map`` and ``check_plan`` (conftest's ``oracle_work``)."""
+_judge_places = small.judge_places
+
+
+_UNREAD: Any = object()
+_SEGMENTS = frozenset({TransferSegment})
+_INTS = frozenset({int})
 
 
 Same = dict[Any, tuple[MapContent, MapContent, TransferPlan, Verdict, int]]

@@ -69,6 +69,10 @@ def _plain(segments: Sequence[TransferSegment]) -> bool:
     return _INTS.issuperset(map(type, values))
 
 
+plain_segments = _plain
+"""``_plain`` for the batch's quick judgement (``judge._quick``)."""
+
+
 def _as_plain(segments: list[TransferSegment]) -> list[TransferSegment]:
     """``segments``, each one that is not plain rebuilt by the plan file's rules (same checks,
     same messages: a bool, a float or a numpy integer is refused as in a file)."""

@@ -68,7 +68,9 @@ from .verdict import Verdict, ok_verdict
 if TYPE_CHECKING:
     from .layout import Layout
 
-__all__ = ["SMALL_LOCATION_PIECES", "SMALL_PIECES", "SMALL_SEGMENTS", "Part", "Place", "judge", "read_map"]
+__all__ = [
+    "SMALL_LOCATION_PIECES", "SMALL_PIECES", "SMALL_SEGMENTS", "Part", "Place", "judge", "judge_places", "read_map",
+]
 
 SMALL_PIECES = 64
 """Maps with at most this many pieces (empty ones included) are read here first."""
@@ -367,15 +369,23 @@ def judge(segments: Sequence[TransferSegment], src: Layout, tgt: Layout, *, gaps
     """``check_plan(segments, src, tgt, ...)`` when it is ``ok`` and the plan is small and plain,
     else ``None`` (then the general path judges). ``gaps=False`` leaves the gap check out, as
     ``check_plan``'s does. The segments are ``parse_plan``'s: ints and tuples of ints."""
-    n_seg = len(segments)
     s_plain = src.plain
     t_plain = tgt.plain
-    if not _enabled or n_seg > SMALL_SEGMENTS or s_plain is None or t_plain is None:
+    if not _enabled or len(segments) > SMALL_SEGMENTS or s_plain is None or t_plain is None:
         return None  # a big plan, or a layout the general path validated: judged there too
+    return judge_places(segments, s_plain, t_plain, len(src.logical_shape), len(tgt.logical_shape), gaps=gaps)
+
+
+def judge_places(
+    segments: Sequence[TransferSegment], s_plain: dict[int, Place], t_plain: dict[int, Place], s_ndim: int,
+    ndim: int, *, gaps: bool = True,
+) -> Verdict | None:
+    """``judge`` on the places ``read_map`` read of the source and target maps (with ``s_ndim``
+    and ``ndim`` axes), for a plan of at most ``SMALL_SEGMENTS`` segments: ``ok`` or ``None``."""
+    n_seg = len(segments)
     # ``read_map``'s layouts have at least one axis and one location, each with a non-empty shard:
     # an empty plan is refused by the gap check (and, without it, is ``ok`` on both paths).
-    ndim = len(tgt.logical_shape)
-    if len(src.logical_shape) != ndim:
+    if s_ndim != ndim:
         return None  # maps of other ranks (``segment_errors`` does not compare them): the general path's
     zeros = (0,) * ndim  # the origin of a segment that writes its whole shard
     writes: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (location, write origin, extent)
