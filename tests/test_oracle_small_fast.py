@@ -917,3 +917,26 @@ def test_anything_unusual_goes_to_the_general_judgement(monkeypatch: pytest.Monk
     # p1 went to the general steps (the quick one was either not tried or gave no verdict), and
     # the others were judged quickly.
     assert taken[:3].count(True) == 2
+
+
+def test_one_axis_segments_are_judged_exactly_as_the_general_path() -> None:
+    """``small.judge_places``' unrolled 1-D case against ``check_plan``'s general judgement, segment
+    by segment (no gap check), on every segment of small offsets and extents between a source
+    of two replicated halves and a target of three parts: ``ok`` exactly when the general path
+    says ``ok``, never for a segment it refuses."""
+    source = validate_map(replicate(contiguous_split_map((6,), [3, 3], 0), 2), "source")
+    target = validate_map(contiguous_split_map((6,), [2, 1, 3], 0), "target")
+    assert source.plain is not None and target.plain is not None
+    agreed = {"ok": 0, "refused": 0}
+    for s_loc in range(4):
+        for t_loc in range(3):
+            for s_off in range(-1, 4):
+                for t_off in range(-1, 3):
+                    for extent in range(0, 4):
+                        seg = TransferSegment(s_loc, s_off, (1,), t_loc, t_off, (1,), (extent,))
+                        quick = small.judge([seg], source, target, gaps=False)
+                        with small._general_only():
+                            general = check_plan([seg], source, target, 10**6, gaps=False)
+                        assert (quick is not None) == general.ok, (seg, general.reason)
+                        agreed["ok" if general.ok else "refused"] += 1
+    assert agreed["ok"] >= 10 and agreed["refused"] >= 100

@@ -120,12 +120,19 @@ def _origin(offset: int, strides: tuple[int, ...], sizes: tuple[int, ...], exten
     return tuple(coord)
 
 
-def _slabs(boxes: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> bool:
+def _slabs(boxes: Sequence[tuple[tuple[int, ...], tuple[int, ...]]], within: tuple[int, ...] | None = None) -> bool:
     """Whether the (non-empty) boxes, as (origin, extent), are pairwise disjoint because on some axis their spans are:
-    sorted by start, each ends where or before the next begins. Sufficient, exact when true."""
+    sorted by start, each ends where or before the next begins. Sufficient, exact when true.
+
+    ``within``: a shape holding every box. An axis on which the first box spans all of it cannot
+    separate that box from any other (every box has a non-empty span there), so it is skipped
+    without sorting (the axes before a TP split's, for instance)."""
     if len(boxes) < 2:
         return True
-    for axis in range(len(boxes[0][0])):
+    first_origin, first_extent = boxes[0]
+    for axis in range(len(first_origin)):
+        if within is not None and first_origin[axis] == 0 and first_extent[axis] == within[axis]:
+            continue
         spans = sorted([(o[axis], o[axis] + e[axis]) for o, e in boxes])
         end = spans[0][1]
         for start, stop in spans[1:]:
@@ -308,7 +315,7 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
     for _, declared, count in groups.values():
         if len(declared) != count:
             return None
-    if covered != prod(logical) or not _slabs(distinct):
+    if covered != prod(logical) or not _slabs(distinct, logical):
         return None
     return shards, plain
 
@@ -400,29 +407,42 @@ def judge_places(
         t_shard, t_rm, t_parts, t_shift, _ = t_place
         if s_str != s_rm or t_str != t_rm:
             return None
-        w = zeros if t_off == 0 and shape == t_shard else _origin(t_off, t_rm, t_shard, shape)
-        if w is None or s_off < 0:
-            return None
-        # ``_origin(s_off, s_rm, s_shard, shape)``: the read box's origin, when inside.
-        if ndim == 2:  # unrolled inline (a row-major last stride is 1)
-            # Every extent is at least 1 here: ``w`` is the zero origin only for a segment of its
-            # (non-empty) shard's shape, and ``_origin`` refuses an empty extent.
-            e0, e1 = shape
-            q0, q1 = divmod(s_off, s_rm[0])
-            if q0 + e0 > s_shard[0] or q1 + e1 > s_shard[1]:
+        if ndim == 1:  # ``_origin`` on both sides, unrolled: a 1-D row-major stride is 1
+            (e0,) = shape
+            if t_off < 0 or s_off < 0 or e0 < 1 or t_off + e0 > t_shard[0] or s_off + e0 > s_shard[0]:
                 return None
-            r: tuple[int, ...] = (q0, q1)
-            size = e0 * e1
+            w: tuple[int, ...] = (t_off,)
+            q0 = s_off
+            r: tuple[int, ...] = (q0,)
+            size = e0
         else:
-            read = _origin(s_off, s_rm, s_shard, shape)
-            if read is None:
+            written_at = zeros if t_off == 0 and shape == t_shard else _origin(t_off, t_rm, t_shard, shape)
+            if written_at is None or s_off < 0:
                 return None
-            r = read
-            size = prod(shape)
+            w = written_at
+            # ``_origin(s_off, s_rm, s_shard, shape)``: the read box's origin, when inside.
+            if ndim == 2:  # unrolled inline (a row-major last stride is 1)
+                # Every extent is at least 1 here: ``w`` is the zero origin only for a segment of
+                # its (non-empty) shard's shape, and ``_origin`` refuses an empty extent.
+                e0, e1 = shape
+                q0, q1 = divmod(s_off, s_rm[0])
+                if q0 + e0 > s_shard[0] or q1 + e1 > s_shard[1]:
+                    return None
+                r = (q0, q1)
+                size = e0 * e1
+            else:
+                read = _origin(s_off, s_rm, s_shard, shape)
+                if read is None:
+                    return None
+                r = read
+                size = prod(shape)
         if t_shift is not None and s_shift is not None:
             # One piece on each side, each the whole shard: the boxes are one cut each, and the
             # translations must agree: target shift + write = source shift + read.
-            if ndim == 2:
+            if ndim == 1:
+                if t_shift[0] + t_off != s_shift[0] + q0:
+                    return None
+            elif ndim == 2:
                 if t_shift[0] + w[0] != s_shift[0] + q0 or t_shift[1] + w[1] != s_shift[1] + q1:
                     return None
             elif list(map(add, t_shift, w)) != list(map(add, s_shift, r)):
