@@ -116,7 +116,8 @@ takes the general path, which decides the same (tests/test_small_fast_path.py ru
 
 REMEMBER_PIECES = 256
 """The oracle remembers the validated layout of maps with at most this many pieces within one
-``verify_plans`` batch (``oracle.layout.validated``)."""
+``verify_plans`` batch (``oracle.layout.validated``), and its reading of them for the quick
+judgement (``oracle.judge._quick``)."""
 
 REMEMBER_SEGMENTS = 64
 """Within one ``verify_plans`` batch the oracle reuses the verdict of a plan with at most this many

@@ -763,12 +763,16 @@ def _quick(
         return None
     t_read = reads.get(t_content, _UNREAD)
     if t_read is _UNREAD:
-        t_read = reads[t_content] = _read(target)
+        t_read = _read(target)
+        if t_content.pieces <= limits.REMEMBER_PIECES:  # the bound ``validated`` keeps too
+            reads[t_content] = t_read
     if t_read is None:
         return None
     s_read = reads.get(s_content, _UNREAD)
     if s_read is _UNREAD:
-        s_read = reads[s_content] = _read(source)
+        s_read = _read(source)
+        if s_content.pieces <= limits.REMEMBER_PIECES:
+            reads[s_content] = s_read
     if s_read is None:
         return None
     return _judge_places(segments, s_read[1], t_read[1], len(logical), len(logical))

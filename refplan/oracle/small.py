@@ -247,11 +247,16 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
     # Replicas share one tuple of pieces (``replicate``) in equal shards: each such location is
     # read once, keyed by the tuple's identity (the content holds it for the whole call) and the
     # shard; an equal tuple that is another object is read again. Each entry lists its locations.
-    seen: dict[tuple[int, tuple[int, ...]], tuple[Place, list[int]]] = {}
+    # The key is the tuple's identity alone while its locations have one shard (the common case:
+    # an int hashes and compares at once), and (identity, shard) for a shard that differs.
+    seen: dict[Any, tuple[Place, list[int]]] = {}
     for loc, pieces in sorted(pieces_by_rank.items()):  # ``m.ranks``' order: locations are distinct
         shard = shard_shapes[loc]
-        key = (id(pieces), shard)
+        key: Any = id(pieces)
         entry = seen.get(key)
+        if entry is not None and entry[0][0] != shard:  # a place's first field is its shard
+            key = (key, shard)
+            entry = seen.get(key)
         if entry is not None:
             entry[1].append(loc)
             shards[loc] = shard
