@@ -239,3 +239,36 @@ def test_a_row_form_that_raises_is_the_policys_error() -> None:
     finally:
         planner._ROW_FORMS = saved
     assert isinstance(raised.value.__cause__, KeyError)
+
+
+def _weighted_batch(with_general: bool) -> tuple[Batch, dict[str, int]]:
+    """Three whole parameters held by locations 0 and 1 (processes 0, 1), read by location 0
+    (process 2): 100 x 1, 30 x 4 and 50 x 2 bytes, so that loads in bytes and in elements order
+    them differently; with ``with_general``, a fourth parameter off the slab path."""
+    batch: Batch = {}
+    sizes = {"a": 1, "c": 4, "d": 2}
+    for name, n in (("a", 100), ("c", 30), ("d", 50)):
+        batch[name] = (contiguous_split_map((n,), [n], 0), replicate(contiguous_split_map((n,), [n], 0), 2))
+    if with_general:
+        batch["b"] = (contiguous_split_map((4, 2), [4], 0), _two_pieces())
+        sizes["b"] = 2
+    return batch, sizes
+
+
+@pytest.mark.parametrize("with_general", [False, True])
+def test_loads_are_weighed_in_bytes_by_rows_as_by_requests(with_general: bool) -> None:
+    """Rows carry each request's load in bytes (elements times the parameter's element size), on
+    the rows' path and when a parameter off the slab path sends the batch by requests."""
+    batch, sizes = _weighted_batch(with_general)
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 2})
+    for name, policy in OWN.items():
+        with _counted() as calls:
+            rows = plan_transfers(batch, endpoints=ends, element_size=sizes, replica_policy=policy)
+        assert calls == ([] if with_general else [True])
+        assert rows == plan_transfers(batch, endpoints=ends, element_size=sizes, replica_policy=_foreign(policy))
+        if name != "first_holder":
+            # The case is one where weighing by elements would choose otherwise.
+            chosen = {n: plan.segments[0].source_rank for n, plan in rows.items() if n != "b"}
+            by_elements = plan_transfers(batch, endpoints=ends, element_size=dict.fromkeys(sizes, 1),
+                                         replica_policy=policy)
+            assert chosen != {n: plan.segments[0].source_rank for n, plan in by_elements.items() if n != "b"}

@@ -948,6 +948,7 @@ def test_lone_checks_are_what_coalesce_charges_on_a_slab_layout() -> None:
     assert _lone_checks(layout, whole, 4, PlanBudget()) == 8
     assert _lone_checks(layout, whole, 3, PlanBudget()) == 6
     assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_passes=0)) == 0
+    assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_passes=1)) == 8  # one pass checks them
     assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_checks=8)) == 8
     assert _lone_checks(layout, whole, 4, PlanBudget(max_merge_checks=7)) is None
     assert _lone_checks(layout, [*whole[:3], [("a", 0), ("b", 1)]], 5, PlanBudget()) is None
@@ -958,3 +959,8 @@ def test_lone_checks_are_what_coalesce_charges_on_a_slab_layout() -> None:
         general = plan_transfers(batch)["w"]
     assert plan.statistics.merge_checks == general.statistics.merge_checks == 8
     assert plan.segments == general.segments
+    one_pass = PlanBudget(max_merge_passes=1)  # by rows and by the general path alike
+    with _general():
+        general_one = plan_transfers(batch, one_pass)["w"]
+    assert plan_transfers(batch, one_pass)["w"].statistics == general_one.statistics
+    assert general_one.statistics.merge_checks == 8
