@@ -54,15 +54,23 @@ def repeated(n: int = len(NAMES)) -> dict[str, tuple[ParamAffineMap, ParamAffine
 
 @pytest.fixture
 def judgements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The parameters ``verify_plans`` judges (``_verify_plan`` calls), in order."""
+    """The parameters ``verify_plans`` judges, in order: by its quick judgement (``_quick``, which
+    gives a verdict or hands the parameter on) or by ``_verify_plan``."""
     seen: list[str] = []
-    real = judge._verify_plan
+    real, quick = judge._verify_plan, judge._quick
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         seen.append(kwargs["parameter"])
         return real(*args, **kwargs)
 
+    def counted_quick(*args: Any) -> Any:
+        verdict = quick(*args)
+        if verdict is not None:
+            seen.append(args[3])
+        return verdict
+
     monkeypatch.setattr(judge, "_verify_plan", counted)
+    monkeypatch.setattr(judge, "_quick", counted_quick)
     return seen
 
 

@@ -469,11 +469,10 @@ def _verify_plan(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
     judged: Judged | None = None,
-    reads: _Reads | None = None,
 ) -> Verdict:
-    """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps,
-    ``judged`` the verdicts of small plans (see ``_judge``) and ``reads`` the small maps read for
-    the quick judgement (``_quick``, tried first on exact types).
+    """``verify_plan``'s body; within one ``verify_plans``, ``layouts`` remembers validated maps
+    and ``judged`` the verdicts of small plans (see ``_judge``). ``verify_plans`` offers exact
+    types to its quick judgement (``_quick``) first.
 
     A plan that fails is judged once more with the maps swapped. ``verify_plan(source, target,
     plan)`` is an easy slip (the planner's order is target first too), and its verdict alone
@@ -482,12 +481,6 @@ def _verify_plan(
     (the plan *is* wrong for the maps as given) and its reason says so. A passing plan is never
     judged twice, so the check costs nothing on the path that matters.
     """
-    if reads is not None and type(plan) is TransferPlan and type(target_map) is ParamAffineMap and (
-        type(source_map) is ParamAffineMap
-    ):
-        quick = _quick(target_map, source_map, plan, target_map.content, source_map.content, reads)
-        if quick is not None:
-            return quick.with_parameter(parameter)
     verdict = _judge(
         target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
         judged=judged,
@@ -696,6 +689,9 @@ def _verify_plans(
         names = sorted(pairs)  # the same names: a model's dict is often in order already, which sorts in one pass
     else:
         names = sorted(set(pairs) | set(plans))
+    # ``same`` pays only when a plan object comes twice; in a batch of distinct plans (every
+    # parameter's layout its own) neither looking verdicts up nor filing them is worth its cost.
+    repeats = type(plans) is not dict or len({*map(id, plans.values())}) < len(plans)
     for name in names:
         if name not in plans:
             verdict = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
@@ -707,17 +703,21 @@ def _verify_plans(
             if type(plan) is TransferPlan and type(target) is ParamAffineMap and type(source) is ParamAffineMap:
                 t_content = target.content
                 s_content = source.content
-                entry = same.get(id(plan))
+                entry = same.get(id(plan)) if repeats else None
                 if entry is not None and (entry[0] is not t_content or entry[1] is not s_content):
                     entry = same.get((id(plan), id(t_content), id(s_content)))
                 if entry is not None and (entry[4] > 0 or (entry[4] == 0 and _frozen(same, entry))):
                     verdicts[name] = entry[3].with_parameter(name)
                     continue
-                verdict = _verify_plan(
-                    target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts,
-                    judged=judged, reads=reads,
-                )
-                if entry is None:
+                quick = _quick(target, source, plan, name, t_content, s_content, reads)
+                if quick is not None:
+                    verdict = quick
+                else:
+                    verdict = _verify_plan(
+                        target, source, plan, parameter=name, fallback_elements=fallback_elements,
+                        layouts=layouts, judged=judged,
+                    )
+                if entry is None and repeats:
                     _remember(same, t_content, s_content, plan, verdict)
             else:
                 verdict = _verify_plan(
@@ -736,11 +736,11 @@ not reused while the batch runs."""
 
 
 def _quick(
-    target: ParamAffineMap, source: ParamAffineMap, plan: TransferPlan, t_content: MapContent, s_content: MapContent,
-    reads: _Reads,
+    target: ParamAffineMap, source: ParamAffineMap, plan: TransferPlan, name: str, t_content: MapContent,
+    s_content: MapContent, reads: _Reads,
 ) -> Verdict | None:
-    """The ``ok`` verdict ``_judge`` gives a small plain plan on small plain maps, reached without
-    its general steps; ``None`` for anything else (then ``_verify_plan`` judges it).
+    """The ``ok`` verdict ``_judge`` gives a small plain plan on small plain maps, under ``name``,
+    reached without its general steps; ``None`` for anything else (then ``_verify_plan`` judges it).
 
     ``_judge`` answers ``ok`` through these steps when both maps are read by ``small.read_map``
     (``validate_map``'s small path: every map rule holds), their logical shapes and the plan's
@@ -775,7 +775,8 @@ def _quick(
             reads[s_content] = s_read
     if s_read is None:
         return None
-    return _judge_places(segments, s_read[1], t_read[1], len(logical), len(logical))
+    verdict = _judge_places(segments, s_read[1], t_read[1], len(logical), len(logical))
+    return None if verdict is None else verdict.with_parameter(name)
 
 
 _read = small.read_map
