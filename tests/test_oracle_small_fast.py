@@ -940,3 +940,21 @@ def test_one_axis_segments_are_judged_exactly_as_the_general_path() -> None:
                         assert (quick is not None) == general.ok, (seg, general.reason)
                         agreed["ok" if general.ok else "refused"] += 1
     assert agreed["ok"] >= 10 and agreed["refused"] >= 100
+
+
+@pytest.mark.parametrize("field", ["segments", "logical_shape"])
+def test_a_plan_field_deleted_past_the_frozen_dataclass_is_judged_invalid(field: str) -> None:
+    """Neither the quick judgement nor the batch's verdict memo may let an ``AttributeError`` out
+    of ``verify_plans``: the plan is malformed, once or met twice, as ``verify_plan`` says."""
+    import copy
+
+    pairs, plans = _quick_batch()
+    broken = copy.copy(plans["p1"])
+    object.__delattr__(broken, field)
+    want = "malformed plan: plan: cannot be read (AttributeError)"
+    assert verify_plan(*pairs["p1"], broken).reason == want
+    for batch_plans in ({**plans, "p1": broken}, {**plans, "p1": broken, "p2": broken}):
+        result = verify_plans({**pairs, "p2": pairs["p1"]} if "p2" in batch_plans and batch_plans["p2"] is broken
+                              else pairs, batch_plans)
+        assert result.status == "invalid" and result.verdicts["p0"].ok
+        assert all(result.verdicts[name].reason == want for name, plan in batch_plans.items() if plan is broken)

@@ -753,8 +753,11 @@ def _quick(
     if type(t_content) is not MapContent or type(s_content) is not MapContent:
         return None
     logical = t_content.logical_shape
-    segments = plan.segments
-    shape = plan.logical_shape
+    try:  # fields deleted past the frozen dataclass: ``parse_plan`` words that
+        segments = plan.segments
+        shape = plan.logical_shape
+    except AttributeError:
+        return None
     if (
         s_content.logical_shape != logical or type(segments) is not tuple or len(segments) > small.SMALL_SEGMENTS
         or type(shape) is not tuple or not _INTS.issuperset(map(type, shape)) or shape != logical
@@ -820,7 +823,7 @@ def _remember(same: Same, t_content: MapContent, s_content: MapContent, plan: Tr
     none: one bound, and one switch (``limits.fast_paths``), governs all reuse of verdicts."""
     if type(t_content) is not MapContent or type(s_content) is not MapContent:
         return
-    segments = plan.segments
+    segments = getattr(plan, "segments", None)  # deleted past the frozen dataclass: judged invalid, not filed
     if type(segments) is not tuple or len(segments) > limits.REMEMBER_SEGMENTS:
         return
     key: Any = id(plan)

@@ -96,8 +96,8 @@ def immutable_plan(plan: TransferPlan) -> bool:
     shape a tuple of ints. Such a plan object has one content for as long as it lives (short of
     ``object.__setattr__`` forced past the frozen dataclass), so ``judge`` may reuse its verdict
     when the same object is given again; a subclass or a list could read differently each time."""
-    segments = plan.segments
-    shape = plan.logical_shape
+    segments = getattr(plan, "segments", None)  # a field deleted past the frozen dataclass: not immutable
+    shape = getattr(plan, "logical_shape", None)
     return (
         type(segments) is tuple and type(shape) is tuple and _INTS.issuperset(map(type, shape))
         and _SEGMENT.issuperset(map(type, segments)) and _plain(segments)
