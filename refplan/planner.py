@@ -581,7 +581,7 @@ def _finish_all(
 ) -> dict[str, TransferPlan]:
     """Every parameter's plan: emitted, coalesced and measured, or reused from its layout.
     ``resolved``: the checked answers (``ResolvedAnswer``) of parameters with requests, the
-    chosen locations of those planned by rows (``_plan_rows``).
+    chosen locations of those planned by rows (``_row_answers``).
 
     Reuse is keyed on everything the plan depends on besides the layout and the budget (both the
     same for the whole layout): the holder chosen for each request, and for a split every part's
@@ -594,7 +594,7 @@ def _finish_all(
     sharing = Counter(map(id, map(_LAYOUT, prepared)))
     start = 0
     for p in prepared:
-        by_rows = p.requests is None  # then ``resolved`` holds the chosen locations (``_plan_rows``)
+        by_rows = p.requests is None  # then ``resolved`` holds the chosen locations (``_row_answers``)
         stop = start + (len(p.layout.slabs or ()) if by_rows else len(p.requests or ()))
         answers = resolved[start:stop]
         if p.shared and sharing[id(p.layout)] > 1:

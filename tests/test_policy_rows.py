@@ -1,4 +1,4 @@
-"""refplan's own policies plan slab layouts by rows, without request objects (``planner._plan_rows``).
+"""refplan's own policies plan slab layouts by rows, without request objects (``planner._row_answers``).
 
 ``balanced``, ``lpt`` and ``first_holder`` have row forms (``policies.simple.ROW_FORMS``): the same
 rule, fed (holders, processes, target process) keys and loads instead of requests. The planner
