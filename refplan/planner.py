@@ -437,15 +437,16 @@ def _slab_requests(
     rows = _slab_rows(slabs, element_size, endpoints, process_node, bound)
     if rows is None:
         return None
-    nodes = [None] * len(slabs) if process_node is None else [*map(process_node.__getitem__, map(_THIRD, rows[0]))]
+    keys, loads = rows
+    nodes = [None] * len(slabs) if process_node is None else [*map(process_node.__getitem__, map(_THIRD, keys))]
     unbound = (None, None)  # no endpoints: no holder tuple is bound
     return [
         _make_uniform_request(
             name, loc, process, origin, shape, offset, strides, ranks, read, processes,
-            None if element_size is None else numel * element_size, bound.get(ranks, unbound)[1], node,
+            None if element_size is None else load, bound.get(ranks, unbound)[1], node,
         )
-        for (loc, origin, shape, offset, strides, read, numel, ranks), (_, processes, process), node
-        in zip(slabs, rows[0], nodes)
+        for (loc, origin, shape, offset, strides, read, _numel, ranks), (_, processes, process), load, node
+        in zip(slabs, keys, loads, nodes)
     ]
 
 

@@ -67,9 +67,15 @@ def balanced_rows(keys: Sequence[HolderKey], sizes: Sequence[int], by_process: b
     process known). The planner plans slab layouts with it and never makes their request
     objects; tests/test_policy_rows.py holds the two front doors equal on drawn batches.
     """
+    return _least_loaded_after_fixed(*_rows_placed(keys, sizes, by_process))
+
+
+def _rows_placed(keys: Sequence[HolderKey], sizes: Sequence[int], by_process: bool) -> tuple[list[_Placed], _Units]:
+    """What ``_Units.placed`` gives for the requests the rows describe, and the units it used:
+    ``by_process`` as ``uses_processes`` says it (never for no requests)."""
     units = _Units()
     units.by_process = by_process and len(keys) > 0
-    return _least_loaded_after_fixed(units.place_rows(keys, sizes), units)
+    return units.place_rows(keys, sizes), units
 
 
 def _least_loaded_after_fixed(placed: list[_Placed], units: _Units) -> list[ReplicaAnswer]:
@@ -151,7 +157,7 @@ class _Units:
         return list(map(of_id.__getitem__, ids))
 
     def _place_all(self, requests: list[ReplicaRequest]) -> list[_Placed]:
-        """``[self.place(r) for r in requests]`` in one loop: each request's row (``place_rows``)."""
+        """What the rule reads of each request: its row (``place_rows``)."""
         by_process = self.by_process
         keys = [(holder_locations(r), r.candidate_processes, r.target_process if by_process else None)
                 for r in requests]
@@ -176,12 +182,6 @@ class _Units:
             append(_new_placed((holders, size, fixed, (holders.coverage, -size))))
         return out
 
-    def place(self, r: ReplicaRequest) -> _Placed:
-        """What the rule reads of ``r``."""
-        holders, fixed = self._settle(holder_locations(r), r.candidate_processes, r.target_process)
-        size = request_load(r)
-        return _new_placed((holders, size, fixed, (holders.coverage, -size)))
-
     def _settle(
         self, ranks: tuple[int, ...], processes: tuple[int | None, ...], here: int | None
     ) -> tuple[_Holders, tuple[int, int] | None]:
@@ -196,10 +196,6 @@ class _Units:
         elif len(holders.pairs) == 1:
             fixed = holders.pairs[0][1], holders.pairs[0][0]
         return holders, fixed
-
-    def of(self, r: ReplicaRequest) -> _Holders:
-        """The holders of ``r`` (``_of`` of its candidate locations and processes)."""
-        return self._of(holder_locations(r), r.candidate_processes)
 
     def _of(self, ranks: tuple[int, ...], processes: tuple[int | None, ...]) -> _Holders:
         """The holders of candidates at ``ranks`` in ``processes``, worked out once per distinct
@@ -320,9 +316,7 @@ def lpt(requests: Sequence[ReplicaRequest]) -> list[ReplicaAnswer]:
 
 def lpt_rows(keys: Sequence[HolderKey], sizes: Sequence[int], by_process: bool) -> list[ReplicaAnswer]:
     """``lpt`` of requests given as rows, as ``balanced_rows`` is ``balanced``'s."""
-    units = _Units()
-    units.by_process = by_process and len(keys) > 0
-    return _least_loaded(units.place_rows(keys, sizes), units)
+    return _least_loaded(*_rows_placed(keys, sizes, by_process))
 
 
 def _least_loaded(placed: list[_Placed], units: _Units) -> list[ReplicaAnswer]:
