@@ -682,7 +682,7 @@ def _verify_plans(
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
     judged: Judged = {}
-    reads: _Reads = {}
+    reads = _shared_contents(pairs)
     same: Same = {}
     statuses: set[str] = set()
     if type(pairs) is dict and type(plans) is dict and len(plans) == len(pairs) and plans.keys() <= pairs.keys():
@@ -729,9 +729,11 @@ def _verify_plans(
     return BatchVerdict(worst(statuses), verdicts)
 
 
-_Reads = dict[MapContent, "tuple[dict[int, tuple[int, ...]], dict[int, small.Place]] | None"]
-"""``_verify_plans``'s readings of map contents by ``small.read_map`` (``None``: not a small plain
-map), one per distinct content of the batch; the dict holds each content, so its identity is
+_Read = tuple[dict[int, tuple[int, ...]], dict[int, small.Place]]
+_Reads = dict[MapContent, Any]
+"""``_verify_plans``'s readings of map contents by ``small.read_map``, for the contents the batch
+holds more than once (``_shared_contents``): ``_UNREAD`` until read, then the reading, or
+``_DECLINED`` when it is not a small plain map. The dict holds each content, so its identity is
 not reused while the batch runs."""
 
 
@@ -764,22 +766,49 @@ def _quick(
         or not _SEGMENTS.issuperset(map(type, segments)) or not plain_segments(segments)
     ):
         return None
-    t_read = reads.get(t_content, _UNREAD)
-    if t_read is _UNREAD:
-        t_read = _read(target)
-        if t_content.pieces <= limits.REMEMBER_PIECES:  # the bound ``validated`` keeps too
-            reads[t_content] = t_read
+    t_read = _reading(target, t_content, reads)
     if t_read is None:
         return None
-    s_read = reads.get(s_content, _UNREAD)
-    if s_read is _UNREAD:
-        s_read = _read(source)
-        if s_content.pieces <= limits.REMEMBER_PIECES:
-            reads[s_content] = s_read
+    s_read = _reading(source, s_content, reads)
     if s_read is None:
         return None
     verdict = _judge_places(segments, s_read[1], t_read[1], len(logical), len(logical))
     return None if verdict is None else verdict.with_parameter(name)
+
+
+def _reading(m: ParamAffineMap, content: MapContent, reads: _Reads) -> _Read | None:
+    """``small.read_map(m)``, kept in ``reads`` for a content the batch names more than once
+    (``_shared_contents``) and read afresh for one it names once: keeping every reading of a batch
+    of distinct layouts alive cost about 4 µs per parameter (the readings of later parameters
+    could no longer reuse the memory of earlier ones), and none of them was ever asked for again."""
+    got = reads.get(content)
+    if got is None:  # named once in the batch
+        return _read(m)
+    if got is _UNREAD:
+        read = _read(m)
+        if content.pieces <= limits.REMEMBER_PIECES:  # the bound ``validated`` keeps too
+            reads[content] = _DECLINED if read is None else read
+        return read
+    return None if got is _DECLINED else got
+
+
+def _shared_contents(pairs: Mapping[str, tuple[MapLike, MapLike]]) -> _Reads:
+    """``_verify_plans``' readings, to be: each map content that more than one map of the batch
+    holds, marked unread; a content held once is not listed (``_reading`` does not keep it).
+    Only what ``_quick`` would read is counted (exact ``ParamAffineMap`` in a pair); a value of
+    another form is left to ``_verify_plan``, which reads nothing from here."""
+    reads: _Reads = {}
+    once: set[int] = set()  # ids of contents held by the pairs, which hold them for the whole call
+    for pair in pairs.values():
+        if type(pair) is tuple or type(pair) is list:
+            for m in pair:
+                if type(m) is ParamAffineMap:
+                    content = m.content
+                    if id(content) in once:
+                        reads[content] = _UNREAD
+                    else:
+                        once.add(id(content))
+    return reads
 
 
 _read = small.read_map
@@ -789,6 +818,7 @@ _judge_places = small.judge_places
 
 
 _UNREAD: Any = object()
+_DECLINED: Any = object()
 _SEGMENTS = frozenset({TransferSegment})
 _INTS = frozenset({int})
 

@@ -301,6 +301,33 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
         seen[key] = (place, [loc])
         shards[loc] = shard
         plain[loc] = place
+    # First, as if no two places held one logical box (every layout a builder makes this way):
+    # each piece's holders are then its place's locations. If the boxes so listed are disjoint
+    # slabs whose volumes sum to F's, no two of them share an origin, so grouping by origin
+    # (below) would make exactly these groups and accept. Else the grouping decides.
+    distinct: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    covered = 0
+    for place, locs in seen.values():
+        for origin, _, shape, declared in place[2]:
+            if len(declared) != len(locs) or not declared.issuperset(locs):
+                break
+            distinct.append((origin, shape))
+            covered += prod(shape)
+        else:
+            continue
+        break
+    else:
+        if covered == prod(logical) and _slabs(distinct, logical):
+            return shards, plain
+    return _grouped(seen, logical, shards, plain)
+
+
+def _grouped(
+    seen: dict[Any, tuple[Place, list[int]]], logical: tuple[int, ...], shards: dict[int, tuple[int, ...]],
+    plain: dict[int, Place],
+) -> tuple[dict[int, tuple[int, ...]], dict[int, Place]] | None:
+    """``read_map``'s holder and tiling check with pieces grouped by logical origin: places that
+    are not one object (replicas built one by one) may hold the same box."""
     groups: dict[tuple[int, ...], list[Any]] = {}  # logical origin -> [shape, declared, pieces holding it]
     distinct: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # the distinct logical boxes
     covered = 0  # and their volume
