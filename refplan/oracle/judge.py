@@ -800,7 +800,7 @@ def _shared_contents(pairs: Mapping[str, tuple[MapLike, MapLike]]) -> _Reads:
     reads: _Reads = {}
     once: set[int] = set()  # ids of contents held by the pairs, which hold them for the whole call
     for pair in pairs.values():
-        if type(pair) is tuple or type(pair) is list:
+        if type(pair) is tuple:
             for m in pair:
                 if type(m) is ParamAffineMap:
                     content = m.content
