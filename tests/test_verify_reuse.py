@@ -107,6 +107,35 @@ def test_repeated_layouts_are_judged_once(judgements: list[str], oracle_work: di
     assert_alone(result, pairs, plans)
 
 
+def test_distinct_plans_read_each_shared_content_once_and_keep_no_other(
+    monkeypatch: pytest.MonkeyPatch, oracle_work: dict[str, int]
+) -> None:
+    """Plans that are all distinct objects (no verdict is reused): a map content that several
+    parameters hold is read once and its reading kept; one held by a single map is read once and
+    not kept (``judge._shared_contents``, ``_reading``)."""
+    kept: list[dict[Any, Any]] = []
+    real = judge._shared_contents
+
+    def spy(pairs: Any) -> Any:
+        got = real(pairs)
+        kept.append(got)
+        return got
+
+    monkeypatch.setattr(judge, "_shared_contents", spy)
+    lone = contiguous_split_map((16, 8), [2, 2, 4], 1)  # held by one map of the batch only
+    pairs = repeated()
+    pairs["z.lone"] = (lone, own_copy(SOURCE))
+    plans = {name: dataclasses.replace(PLAN) for name in NAMES}
+    plans["z.lone"] = plan_transfer(lone, SOURCE)
+    assert len({id(p) for p in plans.values()}) == len(plans)
+    result = verify_plans(pairs, plans)
+    assert result.ok
+    assert oracle_work == {"validate_map": 3, "check_plan": len(plans)}
+    assert len(kept) == 1 and set(kept[0]) == {TARGET.content, SOURCE.content}
+    assert judge._UNREAD not in kept[0].values() and judge._DECLINED not in kept[0].values()
+    assert_alone(result, pairs, plans)
+
+
 def test_reuse_switched_off_judges_every_parameter_alike(judgements: list[str]) -> None:
     pairs = repeated()
     plans: dict[str, Any] = dict.fromkeys(NAMES, PLAN)

@@ -682,7 +682,6 @@ def _verify_plans(
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
     judged: Judged = {}
-    reads = _shared_contents(pairs)
     same: Same = {}
     statuses: set[str] = set()
     if type(pairs) is dict and type(plans) is dict and len(plans) == len(pairs) and plans.keys() <= pairs.keys():
@@ -692,6 +691,10 @@ def _verify_plans(
     # ``same`` pays only when a plan object comes twice; in a batch of distinct plans (every
     # parameter's layout its own) neither looking verdicts up nor filing them is worth its cost.
     repeats = type(plans) is not dict or len({*map(id, plans.values())}) < len(plans)
+    # Map readings: where plans repeat, every content read is kept (``_KEEP``: few are read, and a
+    # content met again under another plan object is read once); in a batch of distinct plans,
+    # only those of contents that more than one map holds (``_shared_contents``).
+    reads = {_KEEP: _KEEP} if repeats else _shared_contents(pairs)
     for name in names:
         if name not in plans:
             verdict = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
@@ -731,10 +734,11 @@ def _verify_plans(
 
 _Read = tuple[dict[int, tuple[int, ...]], dict[int, small.Place]]
 _Reads = dict[MapContent, Any]
-"""``_verify_plans``'s readings of map contents by ``small.read_map``, for the contents the batch
-holds more than once (``_shared_contents``): ``_UNREAD`` until read, then the reading, or
-``_DECLINED`` when it is not a small plain map. The dict holds each content, so its identity is
-not reused while the batch runs."""
+"""``_verify_plans``'s readings of map contents by ``small.read_map``: the reading, or ``_DECLINED``
+when it is not a small plain map (``_UNREAD`` until read). Which are kept: every one when the dict
+holds the key ``_KEEP``, else those of the contents the batch holds more than once
+(``_shared_contents``). The dict holds each content, so its identity is not reused while the
+batch runs."""
 
 
 def _quick(
@@ -777,14 +781,14 @@ def _quick(
 
 
 def _reading(m: ParamAffineMap, content: MapContent, reads: _Reads) -> _Read | None:
-    """``small.read_map(m)``, kept in ``reads`` for a content the batch names more than once
-    (``_shared_contents``) and read afresh for one it names once: keeping every reading of a batch
-    of distinct layouts alive cost about 4 µs per parameter (the readings of later parameters
-    could no longer reuse the memory of earlier ones), and none of them was ever asked for again."""
+    """``small.read_map(m)``, kept in ``reads`` (see ``_Reads``) or read afresh for a content the
+    batch names once: keeping every reading of a batch of distinct layouts alive cost about 4 µs
+    per parameter on the distinct Llama batch (the readings of later parameters could no longer
+    reuse the memory of earlier ones), and none of them was ever asked for again."""
     got = reads.get(content)
-    if got is None:  # named once in the batch
+    if got is None and _KEEP not in reads:  # named once in the batch
         return _read(m)
-    if got is _UNREAD:
+    if got is None or got is _UNREAD:
         read = _read(m)
         if content.pieces <= limits.REMEMBER_PIECES:  # the bound ``validated`` keeps too
             reads[content] = _DECLINED if read is None else read
@@ -819,6 +823,8 @@ _judge_places = small.judge_places
 
 _UNREAD: Any = object()
 _DECLINED: Any = object()
+_KEEP: Any = object()
+"""A key of ``_Reads`` saying that every reading is kept (a batch whose plans repeat)."""
 _SEGMENTS = frozenset({TransferSegment})
 _INTS = frozenset({int})
 
