@@ -1040,11 +1040,19 @@ def replicate(
 
 
 def _names(ranks: Sequence[int], copies: int, location_of: Callable[[int, int], int]) -> tuple[tuple[int, ...], ...]:
-    """``location_of(rank, copy)`` of every location and copy, converted once: row i is ``ranks[i]``'s."""
-    return tuple(
-        tuple(_int(location_of(rank, copy), f"replicate: location_of({rank}, {copy})") for copy in range(copies))
-        for rank in ranks
-    )
+    """``location_of(rank, copy)`` of every location and copy, converted once: row i is ``ranks[i]``'s.
+
+    A row of plain ints (what every caller's function returns) is checked by one C pass over its
+    types; only a row holding something else is converted value by value, with the call named in
+    an error. Wording that name for every value was most of ``replicate``'s time on a model of
+    many experts (issue 27: 0.56 of 2.4 s building the 46 323-parameter MoE)."""
+    rows = []
+    for rank in ranks:
+        row = tuple([location_of(rank, copy) for copy in range(copies)])
+        if not _INT_ONLY.issuperset(map(type, row)):
+            row = tuple([_int(v, f"replicate: location_of({rank}, {copy})") for copy, v in enumerate(row)])
+        rows.append(row)
+    return tuple(rows)
 
 
 def _replicated(
