@@ -693,8 +693,9 @@ def _verify_plans(
     repeats = type(plans) is not dict or len({*map(id, plans.values())}) < len(plans)
     # Map readings: where plans repeat, every content read is kept (``_KEEP``: few are read, and a
     # content met again under another plan object is read once); in a batch of distinct plans,
-    # only those of contents that more than one map holds (``_shared_contents``).
-    reads = {_KEEP: _KEEP} if repeats else _shared_contents(pairs)
+    # only those of contents that more than one map holds (``_shared_contents``; of a plain dict of
+    # pairs: another mapping is read only through its keys, as below, and its readings are not kept).
+    reads = {_KEEP: _KEEP} if repeats else _shared_contents(pairs) if type(pairs) is dict else {}
     for name in names:
         if name not in plans:
             verdict = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
