@@ -37,7 +37,7 @@ from .plan import (
     make_statistics,
 )
 from .policies import balanced, first_holder, from_selector, lpt
-from .policies.simple import ROW_FORMS, HolderKey
+from .policies.simple import ROW_FORMS, HolderKey, request_load, uses_processes
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
     ReplicaAnswer,
@@ -47,6 +47,7 @@ from .requests import (
     TransferEndpoints,
     _make_uniform_request,
     build_requests,
+    holder_locations,
 )
 
 __all__ = ["SINGLE_PARAMETER", "collect_requests", "plan_transfer", "plan_transfers"]
@@ -416,7 +417,9 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
     return layout
 
 
-_Bindings = dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...] | None]]
+_Bindings = dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...] | None, dict[int, HolderKey]]]
+"""Per holder tuple bound in a batch: its processes, their nodes (``None`` without a node binding),
+and the rows' keys made with it so far, by target process (``_slab_rows``)."""
 """Source holder locations -> (their processes, those processes' nodes or ``None``), for one
 batch's endpoints and node binding."""
 
@@ -486,12 +489,18 @@ def _slab_rows(
             if process_node is not None:
                 if not all(map(process_node.__contains__, processes)):
                     return None
-                known = bound[ranks] = (processes, tuple(map(process_node.__getitem__, processes)))
+                known = bound[ranks] = (processes, tuple(map(process_node.__getitem__, processes)), {})
             else:
-                known = bound[ranks] = (processes, None)
+                known = bound[ranks] = (processes, None, {})
         if process_node is not None and process not in process_node:
             return None
-        append((ranks, known[0], process))
+        # One key object per (holders, target process) in the batch: the policies' row forms
+        # recognise a key they met before by its identity (``_Units.place_rows``), and distinct
+        # parameters of a model repeat a handful of these keys.
+        key = known[2].get(process)
+        if key is None:
+            key = known[2][process] = (ranks, known[0], process)
+        append(key)
     return keys, sizes
 
 
@@ -787,9 +796,8 @@ def _prepare_batch(
     """Validate the whole batch and build its requests, in the order ``plan_transfers`` checks.
 
     ``by_rows``: the policy has a row form (``policies.simple.ROW_FORMS``), so slab layouts get
-    rows instead of request objects. Rows are kept only if every parameter has them (one policy
-    call sees the whole batch); otherwise each parameter planned by rows gets its requests after
-    all, made from its layout as they would have been."""
+    rows instead of request objects; the other parameters get their requests, and the row form
+    reads those as rows too (``_row_answers``), so one policy call still sees the whole batch."""
     if not isinstance(pairs, Mapping):
         raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
     names = sorted(pairs)
@@ -834,9 +842,6 @@ def _prepare_batch(
         prepared.append(
             _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo, bindings, by_rows)
         )
-    if by_rows and any(p.rows is None for p in prepared):
-        prepared = [p if p.rows is None else _as_requests(p, None if sizes is None else sizes[p.name], endpoints,
-                                                          process_node, bindings) for p in prepared]
     return prepared, sizes, split_floor
 
 
@@ -931,13 +936,13 @@ def _plan_batch(
         pairs, budget, endpoints, element_size, process_node, min_split_bytes, by_rows is not None
     )
     row_answers = None
-    if by_rows is not None and prepared and prepared[0].rows is not None:  # every parameter has rows
+    if by_rows is not None and any(p.rows is not None for p in prepared):
         row_answers, accepted = _row_answers(prepared, by_rows, endpoints is not None)
         if accepted:
-            return _finish_all(prepared, row_answers, budget)
+            return _finish_all(prepared, _merged_answers(prepared, row_answers, sizes, split_floor, budget), budget)
         # Refused: the requests' own check names the first bad answer, as for any policy.
-        prepared = [_as_requests(p, None if sizes is None else sizes[p.name], endpoints, process_node, {})
-                    for p in prepared]
+        prepared = [p if p.rows is None else _as_requests(p, None if sizes is None else sizes[p.name], endpoints,
+                                                          process_node, {}) for p in prepared]
     requests = [*chain.from_iterable(map(_REQUESTS, prepared))]
     names = [*chain.from_iterable(map(repeat, map(_NAME, prepared), map(len, map(_REQUESTS, prepared))))]
     try:
@@ -953,28 +958,68 @@ def _plan_batch(
     return _finish_all(prepared, resolved, budget)
 
 
-def _row_answers(prepared: list[_Prepared], form: _RowForm, by_process: bool) -> tuple[Any, bool]:
-    """The answers of one of refplan's own read-only policies to a batch of slab layouts given as
-    rows (its row form: the same rule, ``policies.simple``), and whether they pass the check.
+def _row_answers(prepared: list[_Prepared], form: _RowForm, bound: bool) -> tuple[Any, bool]:
+    """The answers of one of refplan's own read-only policies to a batch given as rows (its row
+    form: the same rule, ``policies.simple``), and whether they pass the rows' check.
 
-    The check is ``check_answers``'s for these requests: every answer is a whole ``int`` naming
-    one of its request's holders. A slab request's holders all read its box at one address (the
-    slab's ``read``: ``requests._UniformRequest``), so each request's box is then tiled by one
-    part served by a validated holder (Theorem 3's hypotheses), and its segment is the one
-    ``_emit`` makes from that candidate (``_emit_rows``). ``by_process``: every location is bound
-    to a process (the batch has endpoints, and every row bound), which is what
-    ``uses_processes`` says of the requests. tests/test_policy_rows.py holds the plans and the
+    A parameter planned by rows gives its slabs' rows; any other gives its requests read as
+    ``_Units._place_all`` reads them, so the form sees exactly the rows of the requests the
+    policy would see, in the same order, and answers as the policy would. ``bound``: the batch
+    has endpoints, so every row is bound to processes; with the requests' candidate and target
+    processes all known too, that is what ``uses_processes`` says of the whole batch.
+
+    The check is ``check_answers``'s for whole answers: every answer is an ``int`` naming one of
+    its request's holders. A slab request's holders all read its box at one address (the slab's
+    ``read``: ``requests._UniformRequest``), so each request's box is then tiled by one part
+    served by a validated holder (Theorem 3's hypotheses), and its segment is the one ``_emit``
+    makes from that candidate (``_emit_rows``); the other parameters' answers still go through
+    ``check_answers`` (``_merged_answers``). tests/test_policy_rows.py holds the plans and the
     refusals equal to the requests' path, policy by policy.
     """
-    keys = [*chain.from_iterable(map(_ROW_KEYS, map(_ROWS, prepared)))]
+    others = [*chain.from_iterable(p.requests for p in prepared if p.rows is None and p.requests)]
+    by_process = bound and (not others or uses_processes(others))
+    keys: list[HolderKey] = []
+    loads: list[int] = []
+    for p in prepared:
+        if p.rows is not None:
+            keys += p.rows[0]
+            loads += p.rows[1]
+        elif p.requests:
+            keys += [(holder_locations(r), r.candidate_processes, r.target_process if by_process else None)
+                     for r in p.requests]
+            loads += map(request_load, p.requests)
     try:
-        answers: Any = form(keys, [*chain.from_iterable(map(_ROW_SIZES, map(_ROWS, prepared)))], by_process)
+        answers: Any = form(keys, loads, by_process)
     except Exception as exc:  # as ``_plan_batch``: a policy's failure is the policy's error
         raise PolicyRaisedError(f"replica policy raised {_exception_text(exc)}") from exc
     accepted = type(answers) is list and len(answers) == len(keys) and (
         {*map(type, answers)} <= _INT and all(map(contains, map(_FIRST, keys), answers))
     )
     return answers, accepted
+
+
+def _merged_answers(
+    prepared: list[_Prepared], answers: list[int], sizes: dict[str, int] | None, split_floor: int,
+    budget: PlanBudget,
+) -> list[Any]:
+    """What ``_finish_all`` reads of accepted row answers: the chosen location of each request
+    of a parameter planned by rows, and for every other parameter its answers as
+    ``check_answers`` resolves them (each one of its request's holders: ``_row_answers``)."""
+    if all(p.rows is not None for p in prepared):
+        return answers
+    merged: list[Any] = []
+    start = 0
+    for p in prepared:
+        if p.rows is not None:
+            stop = start + len(p.rows[0])
+            merged += answers[start:stop]
+        else:
+            requests = p.requests or []
+            stop = start + len(requests)
+            merged += check_answers(requests, answers[start:stop], element_size=sizes, min_split_bytes=split_floor,
+                                    budget=budget, parameters=[p.name] * len(requests))
+        start = stop
+    return merged
 
 
 _RowForm = Callable[[Sequence[HolderKey], Sequence[int], bool], list[ReplicaAnswer]]

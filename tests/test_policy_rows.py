@@ -10,7 +10,9 @@ segment from its slab. Nothing may differ from the requests' path:
 - plans (segments, statistics) and refusals are the same as when the same policy runs on request
   objects (a wrapper the planner does not know, which takes the requests' path), and the oracle
   judges them exact;
-- a batch with one parameter off the slab path is planned by requests throughout;
+- a batch with parameters off the slab path is answered by rows all the same: those parameters'
+  requests are read as rows (``_Units._place_all``'s reading), so the one call answers the whole
+  batch as the policy would, and their answers still go through ``check_answers``;
 - a row answer that is not one of its request's holders (or not an ``int``, or missing) is
   refused as ``check_answers`` refuses it, naming the answer, parameter, target location and box.
 """
@@ -49,14 +51,17 @@ def _foreign(policy: Callable[[Sequence[ReplicaRequest]], list[ReplicaAnswer]]) 
 
 
 @contextmanager
-def _counted() -> Iterator[list[bool]]:
-    """Whether each batch answered by rows passed the rows' check (then it is planned by rows)."""
+def _counted(mixed: list[bool] | None = None) -> Iterator[list[bool]]:
+    """Whether each batch answered by rows passed the rows' check (then it is planned by rows);
+    ``mixed`` gets, per batch, whether some of its parameters were off the slab path."""
     calls: list[bool] = []
     original = planner._row_answers
 
     def spy(*args: Any) -> Any:
         got = original(*args)
         calls.append(got[1])
+        if mixed is not None:
+            mixed.append(any(p.rows is None for p in args[0]))
         return got
 
     planner._row_answers = spy  # type: ignore[assignment]
@@ -118,7 +123,8 @@ def test_drawn_slab_batches_plan_by_rows_as_by_requests() -> None:
     @given(st.one_of(_slab_batches(), _batches()), st.sampled_from(sorted(OWN)))
     def both(drawn: tuple[Batch, dict[str, Any]], name: str) -> None:
         batch, kwargs = drawn
-        with _counted() as calls:
+        mixed: list[bool] = []
+        with _counted(mixed) as calls:
             rows = _planned(batch, **kwargs, replica_policy=OWN[name])
         requests = _planned(batch, **kwargs, replica_policy=_foreign(OWN[name]))
         assert _dicts(rows) == _dicts(requests)
@@ -129,9 +135,12 @@ def test_drawn_slab_batches_plan_by_rows_as_by_requests() -> None:
         assert verify_plans(batch, rows[1][0]).status == "ok"
         if calls == [True]:
             reached.hit("planned by rows, judged exact")
+            if mixed == [True]:
+                reached.hit("some parameters by rows, others by requests, judged exact")
 
     both()
     reached.at_least("planned by rows, judged exact", max(1, examples() // 3))
+    reached.at_least("some parameters by rows, others by requests, judged exact", max(1, examples() // 20))
 
 
 def _two_pieces() -> ParamAffineMap:
@@ -142,24 +151,65 @@ def _two_pieces() -> ParamAffineMap:
     })
 
 
-def test_one_parameter_off_the_slab_path_sends_the_batch_by_requests() -> None:
+def _mixed_batch() -> Batch:
+    """Two slab layouts around one that is not (``_two_pieces``): boxes [0,2) held by 0 and 2,
+    [2,4) by 1 and 3, read by target locations 0 and 1 for "a" and "c"; "b" is read from 0 alone."""
     source = replicate(contiguous_split_map((4, 2), [2, 2], 0), 2)
     target = contiguous_split_map((4, 2), [1, 3], 0)
-    batch: Batch = {"a": (target, source), "b": (contiguous_split_map((4, 2), [4], 0), _two_pieces()),
-                    "c": (target, source)}
-    ends = TransferEndpoints({0: 0, 1: 1, 2: 2, 3: 3}, {0: 4, 1: 5})
-    for policy in OWN.values():
-        with _counted() as calls:
-            mixed = plan_transfers(batch, endpoints=ends, element_size=2, replica_policy=policy)
-        assert not calls
-        assert mixed == plan_transfers(batch, endpoints=ends, element_size=2, replica_policy=_foreign(policy))
-        assert verify_plans(batch, mixed).status == "ok"
-        # Without "b" the others go by rows (with their own loads, so not the same choices).
-        ac = {k: batch[k] for k in "ac"}
-        with _counted() as calls:
-            slabs = plan_transfers(ac, endpoints=ends, element_size=2, replica_policy=policy)
-        assert calls == [True]
-        assert slabs == plan_transfers(ac, endpoints=ends, element_size=2, replica_policy=_foreign(policy))
+    return {"a": (target, source), "b": (contiguous_split_map((4, 2), [4], 0), _two_pieces()), "c": (target, source)}
+
+
+def test_a_parameter_off_the_slab_path_is_answered_by_rows_with_the_rest() -> None:
+    """One row-form call answers the whole batch; the parameter off the slab path is read as rows
+    from its requests. Plans equal the requests' path's (where the same policy sees every request
+    object), and the oracle judges them exact, with and without endpoints."""
+    batch = _mixed_batch()
+    for ends in (TransferEndpoints({0: 0, 1: 1, 2: 2, 3: 3}, {0: 4, 1: 5}), None):
+        for policy in OWN.values():
+            mixed: list[bool] = []
+            with _counted(mixed) as calls:
+                plans = plan_transfers(batch, endpoints=ends, element_size=2, replica_policy=policy)
+            assert calls == [True] and mixed == [True]
+            assert plans == plan_transfers(batch, endpoints=ends, element_size=2, replica_policy=_foreign(policy))
+            assert verify_plans(batch, plans).status == "ok"
+            # The loads of "b" count: without it, "a" and "c" may be answered otherwise.
+            ac = {k: batch[k] for k in "ac"}
+            with _counted() as calls:
+                slabs = plan_transfers(ac, endpoints=ends, element_size=2, replica_policy=policy)
+            assert calls == [True]
+            assert slabs == plan_transfers(ac, endpoints=ends, element_size=2, replica_policy=_foreign(policy))
+
+
+@pytest.mark.parametrize(("bad", "what"), [
+    (3, "answer 3 (parameter 'b', target location 0, box [0:2, 0:2]): location 1 is not one of its validated "
+        "holders [0]"),
+    (7, "answer 7 (parameter 'c', target location 1, box [2:4, 0:2]): location 0 is not one of its validated "
+        "holders [1, 3]"),
+])
+def test_a_bad_row_answer_in_a_mixed_batch_is_named_as_on_the_requests_path(bad: int, what: str) -> None:
+    """A wrong answer for the parameter off the slab path, or for a slab parameter after it: the
+    refusal names the answer's index in the whole batch, as any policy giving those answers gets."""
+    batch = _mixed_batch()
+    good = ROW_FORMS[balanced]
+
+    def answers(keys: Any, sizes: Any, by_process: bool) -> list[int]:
+        got = good(keys, sizes, by_process)
+        got[bad] = 1 if got[bad] == 0 else 0  # 3: 0 -> 1; 7: 1 or 3 -> 0 (never a holder there)
+        return got
+
+    saved = planner._ROW_FORMS
+    planner._ROW_FORMS = ((balanced, answers),)
+    try:
+        with _counted() as calls, pytest.raises(InvalidReplicaPolicyError) as refused:
+            plan_transfers(batch)
+    finally:
+        planner._ROW_FORMS = saved
+    assert calls == [False]
+    assert what in str(refused.value)
+    given_rows = answers(*_rows_of(collect_requests(batch)))
+    with pytest.raises(InvalidReplicaPolicyError) as same:
+        plan_transfers(batch, replica_policy=lambda requests: given_rows)
+    assert str(refused.value) == str(same.value)
 
 
 def test_unbound_locations_are_refused_as_on_the_requests_path() -> None:
@@ -257,14 +307,14 @@ def _weighted_batch(with_general: bool) -> tuple[Batch, dict[str, int]]:
 
 @pytest.mark.parametrize("with_general", [False, True])
 def test_loads_are_weighed_in_bytes_by_rows_as_by_requests(with_general: bool) -> None:
-    """Rows carry each request's load in bytes (elements times the parameter's element size), on
-    the rows' path and when a parameter off the slab path sends the batch by requests."""
+    """Rows carry each request's load in bytes (elements times the parameter's element size), a
+    slab layout's and (``with_general``) those read from a parameter's requests alike."""
     batch, sizes = _weighted_batch(with_general)
     ends = TransferEndpoints({0: 0, 1: 1}, {0: 2})
     for name, policy in OWN.items():
         with _counted() as calls:
             rows = plan_transfers(batch, endpoints=ends, element_size=sizes, replica_policy=policy)
-        assert calls == ([] if with_general else [True])
+        assert calls == [True]
         assert rows == plan_transfers(batch, endpoints=ends, element_size=sizes, replica_policy=_foreign(policy))
         if name != "first_holder":
             # The case is one where weighing by elements would choose otherwise.

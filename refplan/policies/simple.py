@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 from heapq import heapify, heapreplace
+from operator import attrgetter
 from typing import NamedTuple
 
 from ..requests import ReplicaAnswer, ReplicaPolicy, ReplicaRequest, ReplicaSelectionRequest, holder_locations
@@ -83,14 +84,13 @@ def _least_loaded_after_fixed(placed: list[_Placed], units: _Units) -> list[Repl
     the movable requests by ``_assign_least_loaded``."""
     load: dict[int, int] = {}
     answers: list[ReplicaAnswer] = [0] * len(placed)
-    movable: list[int] = []
-    for i, p in enumerate(placed):
-        fixed = p.fixed
-        if fixed is None:
-            movable.append(i)
-        else:
-            answers[i] = fixed[0]
-            load[fixed[1]] = load.get(fixed[1], 0) + p.size
+    fixed = [*map(_FIXED, placed)]
+    movable = [i for i, f in enumerate(fixed) if f is None]
+    if len(movable) != len(placed):
+        for i, (p, f) in enumerate(zip(placed, fixed)):
+            if f is not None:
+                answers[i] = f[0]
+                load[f[1]] = load.get(f[1], 0) + p.size
     _assign_least_loaded(placed, movable, units, load, answers)
     return answers
 
@@ -172,14 +172,29 @@ class _Units:
         The planner calls this directly for slab layouts (``balanced_rows``): their requests are
         then never made as objects, and the rule is this one code either way."""
         seen: dict[HolderKey, tuple[_Holders, tuple[int, int] | None]] = {}
+        # Keys repeat as objects (the planner makes one per holders and target process in a
+        # batch, and twins share their layout's rows): a key object met before is found by its
+        # id, without hashing its tuples again, and with the size it last had gives that same
+        # (immutable) ``_Placed``. The entry holds the key, so no other object can take its id
+        # while the entry lives.
+        by_object: dict[int, list[object]] = {}
         out: list[_Placed] = []
         append = out.append
         for key, size in zip(keys, sizes):
-            got = seen.get(key)
-            if got is None:
-                got = seen[key] = self._settle(key[0], key[1], key[2])
-            holders, fixed = got
-            append(_new_placed((holders, size, fixed, (holders.coverage, -size))))
+            entry = by_object.get(id(key))
+            if entry is None:
+                got = seen.get(key)
+                if got is None:
+                    got = seen[key] = self._settle(key[0], key[1], key[2])
+                entry = by_object[id(key)] = [key, got[0], got[1], None, None]
+            elif entry[3] == size:
+                append(entry[4])  # type: ignore[arg-type]
+                continue
+            holders: _Holders = entry[1]  # type: ignore[assignment]
+            placed = _new_placed((holders, size, entry[2], (holders.coverage, -size)))
+            entry[3] = size
+            entry[4] = placed
+            append(placed)
         return out
 
     def _settle(
@@ -214,6 +229,8 @@ class _Units:
         return known
 
 
+_FIXED = attrgetter("fixed")
+_ORDER = attrgetter("order")
 _new_placed = partial(tuple.__new__, _Placed)
 """``_Placed`` from a 4-tuple without the named tuple's Python ``__new__`` (once per request)."""
 
@@ -234,7 +251,7 @@ def _assign_least_loaded(
     choice is the first holder with the least load: the top of a heap per holder set, so a
     choice costs a ``heapreplace`` instead of reading every holder's load.
     """
-    order = [p.order for p in placed]
+    order = [*map(_ORDER, placed)]
     movable.sort(key=order.__getitem__)
     # One heap of (load, position) per distinct unit tuple; every unit starts in ``load`` (at 0 if
     # nothing is counted on it yet). Loads only grow, and a unit's load may grow through another
@@ -242,29 +259,27 @@ def _assign_least_loaded(
     # ``load`` and refreshed until it is current. A current top is then exactly the least load
     # and, among equal loads, the first position (every other entry's true load is at least its
     # recorded one).
-    # Each holder set finds its heap by identity (``units`` keeps every holder set alive), so a
-    # request does not hash its unit tuple again.
+    # Each holder set finds its heap, units and locations by identity, in one lookup (``units``
+    # keeps every holder set alive), so a request does not hash its unit tuple again.
     heaps: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-    heap_of: dict[int, list[tuple[int, int]]] = {}
+    of: dict[int, tuple[list[tuple[int, int]], tuple[int, ...], tuple[int, ...]]] = {}
     for h in units.holders:
         heap = heaps.get(h.units)
         if heap is None:
             heap = heaps[h.units] = [(load.setdefault(u, 0), k) for k, u in enumerate(h.units)]
             heapify(heap)
-        heap_of[id(h)] = heap
+        of[id(h)] = (heap, h.units, h.ranks)
     for i in movable:
         p = placed[i]
-        holders = p.holders
-        group = holders.units
-        heap = heap_of[id(holders)]
+        heap, group, ranks = of[id(p[0])]  # p.holders
         least, k = heap[0]
         unit = group[k]
         while load[unit] != least:
             heapreplace(heap, (load[unit], k))
             least, k = heap[0]
             unit = group[k]
-        answers[i] = holders.ranks[k]
-        least += p.size
+        answers[i] = ranks[k]
+        least += p[1]  # p.size
         load[unit] = least
         heapreplace(heap, (least, k))
 
