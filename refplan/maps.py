@@ -794,14 +794,19 @@ def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> 
     found = _remembered(key)
     if found is not None:
         return found
-    strides = row_major_strides(shape_t)
-    ranks = range(degree)
-    one = (_piece(shape_t, 0, strides, 0, strides, _holders(ranks), scale_f),)
+    return _whole_on(shape_t, range(degree), scale_f, key)
+
+
+def _whole_on(shape: tuple[int, ...], ranks: range, scale: float, key: tuple[Any, ...]) -> ParamAffineMap:
+    """Every location of ``ranks`` holds all of F (converted ``shape``) as one shared piece naming
+    all of them, remembered under ``key``."""
+    strides = row_major_strides(shape)
+    one = (_piece(shape, 0, strides, 0, strides, _holders(ranks), scale),)
     # One box, all of F, held by every location: a slab map (of no axis) when it has a location,
     # an axis and scale 1.
-    whole = ((None, ((0, shape_t[0], tuple(ranks), strides),))
-             if degree > 0 and shape_t and scale_f == 1.0 else None)
-    return _built(key, shape_t, dict.fromkeys(ranks, shape_t), dict.fromkeys(ranks, one), len(ranks), whole)
+    whole = ((None, ((0, shape[0], tuple(ranks), strides),))
+             if len(ranks) > 0 and shape and scale == 1.0 else None)
+    return _built(key, shape, dict.fromkeys(ranks, shape), dict.fromkeys(ranks, one), len(ranks), whole)
 
 
 def contiguous_split_map(
@@ -1170,6 +1175,15 @@ def parallel_map(
     found = _remembered(key)
     if found is not None:
         return found
+    if names is None:
+        # The default locations need no widening pass: one copy is the split itself (TP rank t at
+        # location t), and one whole shard held ``count`` times is every location 0..count-1
+        # holding all of F as one shared piece (``replicated_map``'s content).
+        if count == 1:
+            shards, held, slabs = _split_pieces(shape_t, sizes_t, axis)
+            return _built(key, shape_t, shards, held, len(sizes_t), slabs)
+        if len(sizes_t) == 1 and sizes_t[0] == shape_t[axis]:
+            return _whole_on(shape_t, range(count), 1.0, key)
     shards, held, slabs = _split_pieces(shape_t, sizes_t, axis)
     return _replicated(shape_t, ranks, shards, held, count, names, True, key, slabs)
 

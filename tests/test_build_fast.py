@@ -422,6 +422,22 @@ def test_parallel_map_defaults_and_argument_names() -> None:
     assert parallel_map((4, 3)).content is contiguous_split_map((4, 3), [4], 0).content
     assert parallel_map((4, 3), 2).content is contiguous_split_map((4, 3), [2, 2], 0).content
     assert parallel_map((4, 3), copies=2).content is replicate(contiguous_split_map((4, 3), [4], 0), 2).content
+    # The two default-location cases built without a widening pass: one copy of a split, and one
+    # whole shard on every location; each equal to its reference built first or second, fresh
+    # (piece counts, slab facts) or remembered. A part of F on one location is not the whole.
+    for shape, sizes, axis, copies in (((4, 3), [1, 3], 1, 1), ((4, 3), [3], 1, 3), ((4, 3), [4], 0, 5),
+                                       ((5,), [2], 0, 2), ((6, 2), [0, 6], 0, 1)):
+        def fast(shape: tuple[int, ...] = shape, sizes: list[int] = sizes, axis: int = axis,
+                 copies: int = copies) -> ParamAffineMap:
+            return parallel_map(shape, partition_dim=axis, copies=copies, sizes=sizes)
+
+        def slow(shape: tuple[int, ...] = shape, sizes: list[int] = sizes, axis: int = axis,
+                 copies: int = copies) -> ParamAffineMap:
+            return ref_replicate(ref_contiguous(shape, sizes, axis), copies)
+
+        both_orders(fast, slow)
+        assert fast().content.slabs == replicate(contiguous_split_map(shape, sizes, axis), copies).content.slabs
+    assert parallel_map((4, 3), copies=3).content is replicated_map((4, 3), 3).content
     for kwargs, name in (({"shape": (4, "x")}, "shape"), ({"shape": (4, 3), "partition_dim": 2}, "partition_dim"),
                          ({"shape": (4, 3), "copies": 1.5}, "copies"), ({"shape": (4, 3), "tp": "2"}, "tp")):
         with pytest.raises(InvalidMapError, match=name):

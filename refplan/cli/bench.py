@@ -76,7 +76,7 @@ from ..analysis import (
 )
 from ..check import DEFAULT_MIN_SPLIT_BYTES
 from ..errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate, replicated_map
+from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, parallel_map, replicate, replicated_map
 from ..oracle.verdict import worst
 from ..plan import TransferPlan
 from ..planner import collect_requests, plan_transfers
@@ -274,17 +274,20 @@ def _boxes(shape: tuple[int, ...], side: Side) -> list[tuple[tuple[int, ...], tu
 
 
 def refplan_side(shape: tuple[int, ...], side: Side) -> ParamAffineMap:
-    """refplan's map of one side, with the builders a user calls (``maps.py``)."""
-    if side.axis is None:
-        holders = [g[0] for g in side.groups]
-        if holders == list(range(len(holders))):
-            return replicated_map(shape, len(holders))
-        return replicate(replicated_map(shape, 1), len(holders), lambda _loc, copy: holders[copy])
-    base = contiguous_split_map(shape, _split(shape[side.axis], side.tp), side.axis)
-    if side.rank_order:
-        return base if len(side.groups) == 1 else replicate(base, len(side.groups))
+    """refplan's map of one side, with the builder a user calls for a TP x DP (x EP) layout
+    (``maps.parallel_map``: one pass, no intermediate TP map): a whole tensor on one location per
+    replica, or TP shards along ``side.axis`` with replica ``c``'s shard ``j`` at ``groups[c][j]``."""
     groups = side.groups
-    return replicate(base, len(groups), lambda loc, copy: groups[copy][loc])
+    if side.axis is None:
+        holders = [g[0] for g in groups]
+        if holders == list(range(len(holders))):
+            return parallel_map(shape, copies=len(holders))
+        return parallel_map(shape, copies=len(holders), location_of=lambda _tp, copy: holders[copy])
+    sizes = _split(shape[side.axis], side.tp)
+    if side.rank_order:
+        return parallel_map(shape, partition_dim=side.axis, copies=len(groups), sizes=sizes)
+    return parallel_map(shape, partition_dim=side.axis, copies=len(groups), sizes=sizes,
+                        location_of=lambda loc, copy: groups[copy][loc])
 
 
 def build_refplan(layout: Layout) -> tuple[Pairs, TransferEndpoints, dict[str, int]]:
