@@ -1163,7 +1163,8 @@ def parallel_map(
         degree = _int(tp, "tp")
         if degree < 1:
             raise InvalidMapError(f"parallel_map: tp must be at least 1, got {degree}")
-        sizes_t = tuple(split(shape_t[axis], degree))
+        # One TP rank holds the whole axis (``split``'s answer), as every expert and norm does.
+        sizes_t = (shape_t[axis],) if degree == 1 else tuple(split(shape_t[axis], degree))
     else:
         sizes_t = _ints(sizes, "sizes")
     count = _int(copies, "copies")
