@@ -1092,6 +1092,9 @@ TARGET_E2E_VS_FASTEST = 1.0
 TARGET_LARGE_MOE_SECONDS = 2.0
 """moe-large: refplan's build + plan + verify, CPU seconds."""
 TARGET_REPLICATE_GROWTH = 10.0
+TARGET_BUILD_US_PER_HOLDER = 2.0
+"""Issue 27, item 2: building a map costs no more than the peers' per-holder metadata, at most this
+many microseconds per (parameter, location) holder (CPU, the best round's build stage)."""
 DISTINCT_LAYOUT_SCENARIO = "llama-sync-distinct"
 TARGET_DISTINCT_LAYOUT_US = 60.0
 """Issue 27, item 1: a distinct Llama layout (16 source x 8 target pieces) planned, and verified,
@@ -1682,6 +1685,15 @@ class E2ERow:
     segments: int = 0
     lower_bound_ratio: float | None = None
     error: str | None = None
+    holders: int = 0
+    """(parameter, location) pairs of the description, both sides: what a per-holder metadata
+    object stands for (Megatron's ``ParameterMetadata`` per rank), so ``build_seconds / holders``
+    is a build's cost per holder (issue 27, item 2)."""
+
+
+def holder_count(layout: Layout) -> int:
+    """Every (parameter, location) pair of ``layout``, source and target sides alike."""
+    return sum(len(p.source.locations()) + len(p.target.locations()) for p in layout.params)
 
 
 def _e2e_contenders(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], min_split_bytes: int,
@@ -1778,6 +1790,7 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
                               bound.ratio(max(load.sent.values(), default=0)))
             del plans
     rows: list[E2ERow] = []
+    holders = holder_count(scenario.layout) if scenario.layout is not None else 0
     for c in contenders:
         if c.key in errors and c.key not in checked:
             rows.append(E2ERow(scenario.name, c.key, c.peer, c.label, rounds=len(on[c.key]), error=errors[c.key]))
@@ -1792,7 +1805,7 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
             plan_only_seconds=min(s.plan for s in on[c.key]),
             gc_off_e2e_seconds=min(s.build + s.plan for s in off[c.key]),
             gc_off_plan_seconds=min(s.plan for s in off[c.key]),
-            verify_seconds=seconds, oracle=status, segments=segments, lower_bound_ratio=ratio,
+            verify_seconds=seconds, oracle=status, segments=segments, lower_bound_ratio=ratio, holders=holders,
         ))
     rows += [E2ERow(scenario.name, key, key, label, error=why) for key, (label, why) in missing.items()]
     return rows
@@ -1861,6 +1874,20 @@ def _e2e_targets(report: BenchReport) -> list[dict[str, Any]]:
                 f"refplan {ms(mine.build_seconds)} + {ms(mine.plan_seconds)} = {ms(mine.e2e_seconds)} ms vs "
                 f"{fastest.label} {ms(fastest.build_seconds)} + {ms(fastest.plan_seconds)} = "
                 f"{ms(fastest.e2e_seconds)} ms = {ratio:.2f}x (GC off {_fmt(off)}x, plan only {_fmt(plan_only)}x)")
+    for row in report.e2e:
+        if row.contender != "refplan:balanced" or row.build_seconds is None or not row.holders:
+            continue
+        us = row.build_seconds / row.holders * 1e6
+        built = [r for r in report.e2e if r.scenario == row.scenario and r.peer in E2E_PEERS and r.build_seconds]
+        cheapest = min(built, key=lambda r: r.build_seconds or 0.0, default=None)
+        peer_us = None
+        versus = "no peer built it"
+        if cheapest is not None and cheapest.build_seconds is not None:
+            peer_us = cheapest.build_seconds / row.holders * 1e6
+            versus = f"the cheapest peer's build: {cheapest.label} {peer_us:.2f} us per holder"
+        add(f"{row.scenario}: build <= {TARGET_BUILD_US_PER_HOLDER:g} us per holder and <= the peers' build",
+            us <= TARGET_BUILD_US_PER_HOLDER and (peer_us is None or us <= peer_us),
+            f"refplan {ms(row.build_seconds)} ms for {row.holders} holders = {us:.2f} us each; {versus}")
     for row in report.e2e:
         if row.contender != "refplan:balanced" or row.verify_seconds is None or not row.plan_only_seconds:
             continue
