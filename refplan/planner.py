@@ -418,9 +418,8 @@ def _slab_layout(target_map: ParamAffineMap, source_map: ParamAffineMap, budget:
 
 
 _Bindings = dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...] | None, dict[int, HolderKey]]]
-"""Per holder tuple bound in a batch: its processes, their nodes (``None`` without a node binding),
-and the rows' keys made with it so far, by target process (``_slab_rows``)."""
-"""Source holder locations -> (their processes, those processes' nodes or ``None``), for one
+"""Source holder locations -> (their processes, those processes' nodes or ``None`` without a node
+binding, and the rows' keys made with them so far by target process: ``_slab_rows``), for one
 batch's endpoints and node binding."""
 
 
@@ -1025,9 +1024,6 @@ def _merged_answers(
 _RowForm = Callable[[Sequence[HolderKey], Sequence[int], bool], list[ReplicaAnswer]]
 _ROW_FORMS: tuple[tuple[Callable[..., object], _RowForm], ...] = tuple(ROW_FORMS.items())
 """refplan's own read-only policies and their row forms (``policies.simple.ROW_FORMS``)."""
-_ROWS = attrgetter("rows")
-_ROW_KEYS = itemgetter(0)
-_ROW_SIZES = itemgetter(1)
 
 
 def plan_transfer(
