@@ -21,7 +21,7 @@ import re
 import reprlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import FrozenInstanceError
+from dataclasses import FrozenInstanceError, dataclass
 from functools import partial
 from itertools import chain, product
 from types import MappingProxyType
@@ -30,16 +30,20 @@ from weakref import ref as weak_ref
 
 import numpy as np
 
+from ._gc import cycle_collection_paused
 from .box import row_major_strides, volume
 from .errors import InvalidMapError
 
 __all__ = [
     "AffinePiece",
     "MapContent",
+    "ParallelLayout",
     "ParamAffineMap",
     "block_gather_map",
     "contiguous_split_map",
     "parallel_map",
+    "parallel_maps",
+    "parallel_pairs",
     "piece_arrays",
     "replicate",
     "replicated_map",
@@ -353,7 +357,7 @@ SlabFacts = tuple[int | None, tuple[SlabSpan, ...]]
 """A slab map's structure: (axis, its distinct boxes by first index), the axis ``None`` when the
 one box is all of F (its span is then along axis 0). ``planner._slab_structure`` defines when a
 map is one; the builders that can tell from their arguments alone say so as they build
-(``_split_pieces``, ``replicated_map``, ``_widened_facts``), which spares the planner a pass over
+(``_split_copies``, ``replicated_map``, ``_widened_facts``), which spares the planner a pass over
 every location of a map it sees once (every parameter's shape distinct). tests/test_slab_facts.py
 holds every builder's record equal to what the planner works out from the pieces."""
 
@@ -426,11 +430,14 @@ class _UnsharedContent(MapContent):
 
 class _Entry(weak_ref):  # type: ignore[type-arg]
     """A weak reference to a content that knows its key and its table, so the one module-level
-    callback (``_forget``) can drop the entry: one C object per entry, no closure."""
+    callback (``_forget``) can drop the entry: one C object per entry, no closure. A content a
+    builder made is filed under its builder key (``_BUILT``) by the same entry (``built``): one
+    weak reference per map, not two, for the collector to scan."""
 
-    __slots__ = ("key", "table")
+    __slots__ = ("built", "key", "table")
     key: tuple[Any, ...]
     table: dict[tuple[Any, ...], _Entry]
+    built: tuple[Any, ...] | None
 
 
 _WeakTable = dict[tuple[Any, ...], _Entry]
@@ -448,6 +455,9 @@ def _forget(gone: _Entry) -> None:
     table = gone.table
     if table.get(gone.key) is gone:  # not a newer entry made after this one died
         del table[gone.key]
+    built = gone.built
+    if built is not None and _BUILT.get(built) is gone:
+        del _BUILT[built]
 
 
 def _recall(table: _WeakTable, key: tuple[Any, ...]) -> MapContent | None:
@@ -461,11 +471,16 @@ def _keep(table: _WeakTable, key: tuple[Any, ...], content: MapContent) -> MapCo
     found = None if ref is None else ref()
     if found is not None:
         return found  # type: ignore[no-any-return]
+    table[key] = _entry(content, key, table)
+    return content
+
+
+def _entry(content: MapContent, key: tuple[Any, ...], table: _WeakTable) -> _Entry:
     entry = _Entry(content, _forget)
     entry.key = key
     entry.table = table
-    table[key] = entry
-    return content
+    entry.built = None
+    return entry
 
 
 _EXACT_PIECE = frozenset([AffinePiece])
@@ -490,22 +505,40 @@ def _shared_content(
     count: int,
 ) -> MapContent:
     """The shared content of converted fields whose pieces are all exactly ``AffinePiece`` (the
-    caller knows: ``_content`` has checked, a builder has made them), ``count`` of them.
+    caller knows: ``_content`` has checked, a builder has made them), ``count`` of them."""
+    return _filed(logical_shape, shard_shapes, pieces_by_rank, count)[0]
 
-    The one place a content is looked up or made, so a builder's map and the constructor's map
-    of the same fields get the same content by the same key.
+
+def _filed(
+    logical_shape: tuple[int, ...],
+    shard_shapes: dict[int, tuple[int, ...]],
+    pieces_by_rank: dict[int, tuple[AffinePiece, ...]],
+    count: int,
+    key: tuple[Any, ...] | None = None,
+) -> tuple[MapContent, _Entry]:
+    """``_shared_content`` with its ``_CONTENTS`` entry. The one place a content is looked up or
+    made, so a builder's map and the constructor's map of the same fields get the same content
+    by the same key. ``key``: that key, from a builder that knows it without reading the dicts
+    back (``_whole_on``); tests/test_build_fast.py holds every builder's content to be the
+    constructor's, which computes it here.
     """
-    # Keys and values apart (not ``items()``): equal exactly when the item sequences are, with two
-    # tuples per mapping instead of one pair per location, long-lived objects the collector scans.
-    key = (logical_shape, tuple(shard_shapes), tuple(shard_shapes.values()), tuple(pieces_by_rank),
-           tuple(pieces_by_rank.values()))
-    found = _recall(_CONTENTS, key)
-    if found is None:
-        found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), count)
-        # Two threads building equal maps at once may still each keep a content of their own:
-        # that loses sharing, never soundness (one object always means one content).
-        found = _keep(_CONTENTS, key, found)
-    return found
+    # Keys and values apart (not ``items()``), each location's pieces spread into the key itself:
+    # equal exactly when the item sequences are (the tuple of locations fixes how many follow),
+    # with one tracked tuple per map instead of one pair per location or a tuple of the pieces,
+    # long-lived objects the collector scans.
+    if key is None:
+        key = (logical_shape, tuple(shard_shapes), tuple(shard_shapes.values()), tuple(pieces_by_rank),
+               *pieces_by_rank.values())
+    ref = _CONTENTS.get(key)
+    if ref is not None:
+        found: MapContent | None = ref()
+        if found is not None:
+            return found, ref
+    found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), count)
+    # Two threads building equal maps at once may still each keep a content of their own: that
+    # loses sharing, never soundness (one object always means one content).
+    ref = _CONTENTS[key] = _entry(found, key, _CONTENTS)
+    return found, ref
 
 
 class ParamAffineMap:
@@ -723,14 +756,19 @@ def _built(
     held: dict[int, tuple[AffinePiece, ...]],
     count: int,
     slabs: SlabFacts | _Unknown | None = UNKNOWN,
+    content_key: tuple[Any, ...] | None = None,
 ) -> ParamAffineMap:
     """The map of a builder's converted fields, remembered under the builder's ``key`` if any,
     with the slab structure the builder knows of them (``slabs``), if it knows it."""
-    content = _shared_content(logical, shards, held, count)
+    content, entry = _filed(logical, shards, held, count, content_key)
     if not isinstance(slabs, _Unknown) and isinstance(content.slabs, _Unknown):
         _set(content, "slabs", slabs)
     if key is not None:
-        _keep(_BUILT, key, content)
+        if entry.built is None:  # the content's one entry files it under the builder key as well
+            entry.built = key
+            _BUILT[key] = entry
+        else:
+            _keep(_BUILT, key, content)
     return _made(content)
 
 
@@ -738,7 +776,9 @@ _BUILT: _WeakTable = {}
 
 
 def _remembered(key: tuple[Any, ...]) -> ParamAffineMap | None:
-    content = _recall(_BUILT, key)
+    # ``_recall`` written out: every builder call of a model's repeated layouts comes here first.
+    ref = _BUILT.get(key)
+    content = None if ref is None else ref()
     return None if content is None else _made(content)
 
 
@@ -797,16 +837,54 @@ def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> 
     return _whole_on(shape_t, range(degree), scale_f, key)
 
 
-def _whole_on(shape: tuple[int, ...], ranks: range, scale: float, key: tuple[Any, ...]) -> ParamAffineMap:
-    """Every location of ``ranks`` holds all of F (converted ``shape``) as one shared piece naming
-    all of them, remembered under ``key``."""
-    strides = row_major_strides(shape)
-    one = (_piece(shape, 0, strides, 0, strides, _holders(ranks), scale),)
+def _whole_on(shape: tuple[int, ...], ranks: Sequence[int], scale: float, key: tuple[Any, ...]) -> ParamAffineMap:
+    """Every location of ``ranks`` (distinct, converted) holds all of F (converted ``shape``) as one
+    shared piece naming all of them, in that order, remembered under ``key``."""
+    strides = _strides(shape)
+    order = tuple(ranks)
+    holders, ranked, _ = _on(order)
+    one = (tuple.__new__(AffinePiece, (shape, 0, strides, 0, strides, holders, scale)),)
+    n = len(order)
     # One box, all of F, held by every location: a slab map (of no axis) when it has a location,
     # an axis and scale 1.
-    whole = ((None, ((0, shape[0], tuple(ranks), strides),))
-             if len(ranks) > 0 and shape and scale == 1.0 else None)
-    return _built(key, shape, dict.fromkeys(ranks, shape), dict.fromkeys(ranks, one), len(ranks), whole)
+    whole = ((None, ((0, shape[0], ranked, strides),))
+             if n > 0 and shape and scale == 1.0 else None)
+    # Every location's shard is F and its pieces are ``one``: the content key (``_filed``'s) is
+    # written down directly instead of read back from the two dicts.
+    return _built(key, shape, dict.fromkeys(order, shape), dict.fromkeys(order, one), n, whole,
+                  (shape, order, (shape,) * n, order, *((one,) * n)))
+
+
+_ON: dict[tuple[int, ...], tuple[frozenset[int], tuple[int, ...], bool]] = {}
+
+
+def _on(order: tuple[int, ...]) -> tuple[frozenset[int], tuple[int, ...], bool]:
+    """(the shared holder set, its locations sorted, whether none is named twice) of these
+    (converted) locations, remembered: an expert's few holders are named by thousands of maps."""
+    got = _ON.get(order)
+    if got is None:
+        if len(_ON) >= 4096:
+            _ON.clear()
+        holders = _holders(order)
+        got = _ON[order] = (holders, tuple(sorted(holders)), len(holders) == len(order))
+    return got
+
+
+_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``row_major_strides(shape)`` (converted), remembered by the extents after the first, which
+    are all they depend on: shapes that differ in their first extent (a model's rows) share them."""
+    if not shape:
+        return ()
+    tail = shape[1:]
+    got = _STRIDES.get(tail)
+    if got is None:
+        if len(_STRIDES) >= 4096:
+            _STRIDES.clear()
+        got = _STRIDES[tail] = row_major_strides(shape)
+    return got
 
 
 def contiguous_split_map(
@@ -820,36 +898,7 @@ def contiguous_split_map(
     found = _remembered(key)
     if found is not None:
         return found
-    shards, held, slabs = _split_pieces(shape_t, sizes, axis)
-    return _built(key, shape_t, shards, held, len(sizes), slabs)
-
-
-def _split_pieces(
-    shape: tuple[int, ...], sizes: tuple[int, ...], axis: int
-) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[AffinePiece, ...]], SlabFacts | None]:
-    """Shard shapes and pieces of ``contiguous_split_map`` (converted arguments): location r holds
-    rows ``sum(sizes[:r]) ..`` of ``axis`` as one piece. With them, the map's slab structure
-    (``SlabFacts``): location r's box is ``[sum(sizes[:r]), +sizes[r])`` along ``axis``, held by r
-    alone; a slab map exactly when every size is positive and they sum to F's extent (one size:
-    the whole of F, of no axis)."""
-    strides = row_major_strides(shape)
-    step = strides[axis]
-    shards: dict[int, tuple[int, ...]] = {}
-    held: dict[int, tuple[AffinePiece, ...]] = {}
-    spans: list[SlabSpan] = []
-    start = 0
-    for rank, size in enumerate(sizes):
-        shard = _with_extent(shape, axis, size)
-        # Row-major strides do not depend on the first extent: a row split keeps F's strides.
-        shard_strides = strides if axis == 0 else row_major_strides(shard)
-        shards[rank] = shard
-        held[rank] = (_piece(shard, start * step, strides, 0, shard_strides, _holders((rank,))),)
-        spans.append((start, size, (rank,), shard_strides))
-        start += size
-    slabs: SlabFacts | None = None
-    if sizes and min(sizes) > 0 and start == shape[axis]:
-        slabs = (axis, tuple(spans)) if len(sizes) > 1 else (None, ((0, shape[0], (0,), strides),))
-    return shards, held, slabs
+    return _split_copies(shape_t, sizes, axis, 1, None, key)
 
 
 def _int_rows(values: Any, what: str) -> list[tuple[int, ...]]:
@@ -1155,7 +1204,8 @@ def parallel_map(
     partition_dim), copies, location_of)`` (same content object), without building the TP map
     between. The default location of TP rank t's copy c is ``c * tp + t`` (TP innermost, Megatron's
     order). An expert weight under EP × DP is ``parallel_map(shape, copies=dp, location_of=lambda
-    _t, c: owners[c])``: whole on each of its owners.
+    _t, c: owners[c])``: whole on each of its owners. A model's worth of these is cheaper through
+    ``parallel_maps``.
     """
     shape_t = _ints(shape, "shape")
     axis = _axis(partition_dim, len(shape_t), "partition_dim")
@@ -1163,30 +1213,203 @@ def parallel_map(
         degree = _int(tp, "tp")
         if degree < 1:
             raise InvalidMapError(f"parallel_map: tp must be at least 1, got {degree}")
-        # One TP rank holds the whole axis (``split``'s answer), as every expert and norm does.
-        sizes_t = (shape_t[axis],) if degree == 1 else tuple(split(shape_t[axis], degree))
+        sizes_t = _even(shape_t[axis], degree)
     else:
         sizes_t = _ints(sizes, "sizes")
     count = _int(copies, "copies")
     if count < 1:
         raise InvalidMapError(f"parallel_map: copies must be at least 1, got {count}")
-    ranks = range(len(sizes_t))
-    names = None if location_of is None else _names(ranks, count, location_of)
-    key = ("parallel", shape_t, sizes_t, axis, count, names)
+    names = None if location_of is None else _names(range(len(sizes_t)), count, location_of)
+    return _parallel(shape_t, sizes_t, axis, count, names)
+
+
+def _even(extent: int, degree: int) -> tuple[int, ...]:
+    # One TP rank holds the whole axis (``split``'s answer), as every expert and norm does.
+    return (extent,) if degree == 1 else tuple(split(extent, degree))
+
+
+def _parallel(
+    shape: tuple[int, ...], sizes: tuple[int, ...], axis: int, count: int, names: tuple[tuple[int, ...], ...] | None
+) -> ParamAffineMap:
+    """``parallel_map`` of converted arguments (``names[t][c]``: TP rank t's copy c, or ``None``
+    for the default ``c * tp + t``), remembered under one key whichever front door built it."""
+    key = ("parallel", shape, sizes, axis, count, names)
     found = _remembered(key)
     if found is not None:
         return found
+    whole = len(sizes) == 1 and sizes[0] == shape[axis]
     if names is None:
-        # The default locations need no widening pass: one copy is the split itself (TP rank t at
-        # location t), and one whole shard held ``count`` times is every location 0..count-1
-        # holding all of F as one shared piece (``replicated_map``'s content).
-        if count == 1:
-            shards, held, slabs = _split_pieces(shape_t, sizes_t, axis)
-            return _built(key, shape_t, shards, held, len(sizes_t), slabs)
-        if len(sizes_t) == 1 and sizes_t[0] == shape_t[axis]:
-            return _whole_on(shape_t, range(count), 1.0, key)
-    shards, held, slabs = _split_pieces(shape_t, sizes_t, axis)
-    return _replicated(shape_t, ranks, shards, held, count, names, True, key, slabs)
+        # One whole shard held ``count`` times is every location 0..count-1 holding all of F as
+        # one shared piece (``replicated_map``'s content).
+        if whole and count > 1:
+            return _whole_on(shape, range(count), 1.0, key)
+    elif whole and shape[axis] > 0 and _on(names[0])[2]:
+        # All of F on each of ``count`` distinct named locations (an expert under EP x DP): the
+        # same content and slab record (its holders sorted), made directly. An extent of 0, or a
+        # name given twice (refused as ``replicate`` refuses it), take the general path.
+        return _whole_on(shape, names[0], 1.0, key)
+    return _split_copies(shape, sizes, axis, count, names, key)
+
+
+def _split_copies(
+    shape: tuple[int, ...], sizes: tuple[int, ...], axis: int, count: int, names: tuple[tuple[int, ...], ...] | None,
+    key: tuple[Any, ...],
+) -> ParamAffineMap:
+    """``replicate(contiguous_split_map(shape, sizes, axis), count, names)``'s content (converted
+    arguments) in one pass, and ``contiguous_split_map``'s itself (``count`` 1): TP rank t holds
+    rows ``sum(sizes[:t]) ..`` of ``axis`` as one piece, made once and shared by its ``count``
+    locations (``names[t]``, or ``c * tp + t``), in ``_replicated``'s order (TP rank, then copy).
+    With them the slab record: TP rank t's box is ``[sum(sizes[:t]), +sizes[t])`` along ``axis``,
+    held by its locations (sorted); a slab map exactly when every size is positive and they sum to
+    F's extent (one size: the whole of F, of no axis)."""
+    strides = _strides(shape)
+    step = strides[axis]
+    tp = len(sizes)
+    shards: dict[int, tuple[int, ...]] = {}
+    held: dict[int, tuple[AffinePiece, ...]] = {}
+    spans: list[SlabSpan] = []
+    start = 0
+    for t, size in enumerate(sizes):
+        shard = _with_extent(shape, axis, size)
+        # Row-major strides do not depend on the first extent: a row split keeps F's strides.
+        shard_strides = strides if axis == 0 else _strides(shard)
+        where = tuple(range(t, count * tp, tp)) if names is None else names[t]
+        holders, ranked, _ = _on(where)
+        one = (tuple.__new__(AffinePiece, (shard, start * step, strides, 0, shard_strides, holders, 1.0)),)
+        for location in where:
+            if location in held:
+                raise InvalidMapError(f"replicate: location_of maps two (location, copy) pairs to {location}")
+            shards[location] = shard
+            held[location] = one
+        spans.append((start, size, ranked, shard_strides))
+        start += size
+    slabs: SlabFacts | None = None
+    if sizes and min(sizes) > 0 and start == shape[axis]:
+        slabs = (axis, tuple(spans)) if tp > 1 else (None, ((0, shape[0], spans[0][2], strides),))
+    return _built(key, shape, shards, held, tp * count, slabs)
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelLayout:
+    """One side of a parameter's TP × DP (× EP) layout, apart from its shape: what ``parallel_map``
+    takes besides the shape, as a value that a model's parameters share.
+
+    ``locations[c][t]``: the location of TP rank ``t``'s shard in copy ``c`` (``copies`` rows of
+    ``tp`` locations); ``None`` for Megatron's order ``c * tp + t``. An expert weight under EP x DP
+    is ``ParallelLayout(copies=dp, locations=[[owner] for owner in owners])``. The fields are
+    checked here, where they are written, and converted again by ``parallel_maps`` (once per
+    layout object per call), so a layout altered after construction cannot slip an unconverted
+    value into a map.
+    """
+
+    tp: int = 1
+    partition_dim: int = 0
+    copies: int = 1
+    locations: Sequence[Sequence[int]] | None = None
+
+    def __post_init__(self) -> None:
+        _layout_args(self, "ParallelLayout")
+
+
+def _layout_args(layout: ParallelLayout, what: str) -> tuple[int, int, int, tuple[tuple[int, ...], ...] | None]:
+    """(tp, partition_dim as given, copies, names with ``names[t][c]``; ``None`` when they are the
+    default order), each field converted by ``as_int``'s rule and named in an error."""
+    degree = _int(layout.tp, f"{what}.tp")
+    if degree < 1:
+        raise InvalidMapError(f"{what}.tp must be at least 1, got {degree}")
+    dim = _int(layout.partition_dim, f"{what}.partition_dim")
+    count = _int(layout.copies, f"{what}.copies")
+    if count < 1:
+        raise InvalidMapError(f"{what}.copies must be at least 1, got {count}")
+    if layout.locations is None:
+        return degree, dim, count, None
+    rows = _int_rows(layout.locations, f"{what}.locations")
+    if len(rows) != count or any(len(row) != degree for row in rows):
+        raise InvalidMapError(f"{what}.locations: expected {count} copies of {degree} locations (copies x tp), "
+                              f"got {[len(row) for row in rows]}")
+    names = tuple(zip(*rows, strict=True))
+    if names == tuple(tuple(range(t, count * degree, degree)) for t in range(degree)):
+        return degree, dim, count, None
+    return degree, dim, count, names
+
+
+def parallel_maps(params: Iterable[tuple[Sequence[int], ParallelLayout]]) -> list[ParamAffineMap]:
+    """``parallel_map`` of every ``(shape, layout)``, in order: a model's maps in one call.
+
+    Each map is equal to (the same content object as) ``parallel_map(shape, layout.tp,
+    layout.partition_dim, layout.copies, location_of=lambda t, c: layout.locations[c][t])``. Why a
+    batch: a model names a few layouts for thousands of parameters, so each layout object's fields
+    are converted once per call instead of once per parameter; and building allocates a few
+    long-lived objects per map, which the cyclic collector would re-scan again and again as the
+    batch grows (two thirds of building 22 458 expert maps of distinct shapes), so it is paused for
+    the call, as the planner pauses it (nothing here makes a reference cycle), and what the call
+    made is scanned once at its end (``_gc``). ``params`` may be a generator: its items are then
+    made inside the pause too. A bad item is refused naming its index; nothing is returned then.
+    """
+    build = _batch("parallel_maps")
+    out: list[ParamAffineMap] = []
+    with cycle_collection_paused():
+        for i, item in enumerate(params):
+            try:
+                shape, layout = item
+            except (TypeError, ValueError):
+                raise InvalidMapError(f"parallel_maps: params[{i}] is not a (shape, ParallelLayout) pair: "
+                                      f"{describe(item)}") from None
+            out.append(build(shape, layout, i, ""))
+    return out
+
+
+def parallel_pairs(
+    params: Iterable[tuple[str, Sequence[int], ParallelLayout, ParallelLayout]],
+) -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+    """A sync's ``{name: (target map, source map)}``, what ``plan_transfers`` takes, from ``(name,
+    shape, target layout, source layout)`` per parameter: ``parallel_maps``'s maps, in one pass
+    with the dict itself (everything the call makes is made while the collector is paused, and
+    scanned once at the end). A name given twice is refused, naming both items' indices."""
+    build = _batch("parallel_pairs")
+    out: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+    with cycle_collection_paused():
+        for i, item in enumerate(params):
+            try:
+                name, shape, target, source = item
+            except (TypeError, ValueError):
+                raise InvalidMapError(f"parallel_pairs: params[{i}] is not a (name, shape, target ParallelLayout, "
+                                      f"source ParallelLayout) tuple: {describe(item)}") from None
+            if type(name) is not str:
+                raise InvalidMapError(f"parallel_pairs: params[{i}]'s name {describe(name)} is not a str")
+            if name in out:
+                at = next(j for j, n in enumerate(out) if n == name)
+                raise InvalidMapError(f"parallel_pairs: params[{i}] names {name!r}, as params[{at}] did")
+            out[name] = (build(shape, target, i, " target"), build(shape, source, i, " source"))
+    return out
+
+
+_Args = tuple[int, int, int, tuple[tuple[int, ...], ...] | None]
+
+
+def _batch(caller: str) -> Callable[[Any, Any, int, str], ParamAffineMap]:
+    """One call's builder of ``(shape, layout)`` maps: each layout object's fields converted once
+    (the object kept, so its id cannot be reused during the call), ``_ints`` and ``_axis`` inline
+    for a tuple of ints and an axis in range; an error names ``caller``, the item and the side, and
+    is only worded when one is raised."""
+    seen: dict[int, tuple[ParallelLayout, _Args]] = {}
+    ints = _INT_ONLY.issuperset
+
+    def build(shape: Any, layout: Any, i: int, side: str) -> ParamAffineMap:
+        got = seen.get(id(layout))
+        if got is None:
+            if not isinstance(layout, ParallelLayout):
+                raise InvalidMapError(f"{caller}: params[{i}]'s{side} layout is a {type(layout).__name__}, "
+                                      "not a ParallelLayout")
+            got = seen[id(layout)] = (layout, _layout_args(layout, f"{caller}: params[{i}]{side}"))
+        degree, dim, count, names = got[1]
+        shape_t = shape if type(shape) is tuple and ints(map(type, shape)) else _ints(
+            shape, f"{caller}: params[{i}] shape")
+        ndim = len(shape_t)
+        axis = dim % ndim if -ndim <= dim < ndim else _axis(dim, ndim, f"{caller}: params[{i}]{side} partition_dim")
+        return _parallel(shape_t, _even(shape_t[axis], degree), axis, count, names)
+
+    return build
 
 
 def runs_map(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -25,10 +25,13 @@ from refplan import maps
 from refplan.errors import InvalidMapError
 from refplan.maps import (
     AffinePiece,
+    ParallelLayout,
     ParamAffineMap,
     block_gather_map,
     contiguous_split_map,
     parallel_map,
+    parallel_maps,
+    parallel_pairs,
     replicate,
     replicated_map,
     runs_map,
@@ -146,6 +149,189 @@ def test_contiguous_replicate_and_parallel_map_equal_the_constructors(
         lambda: parallel_map(shape, tp, axis - len(shape), copies),  # a negative axis counts from the end
         lambda: ref_replicate(ref_contiguous(shape, split(shape[axis], tp), axis), copies),
     )
+
+
+@st.composite
+def batch_layouts(draw: st.DrawFn) -> tuple[tuple[int, ...], ParallelLayout, Any]:
+    """A shape and a ``ParallelLayout`` of it: TP 1-3 (one TP rank holds all of its axis, which
+    may be empty), 1-4 copies, locations default, spelled out in the default order, or permuted
+    and spread apart; with the ``location_of`` the same layout means."""
+    shape = draw(st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple))
+    axis = draw(st.integers(0, len(shape) - 1))
+    tp, copies = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    kind = draw(st.sampled_from(["default", "spelled", "named", "named"]))
+    if kind == "default":
+        return shape, ParallelLayout(tp, axis, copies), None
+    spread = [3 * n for n in draw(st.permutations(range(tp * copies)))]
+    order = list(range(tp * copies)) if kind == "spelled" else spread
+    rows = [order[c * tp:(c + 1) * tp] for c in range(copies)]
+    return shape, ParallelLayout(tp, axis, copies, rows), (lambda t, c: rows[c][t])
+
+
+@given(st.lists(batch_layouts(), min_size=1, max_size=4))
+def test_parallel_maps_are_parallel_map_and_the_constructors(items: list[tuple[Any, ParallelLayout, Any]]) -> None:
+    """Every map of a batch is the content ``parallel_map`` builds from the same arguments, and
+    equal to the reference built piece by piece, whichever is built first; the whole-on-named-
+    locations path (an expert under EP x DP) included."""
+    batch = [(shape, layout) for shape, layout, _ in items]
+    for (shape, layout, where), made in zip(items, parallel_maps(batch), strict=True):
+        axis, tp, copies = layout.partition_dim, layout.tp, layout.copies
+        assert made.content is parallel_map(shape, tp, axis, copies, location_of=where).content
+
+        def one(shape: tuple[int, ...] = shape, layout: ParallelLayout = layout) -> ParamAffineMap:
+            return parallel_maps([(shape, layout)])[0]
+
+        def ref(shape: tuple[int, ...] = shape, axis: int = axis, tp: int = tp, copies: int = copies,
+                where: Any = where) -> ParamAffineMap:
+            return ref_replicate(ref_contiguous(shape, split(shape[axis], tp), axis), copies, where)
+
+        del made
+        both_orders(one, ref)
+        got = one()
+        assert got.content.slabs == replicate(contiguous_split_map(shape, split(shape[axis], tp), axis), copies,
+                                              where).content.slabs
+
+
+def test_parallel_maps_whole_on_named_locations() -> None:
+    """The direct path (all of F on each named location) against the general one, fresh and
+    remembered; a location named twice is refused as ``replicate`` refuses it; extents of 0."""
+    for shape, names in (((4, 3), [5, 2]), ((7,), [9]), ((2, 5), [4, 0, 8]), ((0, 3), [1, 6]), ((3, 0), [2, 1])):
+        layout = ParallelLayout(copies=len(names), locations=[[n] for n in names])
+        both_orders(lambda shape=shape, layout=layout: parallel_maps([(shape, layout)])[0],  # type: ignore[misc]
+                    lambda shape=shape, names=names: ref_replicate(ref_contiguous(shape, [shape[0]], 0), len(names),
+                                                                    lambda _t, c: names[c]))
+    with pytest.raises(InvalidMapError, match="location_of maps two"):
+        parallel_maps([((4, 3), ParallelLayout(copies=2, locations=[[5], [5]]))])
+
+
+class _Rows(list):  # type: ignore[type-arg]
+    """Locations that note whether the collector ran while they were read."""
+
+    seen: ClassVar[list[bool]] = []
+
+    def __iter__(self) -> Any:
+        _Rows.seen.append(gc.isenabled())
+        return super().__iter__()
+
+
+def test_parallel_maps_pause_the_collector_and_restore_it() -> None:
+    _Rows.seen.clear()
+    assert gc.isenabled()
+    layout = ParallelLayout(copies=2, locations=_Rows([[1], [0]]))
+    parallel_maps([((4,), layout), ((5,), layout)])
+    assert _Rows.seen == [True, False] and gc.isenabled()  # checked when written, then once per call
+    gc.disable()
+    try:
+        parallel_maps([((6,), layout)])
+        assert not gc.isenabled()  # a collector the caller disabled stays disabled
+    finally:
+        gc.enable()
+    with pytest.raises(InvalidMapError):
+        parallel_maps([((4,), layout), ((4, "x"), layout)])
+    assert gc.isenabled()
+
+
+BATCH_REFUSALS = [
+    ([((4,), ParallelLayout(2))], None),
+    ([(4,)], "parallel_maps: params[0] is not a (shape, ParallelLayout) pair: (4,)"),
+    ([((4,), ParallelLayout()), ((4,), {"tp": 2})],
+     "parallel_maps: params[1]'s layout is a dict, not a ParallelLayout"),
+    ([((4,), ParallelLayout()), ((4.0,), ParallelLayout())],
+     "parallel_maps: params[1] shape[0]: 4.0 is not an integer (a float)"),
+    ([((4, 3), ParallelLayout(partition_dim=-3))],
+     "parallel_maps: params[0] partition_dim: -3 is not an axis of a 2-d shape"),
+]
+
+
+@pytest.mark.parametrize("items,message", BATCH_REFUSALS)
+def test_parallel_maps_refuse_naming_the_item(items: list[Any], message: str | None) -> None:
+    if message is None:
+        assert len(parallel_maps(items)) == 1
+        return
+    with pytest.raises(InvalidMapError) as info:
+        parallel_maps(items)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"tp": 0}, "ParallelLayout.tp must be at least 1, got 0"),
+    ({"tp": True}, "ParallelLayout.tp: True is not an integer (a bool)"),
+    ({"copies": 2.0}, "ParallelLayout.copies: 2.0 is not an integer (a float)"),
+    ({"partition_dim": "0"}, "ParallelLayout.partition_dim: '0' is not an integer (a str)"),
+    ({"copies": 2, "locations": [[0]]},
+     "ParallelLayout.locations: expected 2 copies of 1 locations (copies x tp), got [1]"),
+    ({"tp": 2, "locations": [[0]]},
+     "ParallelLayout.locations: expected 1 copies of 2 locations (copies x tp), got [1]"),
+    ({"locations": [[0.5]]}, "ParallelLayout.locations[0][0]: 0.5 is not an integer (a float)"),
+    ({"locations": 3}, "ParallelLayout.locations: expected a sequence of integer sequences, got 3"),
+])
+def test_parallel_layout_refuses_its_fields_where_written(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidMapError) as info:
+        ParallelLayout(**kwargs)
+    assert str(info.value) == message
+
+
+def test_a_layout_altered_after_construction_is_converted_again() -> None:
+    """``parallel_maps`` does not trust the check made when the layout was written."""
+    layout = ParallelLayout(copies=2)
+    object.__setattr__(layout, "copies", 2.0)
+    with pytest.raises(InvalidMapError, match=r"parallel_maps: params\[0\]\.copies: 2.0 is not an integer"):
+        parallel_maps([((4,), layout)])
+
+
+def test_parallel_pairs_is_parallel_maps_by_name() -> None:
+    """``parallel_pairs`` gives ``plan_transfers``'s dict: each name's (target, source) maps are the
+    contents ``parallel_maps`` builds, and a generator's items are made inside the pause."""
+    expert = ParallelLayout(copies=2, locations=[[9], [1]])
+    split8, tp4dp2 = ParallelLayout(8), ParallelLayout(4, 1, 2)
+    made: list[bool] = []
+
+    def items() -> Any:
+        for i, (shape, target, source) in enumerate((((64, 16), split8, tp4dp2), ((16, 32), expert, split8),
+                                                     ((7,), ParallelLayout(), expert))):
+            made.append(gc.isenabled())
+            yield f"p{i}", shape, target, source
+
+    pairs = parallel_pairs(items())
+    assert made == [False, False, False] and gc.isenabled()
+    assert list(pairs) == ["p0", "p1", "p2"]
+    flat = parallel_maps([((64, 16), split8), ((64, 16), tp4dp2), ((16, 32), expert), ((16, 32), split8),
+                          ((7,), ParallelLayout()), ((7,), expert)])
+    assert [m.content for pair in pairs.values() for m in pair] == [m.content for m in flat]
+    assert all(a is b for a, b in zip([m.content for pair in pairs.values() for m in pair],
+                                      [m.content for m in flat], strict=True))
+
+
+@pytest.mark.parametrize("items,message", [
+    ([("w", (4,), ParallelLayout())], "parallel_pairs: params[0] is not a (name, shape, target ParallelLayout, "
+                                      "source ParallelLayout) tuple: ('w', (4,), ParallelLayout(tp=1, "),
+    ([(1, (4,), ParallelLayout(), ParallelLayout())], "parallel_pairs: params[0]'s name 1 is not a str"),
+    ([("w", (4,), ParallelLayout(), ParallelLayout()), ("v", (4,), ParallelLayout(), ParallelLayout()),
+      ("w", (4,), ParallelLayout(), ParallelLayout())], "parallel_pairs: params[2] names 'w', as params[0] did"),
+    ([("w", (4,), ParallelLayout(), [1])], "parallel_pairs: params[0]'s source layout is a list, not a ParallelLayout"),
+    ([("w", (4, 2.0), ParallelLayout(), ParallelLayout())],
+     "parallel_pairs: params[0] shape[1]: 2.0 is not an integer (a float)"),
+    ([("w", (4,), ParallelLayout(), ParallelLayout(partition_dim=1))],
+     "parallel_pairs: params[0] source partition_dim: 1 is not an axis of a 1-d shape"),
+])
+def test_parallel_pairs_refuse_naming_the_item(items: list[Any], message: str) -> None:
+    with pytest.raises(InvalidMapError) as info:
+        parallel_pairs(items)
+    assert str(info.value).startswith(message), str(info.value)  # a long item is abbreviated (reprlib)
+    assert gc.isenabled()
+
+
+def test_a_batch_build_is_forgotten_with_its_maps() -> None:
+    """One entry per new content files it under both keys, and both go when its maps do."""
+    gc.collect()
+    before = len(maps._BUILT), len(maps._CONTENTS)
+    layout = ParallelLayout(copies=2, locations=[[3], [1]])
+    made = parallel_maps([((131 + i, 3), layout) for i in range(20)])
+    assert len(maps._BUILT) == before[0] + 20 and len(maps._CONTENTS) == before[1] + 20
+    again = parallel_maps([((131, 3), layout)])[0]
+    assert again.content is made[0].content
+    del made, again
+    assert (len(maps._BUILT), len(maps._CONTENTS)) == before
 
 
 @given(shapes, st.integers(0, 5), st.sampled_from([1.0, 0.5, -2.0]), st.integers(1, 3))

@@ -27,9 +27,11 @@ from refplan.maps import (
     UNKNOWN,
     AffinePiece,
     MapContent,
+    ParallelLayout,
     ParamAffineMap,
     contiguous_split_map,
     parallel_map,
+    parallel_maps,
     replicate,
     replicated_map,
 )
@@ -63,9 +65,14 @@ def _sizes(draw: st.DrawFn, extent: int) -> list[int]:
 @st.composite
 def _built(draw: st.DrawFn) -> tuple[str, ParamAffineMap]:
     shape = draw(_shapes())
-    kind = draw(st.sampled_from(["split", "whole", "parallel"]))
+    kind = draw(st.sampled_from(["split", "whole", "parallel", "batch"]))
     if kind == "whole":
         m = replicated_map(shape, draw(st.integers(0, 4)), draw(st.sampled_from([1.0, 1.0, 2.0])))
+    elif kind == "batch":  # parallel_maps: the default split, default or named locations (whole on each)
+        tp, copies = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        names = [5 * n for n in draw(st.permutations(range(tp * copies)))]
+        rows = [names[c * tp:(c + 1) * tp] for c in range(copies)] if draw(st.booleans()) else None
+        m = parallel_maps([(shape, ParallelLayout(tp, draw(st.integers(0, len(shape) - 1)), copies, rows))])[0]
     else:
         axis = draw(st.integers(0, len(shape) - 1))
         sizes = draw(_sizes(shape[axis]))

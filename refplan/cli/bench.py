@@ -76,7 +76,16 @@ from ..analysis import (
 )
 from ..check import DEFAULT_MIN_SPLIT_BYTES
 from ..errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from ..maps import ParamAffineMap, block_gather_map, contiguous_split_map, parallel_map, replicate, replicated_map
+from ..maps import (
+    ParallelLayout,
+    ParamAffineMap,
+    block_gather_map,
+    contiguous_split_map,
+    parallel_maps,
+    parallel_pairs,
+    replicate,
+    replicated_map,
+)
 from ..oracle.verdict import worst
 from ..plan import TransferPlan
 from ..planner import collect_requests, plan_transfers
@@ -273,27 +282,35 @@ def _boxes(shape: tuple[int, ...], side: Side) -> list[tuple[tuple[int, ...], tu
     return out
 
 
-def refplan_side(shape: tuple[int, ...], side: Side) -> ParamAffineMap:
-    """refplan's map of one side, with the builder a user calls for a TP x DP (x EP) layout
-    (``maps.parallel_map``: one pass, no intermediate TP map): a whole tensor on one location per
-    replica, or TP shards along ``side.axis`` with replica ``c``'s shard ``j`` at ``groups[c][j]``."""
-    groups = side.groups
+def refplan_layout(side: Side) -> ParallelLayout:
+    """``side`` in refplan's terms: a TP x DP (x EP) ``maps.ParallelLayout`` (a side without a
+    split axis is one TP rank holding the whole tensor on each replica's one location)."""
     if side.axis is None:
-        holders = [g[0] for g in groups]
-        if holders == list(range(len(holders))):
-            return parallel_map(shape, copies=len(holders))
-        return parallel_map(shape, copies=len(holders), location_of=lambda _tp, copy: holders[copy])
-    sizes = _split(shape[side.axis], side.tp)
-    if side.rank_order:
-        return parallel_map(shape, partition_dim=side.axis, copies=len(groups), sizes=sizes)
-    return parallel_map(shape, partition_dim=side.axis, copies=len(groups), sizes=sizes,
-                        location_of=lambda loc, copy: groups[copy][loc])
+        return ParallelLayout(copies=len(side.groups), locations=side.groups)
+    return ParallelLayout(side.tp, side.axis, len(side.groups), side.groups)
+
+
+def refplan_side(shape: tuple[int, ...], side: Side) -> ParamAffineMap:
+    """refplan's map of one side (``build_refplan``'s, for one parameter)."""
+    return parallel_maps([(shape, refplan_layout(side))])[0]
 
 
 def build_refplan(layout: Layout) -> tuple[Pairs, TransferEndpoints, dict[str, int]]:
-    """refplan's inputs from a description: (target, source) maps per parameter, endpoints, sizes."""
-    pairs: Pairs = {p.name: (refplan_side(p.shape, p.target), refplan_side(p.shape, p.source))
-                    for p in layout.params}
+    """refplan's inputs from a description: (target, source) maps per parameter, endpoints, sizes.
+
+    What a user of refplan writes: one ``ParallelLayout`` per distinct side of the description (a
+    model names a few hundred), then every parameter's two maps in one ``maps.parallel_pairs``
+    call, fed by a generator (one pass per map, no intermediate TP map, the collector paused as
+    the builder ships)."""
+    ours: dict[int, ParallelLayout] = {}
+
+    def of(side: Side) -> ParallelLayout:
+        got = ours.get(id(side))
+        if got is None:
+            got = ours[id(side)] = refplan_layout(side)
+        return got
+
+    pairs: Pairs = parallel_pairs((p.name, p.shape, of(p.target), of(p.source)) for p in layout.params)
     endpoints = TransferEndpoints(layout.source_process, layout.target_process)
     return pairs, endpoints, dict.fromkeys(pairs, layout.element_size)
 
@@ -754,6 +771,9 @@ class BenchReport:
     peak_memory: dict[str, int] = field(default_factory=dict)
     e2e: list[E2ERow] = field(default_factory=list)
     replicate: dict[str, Any] | None = None
+    speed: dict[str, Any] | None = None
+    """This machine's speed reference for the targets set in µs on the issue's machine
+    (``speed_reference``): ``{"us": ..., "source": ...}``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -771,6 +791,7 @@ class BenchReport:
             "peak_memory": self.peak_memory,
             "e2e": [asdict(r) for r in self.e2e],
             "replicate": self.replicate,
+            "speed": self.speed,
         }
 
 
@@ -894,6 +915,9 @@ def run_bench(
     if replicate:
         say("bench: replicate at 128 and 1024 copies ...")
         report.replicate = replicate_scaling(max(repeat, 3))
+    if e2e and any(r.holders for r in report.e2e):
+        say("bench: this machine's speed (Megatron-Core 0.16.1 on llama-sync) ...")
+        report.speed = speed_reference(report, peer)
     report.targets = _targets(report)
     return report
 
@@ -1093,8 +1117,14 @@ TARGET_LARGE_MOE_SECONDS = 2.0
 """moe-large: refplan's build + plan + verify, CPU seconds."""
 TARGET_REPLICATE_GROWTH = 10.0
 TARGET_BUILD_US_PER_HOLDER = 2.0
-"""Issue 27, item 2: building a map costs no more than the peers' per-holder metadata, at most this
-many microseconds per (parameter, location) holder (CPU, the best round's build stage)."""
+"""Issue 27, item 2: building a map costs no more than the peers' per-holder metadata (judged in the
+run: refplan's build stage per (parameter, location) holder against the cheapest peer's), and at
+most this many microseconds per holder, a figure the issue gives for orientation, on its machine
+(Megatron's metadata took 1.2-1.8 µs per holder there): judged at that machine's speed as item 1
+is (``REFERENCE_PEER_US``, ``speed_reference``). CPU, the best round's build stage, every build
+cold (no map of the description alive)."""
+SPEED_SCENARIO = "llama-sync"
+"""Where this machine's speed is read against the issue's (``speed_reference``)."""
 DISTINCT_LAYOUT_SCENARIO = "llama-sync-distinct"
 TARGET_DISTINCT_LAYOUT_US = 60.0
 """Issue 27, item 1: a distinct Llama layout (16 source x 8 target pieces) planned, and verified,
@@ -1741,9 +1771,35 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
     verify-to-plan goal compares two figures taken under the same load; best of the rounds).
     After the last round each contender's plans are checked by the oracle, then dropped, so that
     one contender's output at a time is alive."""
+    contenders, missing = _e2e_contenders(scenario, policies, min_split_bytes, peer, workers)
+    layout = scenario.layout
+    assert layout is not None
+    # The scenario's own maps are refplan's build of this very description: alive, they would make
+    # every timed build a lookup in the layout memo (with every shape distinct, 10x cheaper than a
+    # user's first build). They are dropped for the rounds and rebuilt after; a peer's plans are
+    # judged against maps built for that judgement and dropped with it.
+    released = _release_maps(scenario)
+    try:
+        return _e2e_rounds(scenario, layout, contenders, missing, runs, oracle=oracle, bound=bound)
+    finally:
+        if released:
+            scenario.pairs.update(build_refplan(layout)[0])
+
+
+def _release_maps(scenario: Scenario) -> bool:
+    """Empty a described scenario's maps (its own ``dict``, shared by its copies), so that no map
+    of the description is alive while contenders build it; whether there was anything to empty."""
+    if scenario.layout is None or type(scenario.pairs) is not dict or not scenario.pairs:
+        return False
+    scenario.pairs.clear()
+    return True
+
+
+def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender], missing: dict[str, tuple[str, str]],
+                runs: int, *, oracle: bool, bound: LoadLowerBound) -> list[E2ERow]:
+    """``_run_e2e``'s rounds, with no map of ``layout`` alive before each contender builds it."""
     from ..verify import verify_plans
 
-    contenders, missing = _e2e_contenders(scenario, policies, min_split_bytes, peer, workers)
     verified: dict[str, list[tuple[float, str]]] = {c.key: [] for c in contenders}
     on: dict[str, list[Stages]] = {c.key: [] for c in contenders}
     off: dict[str, list[Stages]] = {c.key: [] for c in contenders}
@@ -1782,7 +1838,7 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
                     seconds = min(cpu for cpu, _ in verified[c.key])
                     status = worst({got for _, got in verified[c.key]})
                 else:
-                    status = verify_plans(scenario.pairs, plans).status
+                    status = verify_plans(build_refplan(layout)[0], plans).status
             del output
             load = sender_load(plans, endpoints=scenario.endpoints, element_size=scenario.element_size,
                                senders=list(bound.senders))
@@ -1790,7 +1846,7 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
                               bound.ratio(max(load.sent.values(), default=0)))
             del plans
     rows: list[E2ERow] = []
-    holders = holder_count(scenario.layout) if scenario.layout is not None else 0
+    holders = holder_count(layout)
     for c in contenders:
         if c.key in errors and c.key not in checked:
             rows.append(E2ERow(scenario.name, c.key, c.peer, c.label, rounds=len(on[c.key]), error=errors[c.key]))
@@ -1839,6 +1895,32 @@ def replicate_scaling(repeat: int = 3, copies: Sequence[int] = REPLICATE_COPIES)
     return out
 
 
+def speed_reference(report: BenchReport, peer: bool, rounds: int = 5) -> dict[str, Any] | None:
+    """This machine's speed against the issue's: ``REFERENCE_PEER``'s build + plan of llama-sync,
+    µs per parameter (``REFERENCE_PEER_US`` where the issue set its µs targets), GC as shipped.
+    Read off this run's end-to-end rows (llama-sync, or its distinct form: a peer costs the same
+    either way) when they have it, else measured here, best of ``rounds``; ``None`` without peers,
+    and ``{"us": None, "source": why}`` when that peer cannot run."""
+    for name in (SPEED_SCENARIO, f"{SPEED_SCENARIO}-distinct"):
+        row = _e2e_row(report, name, REFERENCE_PEER)
+        count = next((s.parameters for s in report.summaries if s.name == name), 0)
+        if row is not None and row.e2e_seconds and count:
+            return {"us": row.e2e_seconds / count * 1e6, "source": f"{row.label} on {name}, in the end-to-end rows"}
+    if not peer:
+        return None
+    layout = _model_layout(4, 4, 8, LAYERS, HIDDEN, FFN, VOCAB)  # llama-sync's description
+    made = _megatron_contenders(layout, [REFERENCE_PEER], {})[REFERENCE_PEER]
+    if isinstance(made, str):
+        return {"us": None, "source": made}
+    best = float("inf")
+    for _ in range(rounds):
+        stages, output = made.run(False)
+        best = min(best, stages.build + stages.plan)
+        del output
+    return {"us": best / len(layout.params) * 1e6,
+            "source": f"{made.label} on {SPEED_SCENARIO}, best of {rounds}, measured for this reference"}
+
+
 def _e2e_row(report: BenchReport, scenario: str, contender: str) -> E2ERow | None:
     return next((r for r in report.e2e if r.scenario == scenario and r.contender == contender), None)
 
@@ -1885,9 +1967,20 @@ def _e2e_targets(report: BenchReport) -> list[dict[str, Any]]:
         if cheapest is not None and cheapest.build_seconds is not None:
             peer_us = cheapest.build_seconds / row.holders * 1e6
             versus = f"the cheapest peer's build: {cheapest.label} {peer_us:.2f} us per holder"
-        add(f"{row.scenario}: build <= {TARGET_BUILD_US_PER_HOLDER:g} us per holder and <= the peers' build",
-            us <= TARGET_BUILD_US_PER_HOLDER and (peer_us is None or us <= peer_us),
-            f"refplan {ms(row.build_seconds)} ms for {row.holders} holders = {us:.2f} us each; {versus}")
+        here = f"refplan {ms(row.build_seconds)} ms for {row.holders} holders = {us:.2f} us each"
+        add(f"{row.scenario}: build per holder <= the cheapest peer's", None if peer_us is None else us <= peer_us,
+            f"{here}; {versus}")
+        label = f"{row.scenario}: build <= {TARGET_BUILD_US_PER_HOLDER:g} us per holder at the issue's machine speed"
+        calibration = report.speed or {}
+        speed = calibration.get("us")
+        if not speed:
+            why = calibration.get("source") or "no speed reference in this run (peers off)"
+            add(label, None, f"{here}; not judged: {why}")
+            continue
+        limit = TARGET_BUILD_US_PER_HOLDER * speed / REFERENCE_PEER_US
+        add(label, us <= limit,
+            f"{here}; {calibration['source']}: {speed:.1f} us per parameter here, {REFERENCE_PEER_US:g} where "
+            f"the {TARGET_BUILD_US_PER_HOLDER:g} us were set, so the limit here is {limit:.2f} us")
     for row in report.e2e:
         if row.contender != "refplan:balanced" or row.verify_seconds is None or not row.plan_only_seconds:
             continue
