@@ -421,6 +421,43 @@ class MapContent:
 _set = object.__setattr__
 
 
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The setter of ``cls``'s slot ``name`` itself: what ``object.__setattr__`` finds after a
+    lookup through the class (and its ``__setattr__`` override, which refuses)."""
+    setter: Callable[[Any, Any], None] = vars(cls)[name].__set__
+    return setter
+
+
+_set_logical = _slot_setter(MapContent, "logical_shape")
+_set_shards = _slot_setter(MapContent, "shard_shapes")
+_set_held = _slot_setter(MapContent, "pieces_by_rank")
+_set_pieces = _slot_setter(MapContent, "pieces")
+_set_slabs = _slot_setter(MapContent, "slabs")
+
+
+def _new_content(
+    logical_shape: tuple[int, ...],
+    shard_shapes: dict[int, tuple[int, ...]],
+    pieces_by_rank: dict[int, tuple[AffinePiece, ...]],
+    pieces: int,
+    slabs: SlabFacts | _Unknown | None,
+) -> MapContent:
+    """``MapContent(logical_shape, read-only views of the dicts, pieces)`` with its ``slabs``,
+    written through the slots' own setters: a builder makes one per distinct map (tens of
+    thousands for a model whose shapes are all distinct), and the constructor's call and its five
+    ``object.__setattr__`` lookups were a tenth of making a whole map."""
+    made = _new_object(MapContent)
+    _set_logical(made, logical_shape)
+    _set_shards(made, MappingProxyType(shard_shapes))
+    _set_held(made, MappingProxyType(pieces_by_rank))
+    _set_pieces(made, pieces)
+    _set_slabs(made, slabs)
+    return made
+
+
+_new_object = object.__new__
+
+
 class _UnsharedContent(MapContent):
     """The content of a map that holds something other than exact ``AffinePiece`` pieces: its own,
     never shared, never recognized as equal to another map's (it is validated, and refused, alone)."""
@@ -534,7 +571,7 @@ def _filed(
         found: MapContent | None = ref()
         if found is not None:
             return found, ref
-    found = MapContent(logical_shape, MappingProxyType(shard_shapes), MappingProxyType(pieces_by_rank), count)
+    found = _new_content(logical_shape, shard_shapes, pieces_by_rank, count, UNKNOWN)
     # Two threads building equal maps at once may still each keep a content of their own: that
     # loses sharing, never soundness (one object always means one content).
     ref = _CONTENTS[key] = _entry(found, key, _CONTENTS)
@@ -744,9 +781,13 @@ def _piece(
 
 def _made(content: MapContent) -> ParamAffineMap:
     """A map of a content a builder has looked up (``_shared_content``) or remembered (``_BUILT``)."""
-    made = object.__new__(ParamAffineMap)
-    _set(made, "_content", content)
+    made = _new_object(ParamAffineMap)
+    _set_map_content(made, content)
     return made
+
+
+_set_map_content = _slot_setter(ParamAffineMap, "_content")
+"""The slot's own setter: what ``object.__setattr__`` finds after a lookup through the class."""
 
 
 def _built(
@@ -764,12 +805,17 @@ def _built(
     if not isinstance(slabs, _Unknown) and isinstance(content.slabs, _Unknown):
         _set(content, "slabs", slabs)
     if key is not None:
-        if entry.built is None:  # the content's one entry files it under the builder key as well
-            entry.built = key
-            _BUILT[key] = entry
-        else:
-            _keep(_BUILT, key, content)
+        _file_built(key, entry, content)
     return _made(content)
+
+
+def _file_built(key: tuple[Any, ...], entry: _Entry, content: MapContent) -> None:
+    """File ``content`` (whose ``_CONTENTS`` entry is ``entry``) under a builder's ``key`` too."""
+    if entry.built is None:  # the content's one entry files it under the builder key as well
+        entry.built = key
+        _BUILT[key] = entry
+    else:
+        _keep(_BUILT, key, content)
 
 
 _BUILT: _WeakTable = {}
@@ -834,25 +880,50 @@ def replicated_map(shape: Sequence[int], tp_degree: int, scale: float = 1.0) -> 
     found = _remembered(key)
     if found is not None:
         return found
-    return _whole_on(shape_t, range(degree), scale_f, key)
+    return _whole_on(shape_t, tuple(range(degree)), scale_f, key)
 
 
-def _whole_on(shape: tuple[int, ...], ranks: Sequence[int], scale: float, key: tuple[Any, ...]) -> ParamAffineMap:
-    """Every location of ``ranks`` (distinct, converted) holds all of F (converted ``shape``) as one
-    shared piece naming all of them, in that order, remembered under ``key``."""
+def _whole_on(
+    shape: tuple[int, ...],
+    order: tuple[int, ...],
+    scale: float,
+    key: tuple[Any, ...] | None,
+    on: tuple[frozenset[int], tuple[int, ...], bool] | None = None,
+) -> ParamAffineMap:
+    """Every location of ``order`` (distinct, converted) holds all of F (converted ``shape``) as
+    one shared piece naming all of them, in that order, remembered under the builder's ``key`` if
+    any. ``on``: ``_on(order)``, when the caller has it already.
+
+    Its content key (``_filed``'s) is written down directly instead of read back from the two
+    dicts, and looked up before anything else is made: a whole map's content key is about as
+    cheap to make as a builder key, so ``parallel_map``'s whole maps (every expert, every norm)
+    are looked up by it alone (``key`` None): one table, one weak entry filed once.
+    """
     strides = _strides(shape)
-    order = tuple(ranks)
-    holders, ranked, _ = _on(order)
+    holders, ranked, _ = _on(order) if on is None else on
     one = (tuple.__new__(AffinePiece, (shape, 0, strides, 0, strides, holders, scale)),)
     n = len(order)
-    # One box, all of F, held by every location: a slab map (of no axis) when it has a location,
-    # an axis and scale 1.
-    whole = ((None, ((0, shape[0], ranked, strides),))
-             if n > 0 and shape and scale == 1.0 else None)
-    # Every location's shard is F and its pieces are ``one``: the content key (``_filed``'s) is
-    # written down directly instead of read back from the two dicts.
-    return _built(key, shape, dict.fromkeys(order, shape), dict.fromkeys(order, one), n, whole,
-                  (shape, order, (shape,) * n, order, *((one,) * n)))
+    content_key = (shape, order, (shape,) * n, order, *((one,) * n))
+    ref = _CONTENTS.get(content_key)
+    content = None if ref is None else ref()
+    if content is None:
+        content = _new_content(shape, dict.fromkeys(order, shape), dict.fromkeys(order, one), n,
+                               _whole_slab(shape, n, ranked, strides, scale))
+        ref = _CONTENTS[content_key] = _entry(content, content_key, _CONTENTS)
+    elif isinstance(content.slabs, _Unknown):  # the constructor's content of the same fields
+        _set(content, "slabs", _whole_slab(shape, n, ranked, strides, scale))
+    if key is not None:
+        assert ref is not None  # found alive through it, or just made
+        _file_built(key, ref, content)
+    return _made(content)
+
+
+def _whole_slab(
+    shape: tuple[int, ...], n: int, ranked: tuple[int, ...], strides: tuple[int, ...], scale: float
+) -> SlabFacts | None:
+    """The slab record of all of F held by ``n`` locations (``ranked``, sorted): one box, a slab
+    map of no axis, when it has a location, an axis and scale 1."""
+    return (None, ((0, shape[0], ranked, strides),)) if n > 0 and shape and scale == 1.0 else None
 
 
 _ON: dict[tuple[int, ...], tuple[frozenset[int], tuple[int, ...], bool]] = {}
@@ -1233,21 +1304,21 @@ def _parallel(
 ) -> ParamAffineMap:
     """``parallel_map`` of converted arguments (``names[t][c]``: TP rank t's copy c, or ``None``
     for the default ``c * tp + t``), remembered under one key whichever front door built it."""
+    if len(sizes) == 1 and sizes[0] == shape[axis]:  # one TP rank: whole copies
+        if names is None:
+            # One whole shard held ``count`` times is every location 0..count-1 holding all of F
+            # as one shared piece (``replicated_map``'s content), looked up by that content.
+            if count > 1:
+                return _whole_on(shape, tuple(range(count)), 1.0, None)
+        elif shape[axis] > 0 and (on := _on(names[0]))[2]:
+            # All of F on each of ``count`` distinct named locations (an expert under EP x DP):
+            # the same content and slab record (its holders sorted), made directly. An extent of
+            # 0, or a name given twice (refused as ``replicate`` refuses it), take the general path.
+            return _whole_on(shape, names[0], 1.0, None, on)
     key = ("parallel", shape, sizes, axis, count, names)
     found = _remembered(key)
     if found is not None:
         return found
-    whole = len(sizes) == 1 and sizes[0] == shape[axis]
-    if names is None:
-        # One whole shard held ``count`` times is every location 0..count-1 holding all of F as
-        # one shared piece (``replicated_map``'s content).
-        if whole and count > 1:
-            return _whole_on(shape, range(count), 1.0, key)
-    elif whole and shape[axis] > 0 and _on(names[0])[2]:
-        # All of F on each of ``count`` distinct named locations (an expert under EP x DP): the
-        # same content and slab record (its holders sorted), made directly. An extent of 0, or a
-        # name given twice (refused as ``replicate`` refuses it), take the general path.
-        return _whole_on(shape, names[0], 1.0, key)
     return _split_copies(shape, sizes, axis, count, names, key)
 
 

@@ -322,14 +322,19 @@ def test_parallel_pairs_refuse_naming_the_item(items: list[Any], message: str) -
 
 
 def test_a_batch_build_is_forgotten_with_its_maps() -> None:
-    """One entry per new content files it under both keys, and both go when its maps do."""
+    """One entry per new content files it under both keys (a TP split) or under its content key
+    alone (whole copies, whose content key is as cheap to make), and every entry goes when its
+    maps do."""
     gc.collect()
     before = len(maps._BUILT), len(maps._CONTENTS)
-    layout = ParallelLayout(copies=2, locations=[[3], [1]])
-    made = parallel_maps([((131 + i, 3), layout) for i in range(20)])
-    assert len(maps._BUILT) == before[0] + 20 and len(maps._CONTENTS) == before[1] + 20
-    again = parallel_maps([((131, 3), layout)])[0]
-    assert again.content is made[0].content
+    whole = ParallelLayout(copies=2, locations=[[3], [1]])
+    split = ParallelLayout(2, 0, 2, [[3, 0], [1, 2]])
+    made = parallel_maps([((131 + i, 3), whole) for i in range(20)])
+    assert len(maps._BUILT) == before[0] and len(maps._CONTENTS) == before[1] + 20
+    made += parallel_maps([((131 + i, 3), split) for i in range(20)])
+    assert len(maps._BUILT) == before[0] + 20 and len(maps._CONTENTS) == before[1] + 40
+    again = parallel_maps([((131, 3), whole), ((131, 3), split)])
+    assert again[0].content is made[0].content and again[1].content is made[20].content
     del made, again
     assert (len(maps._BUILT), len(maps._CONTENTS)) == before
 

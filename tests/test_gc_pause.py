@@ -1,11 +1,15 @@
 """The shared pause of the cyclic collector (``refplan._gc``): state restored, and a block that
-leaves many new objects alive has them scanned once, as one young collection, at its end."""
+leaves many new objects alive has them moved into the old generation at its end, unscanned (or,
+where that splice is not available, scanned once as one young collection)."""
 
 from __future__ import annotations
 
 import gc
 from typing import Any
 
+import pytest
+
+from refplan import _gc
 from refplan._gc import PROMOTE_AFTER, cycle_collection_paused
 
 
@@ -24,7 +28,12 @@ def _collections(during: Any) -> list[int]:
     return seen
 
 
-def test_a_block_that_leaves_many_objects_promotes_them_in_one_pass() -> None:
+def _in_old_generation(objects: list[Any]) -> bool:
+    old = {id(o) for o in gc.get_objects(generation=2)}
+    return all(id(o) in old for o in objects)
+
+
+def test_a_block_that_leaves_many_objects_moves_them_to_the_old_generation_unscanned() -> None:
     kept: list[Any] = []
 
     def block() -> None:
@@ -32,9 +41,47 @@ def test_a_block_that_leaves_many_objects_promotes_them_in_one_pass() -> None:
             assert not gc.isenabled()
             kept.extend([i] for i in range(PROMOTE_AFTER * gc.get_threshold()[0] * 2))
 
+    assert _gc._SPLICE  # this CPython (with the GIL) takes the splice
+    gc.collect()
+    assert _collections(block) == []  # nothing scanned: the young generations spliced into the old one
+    assert gc.isenabled() and gc.get_count()[0] < gc.get_threshold()[0]
+    assert gc.get_freeze_count() == 0  # nothing left frozen
+    assert _in_old_generation(kept[:: len(kept) // 50])
+
+
+def test_without_the_splice_the_young_generations_are_collected_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: list[Any] = []
+
+    def block() -> None:
+        with cycle_collection_paused():
+            kept.extend([i] for i in range(PROMOTE_AFTER * gc.get_threshold()[0] * 2))
+
+    monkeypatch.setattr(_gc, "_SPLICE", False)
     gc.collect()
     assert _collections(block) == [1]  # gen 0 and gen 1 together, once, before the collector resumes
-    assert gc.isenabled() and gc.get_count()[0] < gc.get_threshold()[0]
+    assert _in_old_generation(kept[:: len(kept) // 50])
+
+
+def test_a_callers_frozen_objects_stay_frozen() -> None:
+    """``unfreeze`` would release a caller's own frozen objects (a pre-forking server's), so with
+    any frozen the block's objects are collected into the old generation instead."""
+    kept: list[Any] = []
+    theirs = [[i] for i in range(100)]
+
+    def block() -> None:
+        with cycle_collection_paused():
+            kept.extend([i] for i in range(PROMOTE_AFTER * gc.get_threshold()[0] * 2))
+
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(theirs)
+        assert _collections(block) == [1]
+        assert gc.get_freeze_count() == frozen
+        assert _in_old_generation(kept[:: len(kept) // 50])
+    finally:
+        gc.unfreeze()
 
 
 def test_a_block_whose_objects_are_freed_collects_nothing() -> None:
@@ -92,7 +139,8 @@ def test_a_block_that_made_little_does_not_scan_what_came_before_it() -> None:
         before = gc.get_count()[0]
         small = [[i] for i in range(100)]
         assert _collections(lambda: _promote_survivors(before)) == []
-        assert _collections(lambda: _promote_survivors(0)) == [1]  # counted from the start: promoted
+        assert not _in_old_generation(kept[:1]) and not _in_old_generation(small[:1])
+        _promote_survivors(0)  # counted from the start: promoted
+        assert _in_old_generation(kept[:: len(kept) // 50]) and _in_old_generation(small)
     finally:
         gc.enable()
-    assert len(kept) > len(small)
