@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -44,11 +45,13 @@ __all__ = [
 PlanLike = TransferPlan | Mapping[str, Any] | Sequence[Any]
 
 
-_FIELDS = attrgetter(
-    "source_rank", "source_offset", "target_rank", "target_offset", "shape", "source_strides", "target_strides"
-)
 _INTS = frozenset({int})
 _SEGMENT = frozenset({TransferSegment})  # the exact class: ``isinstance`` is then not asked per segment
+
+
+_SCALARS = attrgetter("source_rank", "source_offset", "target_rank", "target_offset")
+_VECTORS = attrgetter("shape", "source_strides", "target_strides")
+_TUPLE = frozenset({tuple})
 
 
 def _plain(segments: Sequence[TransferSegment]) -> bool:
@@ -56,17 +59,17 @@ def _plain(segments: Sequence[TransferSegment]) -> bool:
 
     The dataclass's constructor converts nothing, so a segment built in Python (or forced with
     ``object.__setattr__``) may hold lists, numpy integers, floats or bools, and the judgement
-    hashes fields and compares them with tuples. The vector fields are found to be tuples before
-    they are unpacked; the types of every scalar and entry are then asked once, for the whole plan.
-    About 0.4 µs per segment.
+    hashes fields and compares them with tuples. Every field is read once and only its type is
+    asked (no value's own method runs): the vector fields are found to be tuples before their
+    entries are listed, then the types of every scalar and entry are asked once for the whole
+    plan, each step one C-level pass over the plan (the per-segment Python loop it replaces was
+    about a tenth of judging a distinct Llama batch).
     """
-    values: list[Any] = []
-    for seg in segments:
-        a, b, c, d, shape, s_str, t_str = _FIELDS(seg)
-        if type(shape) is not tuple or type(s_str) is not tuple or type(t_str) is not tuple:
-            return False
-        values += (a, b, c, d, *shape, *s_str, *t_str)
-    return _INTS.issuperset(map(type, values))
+    vectors = [*chain.from_iterable(map(_VECTORS, segments))]
+    if not _TUPLE.issuperset(map(type, vectors)):
+        return False
+    return _INTS.issuperset(map(type, chain(chain.from_iterable(map(_SCALARS, segments)),
+                                            chain.from_iterable(vectors))))
 
 
 plain_segments = _plain
