@@ -897,25 +897,57 @@ def _whole_on(
     Its content key (``_filed``'s) is written down directly instead of read back from the two
     dicts, and looked up before anything else is made: a whole map's content key is about as
     cheap to make as a builder key, so ``parallel_map``'s whole maps (every expert, every norm)
-    are looked up by it alone (``key`` None): one table, one weak entry filed once.
+    are looked up by it alone (``key`` None): one table, one weak entry filed once. A model whose
+    shapes are all distinct makes one of these per expert weight (tens of thousands), so the
+    helpers of a new content (``_new_content``, ``_entry``, ``_made``, a matrix's strides) are
+    written out here: their calls were a tenth of it.
     """
-    strides = _strides(shape)
+    strides = (shape[1], 1) if len(shape) == 2 else _strides(shape)
     holders, ranked, _ = _on(order) if on is None else on
     one = (tuple.__new__(AffinePiece, (shape, 0, strides, 0, strides, holders, scale)),)
     n = len(order)
-    content_key = (shape, order, (shape,) * n, order, *((one,) * n))
+    if n == 1:  # an expert's one or two holders written out (``_filed``'s key of the two dicts)
+        content_key: tuple[Any, ...] = (shape, order, (shape,), order, one)
+    elif n == 2:
+        content_key = (shape, order, (shape, shape), order, one, one)
+    else:
+        content_key = (shape, order, (shape,) * n, order, *((one,) * n))
     ref = _CONTENTS.get(content_key)
     content = None if ref is None else ref()
     if content is None:
-        content = _new_content(shape, dict.fromkeys(order, shape), dict.fromkeys(order, one), n,
-                               _whole_slab(shape, n, ranked, strides, scale))
-        ref = _CONTENTS[content_key] = _entry(content, content_key, _CONTENTS)
+        # ``dict.fromkeys``, as displays for an expert's one or two holders (half its cost)
+        if n == 1:
+            at = order[0]
+            shards = {at: shape}
+            held = {at: one}
+        elif n == 2:
+            at, other = order
+            shards = {at: shape, other: shape}
+            held = {at: one, other: one}
+        else:
+            shards = dict.fromkeys(order, shape)
+            held = dict.fromkeys(order, one)
+        content = _new_object(MapContent)  # ``_new_content``, written out
+        _set_logical(content, shape)
+        _set_shards(content, MappingProxyType(shards))
+        _set_held(content, MappingProxyType(held))
+        _set_pieces(content, n)
+        # One box, all of F, held by every location: a slab map (of no axis) when it has a
+        # location, an axis and scale 1.
+        _set_slabs(content, (None, ((0, shape[0], ranked, strides),)) if n > 0 and shape and scale == 1.0 else None)
+        ref = _Entry(content, _forget)  # ``_entry``, written out
+        ref.key = content_key
+        ref.table = _CONTENTS
+        ref.built = None
+        _CONTENTS[content_key] = ref
     elif isinstance(content.slabs, _Unknown):  # the constructor's content of the same fields
         _set(content, "slabs", _whole_slab(shape, n, ranked, strides, scale))
     if key is not None:
         assert ref is not None  # found alive through it, or just made
         _file_built(key, ref, content)
-    return _made(content)
+    made = _new_object(ParamAffineMap)  # ``_made``, written out
+    _set_map_content(made, content)
+    return made
 
 
 def _whole_slab(
@@ -1458,12 +1490,31 @@ def parallel_pairs(
 _Args = tuple[int, int, int, tuple[tuple[int, ...], ...] | None]
 
 
+_Whole = tuple[tuple[int, ...], tuple[frozenset[int], tuple[int, ...], bool], bool]
+
+
+def _whole_copies(args: _Args) -> _Whole | None:
+    """When every map of a layout (converted ``args``) is whole copies, ``_parallel``'s first
+    case: (the locations in order, their ``_on``, whether an extent of 0 on the split axis sends a
+    map to the general path instead); ``None`` otherwise. Worked out once per layout object."""
+    degree, _, count, names = args
+    if degree != 1:
+        return None
+    if names is None:
+        if count < 2:
+            return None
+        order = tuple(range(count))
+        return order, _on(order), False
+    on = _on(names[0])
+    return (names[0], on, True) if on[2] else None
+
+
 def _batch(caller: str) -> Callable[[Any, Any, int, str], ParamAffineMap]:
     """One call's builder of ``(shape, layout)`` maps: each layout object's fields converted once
     (the object kept, so its id cannot be reused during the call), ``_ints`` and ``_axis`` inline
     for a tuple of ints and an axis in range; an error names ``caller``, the item and the side, and
     is only worded when one is raised."""
-    seen: dict[int, tuple[ParallelLayout, _Args]] = {}
+    seen: dict[int, tuple[ParallelLayout, _Args, _Whole | None]] = {}
     ints = _INT_ONLY.issuperset
 
     def build(shape: Any, layout: Any, i: int, side: str) -> ParamAffineMap:
@@ -1472,12 +1523,16 @@ def _batch(caller: str) -> Callable[[Any, Any, int, str], ParamAffineMap]:
             if not isinstance(layout, ParallelLayout):
                 raise InvalidMapError(f"{caller}: params[{i}]'s{side} layout is a {type(layout).__name__}, "
                                       "not a ParallelLayout")
-            got = seen[id(layout)] = (layout, _layout_args(layout, f"{caller}: params[{i}]{side}"))
+            args = _layout_args(layout, f"{caller}: params[{i}]{side}")
+            got = seen[id(layout)] = (layout, args, _whole_copies(args))
         degree, dim, count, names = got[1]
         shape_t = shape if type(shape) is tuple and ints(map(type, shape)) else _ints(
             shape, f"{caller}: params[{i}] shape")
         ndim = len(shape_t)
         axis = dim % ndim if -ndim <= dim < ndim else _axis(dim, ndim, f"{caller}: params[{i}]{side} partition_dim")
+        whole = got[2]
+        if whole is not None and (not whole[2] or shape_t[axis] > 0):
+            return _whole_on(shape_t, whole[0], 1.0, None, whole[1])  # ``_parallel``'s first case, known per layout
         return _parallel(shape_t, _even(shape_t[axis], degree), axis, count, names)
 
     return build
