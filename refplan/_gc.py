@@ -54,6 +54,9 @@ def _promote_survivors(before: int) -> None:
     followed at once by ``gc.unfreeze()`` moves every young object into the old generation as two
     list splices (CPython's own documented behaviour of the pair), so they are scanned only by the
     next full collection, as every long-lived object is; a cycle among them is collected then.
+    That includes the few young objects the caller made just before the block (at most a young
+    threshold's worth and what the middle generation held): a cycle of theirs is freed at the
+    next full collection instead of the next young one.
 
     The splice is used only where it is exactly that: on CPython with the GIL (a free-threaded
     build walks the heap to freeze) and when nothing is frozen already (``gc.get_freeze_count()``
