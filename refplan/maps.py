@@ -551,21 +551,18 @@ def _filed(
     shard_shapes: dict[int, tuple[int, ...]],
     pieces_by_rank: dict[int, tuple[AffinePiece, ...]],
     count: int,
-    key: tuple[Any, ...] | None = None,
 ) -> tuple[MapContent, _Entry]:
-    """``_shared_content`` with its ``_CONTENTS`` entry. The one place a content is looked up or
-    made, so a builder's map and the constructor's map of the same fields get the same content
-    by the same key. ``key``: that key, from a builder that knows it without reading the dicts
-    back (``_whole_on``); tests/test_build_fast.py holds every builder's content to be the
-    constructor's, which computes it here.
+    """``_shared_content`` with its ``_CONTENTS`` entry. The one place a content's key is made
+    from its dicts, so a builder's map and the constructor's map of the same fields get the same
+    content by the same key (``_whole_on`` writes the same key down directly; tests/test_build_fast.py
+    holds every builder's content to be the constructor's, which computes it here).
     """
     # Keys and values apart (not ``items()``), each location's pieces spread into the key itself:
     # equal exactly when the item sequences are (the tuple of locations fixes how many follow),
     # with one tracked tuple per map instead of one pair per location or a tuple of the pieces,
     # long-lived objects the collector scans.
-    if key is None:
-        key = (logical_shape, tuple(shard_shapes), tuple(shard_shapes.values()), tuple(pieces_by_rank),
-               *pieces_by_rank.values())
+    key = (logical_shape, tuple(shard_shapes), tuple(shard_shapes.values()), tuple(pieces_by_rank),
+           *pieces_by_rank.values())
     ref = _CONTENTS.get(key)
     if ref is not None:
         found: MapContent | None = ref()
@@ -797,11 +794,10 @@ def _built(
     held: dict[int, tuple[AffinePiece, ...]],
     count: int,
     slabs: SlabFacts | _Unknown | None = UNKNOWN,
-    content_key: tuple[Any, ...] | None = None,
 ) -> ParamAffineMap:
     """The map of a builder's converted fields, remembered under the builder's ``key`` if any,
     with the slab structure the builder knows of them (``slabs``), if it knows it."""
-    content, entry = _filed(logical, shards, held, count, content_key)
+    content, entry = _filed(logical, shards, held, count)
     if not isinstance(slabs, _Unknown) and isinstance(content.slabs, _Unknown):
         _set(content, "slabs", slabs)
     if key is not None:
@@ -898,9 +894,9 @@ def _whole_on(
     dicts, and looked up before anything else is made: a whole map's content key is about as
     cheap to make as a builder key, so ``parallel_map``'s whole maps (every expert, every norm)
     are looked up by it alone (``key`` None): one table, one weak entry filed once. A model whose
-    shapes are all distinct makes one of these per expert weight (tens of thousands), so the
-    helpers of a new content (``_new_content``, ``_entry``, ``_made``, a matrix's strides) are
-    written out here: their calls were a tenth of it.
+    shapes are all distinct makes one of these per expert weight (tens of thousands): for one or
+    two holders the key and the two dicts are written as displays (``dict.fromkeys`` of a 2-tuple
+    cost twice a display), and a matrix's strides are made at once rather than looked up.
     """
     strides = (shape[1], 1) if len(shape) == 2 else _strides(shape)
     holders, ranked, _ = _on(order) if on is None else on
@@ -915,7 +911,7 @@ def _whole_on(
     ref = _CONTENTS.get(content_key)
     content = None if ref is None else ref()
     if content is None:
-        # ``dict.fromkeys``, as displays for an expert's one or two holders (half its cost)
+        held: dict[int, tuple[AffinePiece, ...]]
         if n == 1:
             at = order[0]
             shards = {at: shape}
@@ -927,27 +923,14 @@ def _whole_on(
         else:
             shards = dict.fromkeys(order, shape)
             held = dict.fromkeys(order, one)
-        content = _new_object(MapContent)  # ``_new_content``, written out
-        _set_logical(content, shape)
-        _set_shards(content, MappingProxyType(shards))
-        _set_held(content, MappingProxyType(held))
-        _set_pieces(content, n)
-        # One box, all of F, held by every location: a slab map (of no axis) when it has a
-        # location, an axis and scale 1.
-        _set_slabs(content, (None, ((0, shape[0], ranked, strides),)) if n > 0 and shape and scale == 1.0 else None)
-        ref = _Entry(content, _forget)  # ``_entry``, written out
-        ref.key = content_key
-        ref.table = _CONTENTS
-        ref.built = None
-        _CONTENTS[content_key] = ref
+        content = _new_content(shape, shards, held, n, _whole_slab(shape, n, ranked, strides, scale))
+        ref = _CONTENTS[content_key] = _entry(content, content_key, _CONTENTS)
     elif isinstance(content.slabs, _Unknown):  # the constructor's content of the same fields
         _set(content, "slabs", _whole_slab(shape, n, ranked, strides, scale))
     if key is not None:
         assert ref is not None  # found alive through it, or just made
         _file_built(key, ref, content)
-    made = _new_object(ParamAffineMap)  # ``_made``, written out
-    _set_map_content(made, content)
-    return made
+    return _made(content)
 
 
 def _whole_slab(
@@ -1337,16 +1320,9 @@ def _parallel(
     """``parallel_map`` of converted arguments (``names[t][c]``: TP rank t's copy c, or ``None``
     for the default ``c * tp + t``), remembered under one key whichever front door built it."""
     if len(sizes) == 1 and sizes[0] == shape[axis]:  # one TP rank: whole copies
-        if names is None:
-            # One whole shard held ``count`` times is every location 0..count-1 holding all of F
-            # as one shared piece (``replicated_map``'s content), looked up by that content.
-            if count > 1:
-                return _whole_on(shape, tuple(range(count)), 1.0, None)
-        elif shape[axis] > 0 and (on := _on(names[0]))[2]:
-            # All of F on each of ``count`` distinct named locations (an expert under EP x DP):
-            # the same content and slab record (its holders sorted), made directly. An extent of
-            # 0, or a name given twice (refused as ``replicate`` refuses it), take the general path.
-            return _whole_on(shape, names[0], 1.0, None, on)
+        whole = _whole_copies((1, axis, count, names))
+        if whole is not None and (not whole[2] or shape[axis] > 0):
+            return _whole_on(shape, whole[0], 1.0, None, whole[1])
     key = ("parallel", shape, sizes, axis, count, names)
     found = _remembered(key)
     if found is not None:
@@ -1494,9 +1470,13 @@ _Whole = tuple[tuple[int, ...], tuple[frozenset[int], tuple[int, ...], bool], bo
 
 
 def _whole_copies(args: _Args) -> _Whole | None:
-    """When every map of a layout (converted ``args``) is whole copies, ``_parallel``'s first
-    case: (the locations in order, their ``_on``, whether an extent of 0 on the split axis sends a
-    map to the general path instead); ``None`` otherwise. Worked out once per layout object."""
+    """When a layout's maps (converted ``args``) are whole copies made by ``_whole_on``: (the
+    locations in order, their ``_on``, whether an extent of 0 on the split axis sends a map to the
+    general path instead); ``None`` otherwise. One whole shard held ``count`` > 1 times at the
+    default locations is every location 0..count-1 holding all of F (``replicated_map``'s
+    content); all of F on each of ``count`` distinct named locations is an expert under EP x DP.
+    One copy at the default location, or a name given twice (refused as ``replicate`` refuses
+    it), take the general path. ``_parallel`` asks per map, ``parallel_maps`` once per layout."""
     degree, _, count, names = args
     if degree != 1:
         return None
