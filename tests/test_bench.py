@@ -506,6 +506,7 @@ def test_the_build_is_inside_the_timed_region(monkeypatch: pytest.MonkeyPatch) -
 
     scenario = _tiny_llama()
     monkeypatch.setattr(bench_module, "build_refplan", slow)
+    monkeypatch.setattr(bench_module, "E2E_ROUND_SECONDS", 0.0)  # exactly --repeat rounds
     report = run_bench([scenario], repeat=2, peer=False, oracle=True)
     rows = {r.contender: r for r in report.e2e}
     assert set(rows) == {"refplan:balanced"}
@@ -515,6 +516,43 @@ def test_the_build_is_inside_the_timed_region(monkeypatch: pytest.MonkeyPatch) -
         assert row.build_seconds is not None and row.build_seconds >= 0.03
         assert row.e2e_seconds is not None and row.gc_off_e2e_seconds is not None
         assert row.e2e_seconds >= 0.03 and row.gc_off_e2e_seconds >= 0.03
+
+
+def test_a_short_scenario_gets_more_end_to_end_rounds() -> None:
+    """``--repeat`` rounds at least; a scenario whose first round is short gets rounds up to about
+    ``E2E_ROUND_SECONDS`` in all, at most ``E2E_MAX_ROUNDS``; one round stays one (it was also the
+    last, whose plans were checked)."""
+    from refplan.cli.bench import E2E_MAX_ROUNDS, E2E_ROUND_SECONDS, e2e_round_count
+
+    assert e2e_round_count(3, E2E_ROUND_SECONDS) == 3  # a long round: --repeat
+    assert e2e_round_count(3, E2E_ROUND_SECONDS * 2) == 3
+    assert e2e_round_count(3, E2E_ROUND_SECONDS / 5) == max(3, min(E2E_MAX_ROUNDS, 5))
+    assert e2e_round_count(3, E2E_ROUND_SECONDS / 1000) == E2E_MAX_ROUNDS
+    assert e2e_round_count(E2E_MAX_ROUNDS + 2, 1e-6) == E2E_MAX_ROUNDS + 2  # never fewer than asked
+    assert e2e_round_count(1, 1e-6) == 1
+    assert e2e_round_count(2, 0.0) == 2
+
+
+def test_the_extra_rounds_are_run_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny scenario with ``--repeat 2`` and a round budget it cannot fill runs ``E2E_MAX_ROUNDS``
+    rounds (each GC as shipped and GC off, each verified), and its row says so."""
+    from refplan.cli import bench as bench_module
+
+    scenario = _tiny_llama()  # described (and built once) before the count starts
+    calls: list[int] = []
+    real = bench_module.build_refplan
+
+    def counted(layout: Any) -> Any:
+        calls.append(1)
+        return real(layout)
+
+    monkeypatch.setattr(bench_module, "build_refplan", counted)
+    monkeypatch.setattr(bench_module, "E2E_ROUND_SECONDS", 1e9)
+    monkeypatch.setattr(bench_module, "E2E_MAX_ROUNDS", 4)
+    report = run_bench([scenario], repeat=2, peer=False, oracle=True)
+    (row,) = report.e2e
+    assert row.rounds == 4 and row.oracle == "ok", row
+    assert len(calls) == 4 * 2 + 1  # four rounds x (GC on, GC off), then the scenario's maps again
 
 
 def test_every_timed_build_is_a_first_build(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -537,6 +575,7 @@ def test_every_timed_build_is_a_first_build(monkeypatch: pytest.MonkeyPatch) -> 
         return real(layout)
 
     monkeypatch.setattr(bench_module, "build_refplan", watched)
+    monkeypatch.setattr(bench_module, "E2E_ROUND_SECONDS", 0.0)  # exactly --repeat rounds
     report = run_bench([scenario], repeat=2, peer=False, oracle=True)
     assert [r.oracle for r in report.e2e] == ["ok"]
     assert alive_at_build == [0] * 5, alive_at_build  # 2 rounds x (GC on, GC off), then the rebuild
