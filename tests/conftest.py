@@ -358,6 +358,6 @@ def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     monkeypatch.setattr(judge, "check_plan", counted_check)
     # ``verify_plans``' quick judgement of small plain plans reads maps and judges plans by these.
     monkeypatch.setattr(judge, "_read", counted(judge._read, "validate_map"))
-    monkeypatch.setattr(judge, "_judge_places", counted(judge._judge_places, "check_plan"))
+    monkeypatch.setattr(judge, "_judge_rows", counted(judge._judge_rows, "check_plan"))
     return calls
 

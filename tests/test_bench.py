@@ -506,7 +506,7 @@ def test_the_build_is_inside_the_timed_region(monkeypatch: pytest.MonkeyPatch) -
 
     scenario = _tiny_llama()
     monkeypatch.setattr(bench_module, "build_refplan", slow)
-    monkeypatch.setattr(bench_module, "E2E_ROUND_SECONDS", 0.0)  # exactly --repeat rounds
+    monkeypatch.setattr(bench_module, "E2E_MEASURED_SECONDS", 0.0)  # exactly --repeat rounds
     report = run_bench([scenario], repeat=2, peer=False, oracle=True)
     rows = {r.contender: r for r in report.e2e}
     assert set(rows) == {"refplan:balanced"}
@@ -519,15 +519,16 @@ def test_the_build_is_inside_the_timed_region(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_short_scenario_gets_more_end_to_end_rounds() -> None:
-    """``--repeat`` rounds at least; a scenario whose first round is short gets rounds up to about
-    ``E2E_ROUND_SECONDS`` in all, at most ``E2E_MAX_ROUNDS``; one round stays one (it was also the
-    last, whose plans were checked)."""
-    from refplan.cli.bench import E2E_MAX_ROUNDS, E2E_ROUND_SECONDS, e2e_round_count
+    """``--repeat`` rounds at least; a scenario whose shortest timed region is short gets rounds
+    until that region adds up to about ``E2E_MEASURED_SECONDS``, at most ``E2E_MAX_ROUNDS``; one
+    round stays one (it was also the last, whose plans were checked)."""
+    from refplan.cli.bench import E2E_MAX_ROUNDS, E2E_MEASURED_SECONDS, e2e_round_count
 
-    assert e2e_round_count(3, E2E_ROUND_SECONDS) == 3  # a long round: --repeat
-    assert e2e_round_count(3, E2E_ROUND_SECONDS * 2) == 3
-    assert e2e_round_count(3, E2E_ROUND_SECONDS / 5) == max(3, min(E2E_MAX_ROUNDS, 5))
-    assert e2e_round_count(3, E2E_ROUND_SECONDS / 1000) == E2E_MAX_ROUNDS
+    assert e2e_round_count(3, E2E_MEASURED_SECONDS) == 3  # a long region: --repeat
+    assert e2e_round_count(3, E2E_MEASURED_SECONDS * 2) == 3
+    assert e2e_round_count(3, E2E_MEASURED_SECONDS / 5) == max(3, min(E2E_MAX_ROUNDS, 5))
+    assert e2e_round_count(3, E2E_MEASURED_SECONDS / 4.5) == max(3, min(E2E_MAX_ROUNDS, 5))  # rounded up
+    assert e2e_round_count(3, E2E_MEASURED_SECONDS / 1000) == E2E_MAX_ROUNDS
     assert e2e_round_count(E2E_MAX_ROUNDS + 2, 1e-6) == E2E_MAX_ROUNDS + 2  # never fewer than asked
     assert e2e_round_count(1, 1e-6) == 1
     assert e2e_round_count(2, 0.0) == 2
@@ -547,7 +548,7 @@ def test_the_extra_rounds_are_run_and_counted(monkeypatch: pytest.MonkeyPatch) -
         return real(layout)
 
     monkeypatch.setattr(bench_module, "build_refplan", counted)
-    monkeypatch.setattr(bench_module, "E2E_ROUND_SECONDS", 1e9)
+    monkeypatch.setattr(bench_module, "E2E_MEASURED_SECONDS", 1e9)
     monkeypatch.setattr(bench_module, "E2E_MAX_ROUNDS", 4)
     report = run_bench([scenario], repeat=2, peer=False, oracle=True)
     (row,) = report.e2e
@@ -575,7 +576,7 @@ def test_every_timed_build_is_a_first_build(monkeypatch: pytest.MonkeyPatch) -> 
         return real(layout)
 
     monkeypatch.setattr(bench_module, "build_refplan", watched)
-    monkeypatch.setattr(bench_module, "E2E_ROUND_SECONDS", 0.0)  # exactly --repeat rounds
+    monkeypatch.setattr(bench_module, "E2E_MEASURED_SECONDS", 0.0)  # exactly --repeat rounds
     report = run_bench([scenario], repeat=2, peer=False, oracle=True)
     assert [r.oracle for r in report.e2e] == ["ok"]
     assert alive_at_build == [0] * 5, alive_at_build  # 2 rounds x (GC on, GC off), then the rebuild

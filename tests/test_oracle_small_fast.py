@@ -784,19 +784,35 @@ def test_verdict_copies_and_the_ok_verdict() -> None:
 
 
 def test_plain_segments_are_ints_and_tuples_of_ints() -> None:
-    from refplan.oracle.segments import _plain
+    """``_plain`` and ``plain_rows`` (the quick judgement's one read of every field) accept exactly
+    ints and tuples of ints in every field, wherever the odd segment stands; ``plain_rows`` gives
+    the fields in ``FIELDS``' order, the values themselves."""
+    import numpy as np
+
+    from refplan.oracle.segments import FIELDS, _plain, plain_rows
+
+    class Int(int):
+        pass
+
+    class Tup(tuple):  # type: ignore[type-arg]
+        pass
 
     good = GOOD[0]
     assert _plain([]) and _plain(GOOD)
+    assert plain_rows([]) == [] and plain_rows(GOOD) == [FIELDS(seg) for seg in GOOD]
+    assert all(a is b for row, seg in zip(plain_rows(GOOD) or [], GOOD) for a, b in zip(row, FIELDS(seg)))
     odd_values: list[dict[str, Any]] = [
         {"source_rank": True}, {"source_offset": 0.0}, {"target_rank": "0"}, {"target_offset": None},
         {"shape": [2, 4]}, {"source_strides": [4, 1]}, {"target_strides": [4, 1]}, {"target_strides": (4, True)},
         {"shape": (2, 4.0)},
         {"source_strides": (4.0, 1)},
+        {"source_rank": Int(0)}, {"target_offset": np.int64(0)}, {"shape": Tup((2, 4))},
+        {"source_strides": (Int(4), 1)}, {"source_offset": (0,)}, {"target_rank": (0,)},
     ]
     for change in odd_values:
         odd = TransferSegment(**{**good.__dict__, **change})
-        assert not _plain([odd]) and not _plain([*GOOD, odd]) and not _plain([odd, *GOOD]), change
+        for segments in ([odd], [*GOOD, odd], [odd, *GOOD]):
+            assert not _plain(segments) and plain_rows(segments) is None, change
 
 
 def test_judge_declines_maps_of_different_ranks() -> None:

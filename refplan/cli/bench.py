@@ -1795,28 +1795,30 @@ def _release_maps(scenario: Scenario) -> bool:
     return True
 
 
-E2E_ROUND_SECONDS = 12.0
-"""The end-to-end rounds of a scenario whose first round is short are repeated beyond ``--repeat``
-until they add up to about this many seconds (at most ``E2E_MAX_ROUNDS``), every contender alike.
-Why: the distinct Llama batch's refplan plan and verify are 8-16 ms each, so in the best of three
-rounds one disturbed round moved a figure by 10-20 % and its verify <= plan line read 0.87x and
-1.11x on the same tree within an hour (fourteenth session). The best of more rounds of a figure
-of a few ms is what ``timeit`` does too. A round of the distinct Llama batch, every peer included,
-takes 1-2 s here (so 6-9 rounds); moe-model's and the scale scenarios' take tens of seconds and
-keep ``--repeat``."""
+E2E_MEASURED_SECONDS = 0.1
+"""A scenario whose shortest timed region (a contender's build + plan in its first round) is
+shorter than this gets more end-to-end rounds than ``--repeat``, every contender alike, until that
+region's rounds add up to about this much CPU time (at most ``E2E_MAX_ROUNDS``): ``timeit``'s
+rule of measuring a short figure often enough. Why: the distinct Llama batch's refplan plan and
+verify are 8-16 ms each, so in the best of three rounds one disturbed round moved a figure by
+10-20 %, and its verify <= plan line read 0.87x and 1.11x on the same tree within an hour
+(fourteenth session). A round of that batch, every peer included, takes 8-9 s of wall time here
+(each region starts with a full collection; DCP and DeepSpeed take about 1 s each), so the extra
+rounds add about a minute per short scenario; moe-model's and the scale scenarios' regions are
+hundreds of ms and longer and keep ``--repeat``."""
 
 E2E_MAX_ROUNDS = 9
-"""At most this many end-to-end rounds of a short scenario (``E2E_ROUND_SECONDS``)."""
+"""At most this many end-to-end rounds of a short scenario (``E2E_MEASURED_SECONDS``)."""
 
 
-def e2e_round_count(runs: int, first_round_seconds: float) -> int:
-    """How many end-to-end rounds a scenario gets, its first having taken ``first_round_seconds``
-    (wall, every contender): ``runs`` (``--repeat``), more for a short one (``E2E_ROUND_SECONDS``),
-    never fewer, and exactly ``runs`` when that is 1 (the first round was then also the last, and
-    its plans were checked)."""
-    if runs < 2 or first_round_seconds <= 0:
+def e2e_round_count(runs: int, shortest_seconds: float) -> int:
+    """How many end-to-end rounds a scenario gets, the shortest timed region of its first round
+    having taken ``shortest_seconds``: ``runs`` (``--repeat``), more for a short one
+    (``E2E_MEASURED_SECONDS``), never fewer, and exactly ``runs`` when that is 1 (the first round
+    was then also the last, and its plans were checked)."""
+    if runs < 2 or shortest_seconds <= 0:
         return runs
-    return max(runs, min(E2E_MAX_ROUNDS, int(E2E_ROUND_SECONDS / first_round_seconds)))
+    return max(runs, min(E2E_MAX_ROUNDS, math.ceil(E2E_MEASURED_SECONDS / shortest_seconds)))
 
 
 def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender], missing: dict[str, tuple[str, str]],
@@ -1833,7 +1835,6 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
     round_ = 0
     while round_ < total:
         last = round_ == total - 1
-        started = time.perf_counter()
         for c in contenders:
             if c.key in errors:
                 continue
@@ -1873,7 +1874,8 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
                               bound.ratio(max(load.sent.values(), default=0)))
             del plans
         if round_ == 0:
-            total = e2e_round_count(runs, time.perf_counter() - started)
+            regions = [st.build + st.plan for stages in (*on.values(), *off.values()) for st in stages]
+            total = e2e_round_count(runs, min(regions, default=0.0))
         round_ += 1
     rows: list[E2ERow] = []
     holders = holder_count(layout)

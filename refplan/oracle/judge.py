@@ -44,7 +44,7 @@ from .segments import (
     not_a_box,
     parse_plan,
     plain_extent,
-    plain_segments,
+    plain_rows,
     runs,
     structural,
     volumes,
@@ -768,8 +768,11 @@ def _quick(
     if (
         s_content.logical_shape != logical or type(segments) is not tuple or len(segments) > small.SMALL_SEGMENTS
         or type(shape) is not tuple or not _INTS.issuperset(map(type, shape)) or shape != logical
-        or not _SEGMENTS.issuperset(map(type, segments)) or not plain_segments(segments)
+        or not _SEGMENTS.issuperset(map(type, segments))
     ):
+        return None
+    rows = plain_rows(segments)
+    if rows is None:
         return None
     t_read = _reading(target, t_content, reads)
     if t_read is None:
@@ -777,7 +780,7 @@ def _quick(
     s_read = _reading(source, s_content, reads)
     if s_read is None:
         return None
-    verdict = _judge_places(segments, s_read[1], t_read[1], len(logical), len(logical))
+    verdict = _judge_rows(rows, s_read[1], t_read[1], len(logical), len(logical))
     return None if verdict is None else verdict.with_parameter(name)
 
 
@@ -819,7 +822,7 @@ def _shared_contents(pairs: Mapping[str, tuple[MapLike, MapLike]]) -> _Reads:
 _read = small.read_map
 """``_quick``'s map reading and plan judgement, by name so that tests count them as they count
 ``validate_map`` and ``check_plan`` (conftest's ``oracle_work``)."""
-_judge_places = small.judge_places
+_judge_rows = small.judge_rows
 
 
 _UNREAD: Any = object()

@@ -56,20 +56,22 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from math import prod
-from operator import add, attrgetter
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 from ..box import row_major_strides
 from ..limits import MAX_COORDINATE
 from ..maps import AffinePiece, MapContent, ParamAffineMap
 from ..plan import TransferSegment
+from .segments import FIELDS, Row
 from .verdict import Verdict, ok_verdict
 
 if TYPE_CHECKING:
     from .layout import Layout
 
 __all__ = [
-    "SMALL_LOCATION_PIECES", "SMALL_PIECES", "SMALL_SEGMENTS", "Part", "Place", "judge", "judge_places", "read_map",
+    "SMALL_LOCATION_PIECES", "SMALL_PIECES", "SMALL_SEGMENTS", "Part", "Place", "judge", "judge_places", "judge_rows",
+    "read_map",
 ]
 
 SMALL_PIECES = 64
@@ -352,9 +354,6 @@ def _grouped(
     return shards, plain
 
 
-_FIELDS = attrgetter(
-    "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape"
-)
 
 
 def _meet(
@@ -421,7 +420,16 @@ def judge_places(
 ) -> Verdict | None:
     """``judge`` on the places ``read_map`` read of the source and target maps (with ``s_ndim``
     and ``ndim`` axes), for a plan of at most ``SMALL_SEGMENTS`` segments: ``ok`` or ``None``."""
-    n_seg = len(segments)
+    return judge_rows(list(map(FIELDS, segments)), s_plain, t_plain, s_ndim, ndim, gaps=gaps)
+
+
+def judge_rows(
+    rows: Sequence[Row], s_plain: dict[int, Place], t_plain: dict[int, Place], s_ndim: int, ndim: int, *,
+    gaps: bool = True,
+) -> Verdict | None:
+    """``judge_places`` on the segments' fields (``segments.FIELDS``, each a plain int or tuple
+    of ints: ``parse_plan``'s segments, or ``segments.plain_rows``)."""
+    n_seg = len(rows)
     # ``read_map``'s layouts have at least one axis and one location, each with a non-empty shard:
     # an empty plan is refused by the gap check (and, without it, is ``ok`` on both paths).
     if s_ndim != ndim:
@@ -429,8 +437,7 @@ def judge_places(
     zeros = (0,) * ndim  # the origin of a segment that writes its whole shard
     writes: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (location, write origin, extent)
     written: dict[int, int] = {}  # per target location, the volume written
-    for seg in segments:
-        s_loc, s_off, s_str, t_loc, t_off, t_str, shape = _FIELDS(seg)
+    for s_loc, s_off, s_str, t_loc, t_off, t_str, shape in rows:
         s_place = s_plain.get(s_loc)
         t_place = t_plain.get(t_loc)
         if s_place is None or t_place is None or len(shape) != ndim:
