@@ -33,7 +33,8 @@ timed from the description: every contender builds its own inputs (refplan: its 
 rank's DTensor state dict and ``DefaultSavePlanner`` local plan through ``DCPAdapter.front_door``,
 then the global save plan and the load planners; DeepSpeed: its own ``ParamAffineMap``s) and plans, in one timed
 region, with the collector as each library ships it and again with it off; interleaved, best
-round kept. ``--distinct`` makes every shape distinct. The targets compare build + plan against
+round kept (``--repeat`` rounds, more for a scenario whose shortest region is under
+``E2E_MEASURED_SECONDS``). ``--distinct`` makes every shape distinct. The targets compare build + plan against
 the fastest peer's; refplan's verify is reported beside it with its own goal (<= plan).
 
 Columns: planning seconds (CPU time of this process, best of the repeats; wall time is in the
