@@ -380,14 +380,14 @@ def test_read_map_declines_isolated_faults() -> None:
 
 
 def test_places_carry_what_judge_reads() -> None:
-    read = small.read_map(SRC)
-    assert read is not None
-    shards, plain = read
-    assert list(shards) == [0, 1, 2, 3] == list(plain)
+    plain = small.read_map(SRC)
+    assert plain is not None
+    assert list(plain) == [0, 1, 2, 3]
+    assert {loc: place[0] for loc, place in plain.items()} == dict(SRC.shard_shapes)
     assert plain[1] == ((4, 4), (4, 1), (((4, 0), (0, 0), (4, 4), frozenset({1, 3})),), (4, 0), 16)
     multi = small.read_map(two_pieces())
     assert multi is not None
-    assert multi[1][0] == ((4, 4), (4, 1), (((4, 0), (0, 0), (2, 4), frozenset({0})),
+    assert multi[0] == ((4, 4), (4, 1), (((4, 0), (0, 0), (2, 4), frozenset({0})),
                                              ((0, 0), (2, 0), (2, 4), frozenset({0}))), None, 16)
 
 

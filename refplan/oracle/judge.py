@@ -733,7 +733,7 @@ def _verify_plans(
     return BatchVerdict(worst(statuses), verdicts)
 
 
-_Read = tuple[dict[int, tuple[int, ...]], dict[int, small.Place]]
+_Read = dict[int, small.Place]
 _Reads = dict[MapContent, Any]
 """``_verify_plans``'s readings of map contents by ``small.read_map``: the reading, or ``_DECLINED``
 when it is not a small plain map (``_UNREAD`` until read). Which are kept: every one when the dict
@@ -780,7 +780,7 @@ def _quick(
     s_read = _reading(source, s_content, reads)
     if s_read is None:
         return None
-    verdict = _judge_rows(rows, s_read[1], t_read[1], len(logical), len(logical))
+    verdict = _judge_rows(rows, s_read, t_read, len(logical), len(logical))
     return None if verdict is None else verdict.with_parameter(name)
 
 

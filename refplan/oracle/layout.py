@@ -174,9 +174,9 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
     pass every rule here and returns ``None`` for anything else; the loop below then decides and
     words the error.
     """
-    read = small.read_map(m)
-    if read is not None:
-        read_shards, plain = read
+    plain = small.read_map(m)
+    if plain is not None:
+        read_shards = {loc: place[0] for loc, place in plain.items()}
         return Layout(side, tuple(m.logical_shape), read_shards, functools.partial(_held, plain), plain)
     logical = tuple(m.logical_shape)
     ndim = len(logical)

@@ -211,8 +211,9 @@ def _place(
     return shard, s_strides, tuple(parts), None, numel
 
 
-def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, Place]] | None:
-    """A small plain map whose checks all pass as (shards, places), else ``None``.
+def read_map(m: ParamAffineMap) -> dict[int, Place] | None:
+    """A small plain map whose checks all pass as its places (location -> ``Place``, in location
+    order; a place's first field is the location's shard), else ``None``.
 
     ``validate_map`` makes its ``Layout`` of them: the general path's value for value, the same
     locations in the same order (every location here has a shard and non-empty pieces only, so
@@ -244,7 +245,6 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
     if shard_shapes.keys() != pieces_by_rank.keys():
         return None  # a location with pieces and no shard, or with a shard and no pieces
     zeros = (0,) * ndim
-    shards: dict[int, tuple[int, ...]] = {}
     plain: dict[int, Place] = {}
     # Replicas share one tuple of pieces (``replicate``) in equal shards: each such location is
     # read once, keyed by the tuple's identity (the content holds it for the whole call) and the
@@ -261,7 +261,6 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
             entry = seen.get(key)
         if entry is not None:
             entry[1].append(loc)
-            shards[loc] = shard
             plain[loc] = entry[0]
             continue
         if len(pieces) != 1:
@@ -301,7 +300,6 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
                 return None
             place = (shard, s_strides, ((origin, zeros, shape, locations),), origin, numel)
         seen[key] = (place, [loc])
-        shards[loc] = shard
         plain[loc] = place
     # First, as if no two places held one logical box (every layout a builder makes this way):
     # each piece's holders are then its place's locations. If the boxes so listed are disjoint
@@ -320,14 +318,13 @@ def read_map(m: ParamAffineMap) -> tuple[dict[int, tuple[int, ...]], dict[int, P
         break
     else:
         if covered == prod(logical) and _slabs(distinct, logical):
-            return shards, plain
-    return _grouped(seen, logical, shards, plain)
+            return plain
+    return _grouped(seen, logical, plain)
 
 
 def _grouped(
-    seen: dict[Any, tuple[Place, list[int]]], logical: tuple[int, ...], shards: dict[int, tuple[int, ...]],
-    plain: dict[int, Place],
-) -> tuple[dict[int, tuple[int, ...]], dict[int, Place]] | None:
+    seen: dict[Any, tuple[Place, list[int]]], logical: tuple[int, ...], plain: dict[int, Place],
+) -> dict[int, Place] | None:
     """``read_map``'s holder and tiling check with pieces grouped by logical origin: places that
     are not one object (replicas built one by one) may hold the same box."""
     groups: dict[tuple[int, ...], list[Any]] = {}  # logical origin -> [shape, declared, pieces holding it]
@@ -351,7 +348,7 @@ def _grouped(
             return None
     if covered != prod(logical) or not _slabs(distinct, logical):
         return None
-    return shards, plain
+    return plain
 
 
 
