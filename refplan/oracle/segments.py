@@ -52,8 +52,6 @@ _INTS = frozenset({int})
 _SEGMENT = frozenset({TransferSegment})  # the exact class: ``isinstance`` is then not asked per segment
 
 
-_SCALARS = attrgetter("source_rank", "source_offset", "target_rank", "target_offset")
-_VECTORS = attrgetter("shape", "source_strides", "target_strides")
 _TUPLE = frozenset({tuple})
 
 FIELDS = attrgetter(
@@ -65,31 +63,19 @@ Row = tuple[int, int, tuple[int, ...], int, int, tuple[int, ...], tuple[int, ...
 """A plain segment's fields, as ``FIELDS`` reads them."""
 
 
-def _plain(segments: Sequence[TransferSegment]) -> bool:
-    """Whether every field holds what ``TransferSegment.from_dict`` makes: ints, tuples of ints.
+def plain_rows(segments: Sequence[TransferSegment]) -> list[Row] | None:
+    """Every segment's fields (``FIELDS``) when every field holds what ``TransferSegment.from_dict``
+    makes (ints, tuples of ints), else ``None``.
 
     The dataclass's constructor converts nothing, so a segment built in Python (or forced with
     ``object.__setattr__``) may hold lists, numpy integers, floats or bools, and the judgement
-    hashes fields and compares them with tuples. Every field is read once and only its type is
-    asked (no value's own method runs): the vector fields are found to be tuples before their
-    entries are listed, then the types of every scalar and entry are asked once for the whole
-    plan, each step one C-level pass over the plan (the per-segment Python loop it replaces was
-    about a tenth of judging a distinct Llama batch).
-    """
-    vectors = [*chain.from_iterable(map(_VECTORS, segments))]
-    if not _TUPLE.issuperset(map(type, vectors)):
-        return False
-    return _INTS.issuperset(map(type, chain(chain.from_iterable(map(_SCALARS, segments)),
-                                            chain.from_iterable(vectors))))
-
-
-def plain_rows(segments: Sequence[TransferSegment]) -> list[Row] | None:
-    """Every segment's fields (``FIELDS``) when all are plain (``_plain``'s test), else ``None``.
-
-    For the batch's quick judgement (``judge._quick``): each segment is read once, by one C-level
-    call, and the same values are both type-checked and judged (``small.judge_rows``), where
-    ``_plain`` and then the judgement read every field twice. The types are asked column by
-    column of the transposed rows, so no value's own method runs here either."""
+    hashes fields and compares them with tuples. Each segment is read once, by one C-level call,
+    and only the types of what was read are asked (no value's own method runs), column by column
+    of the transposed rows: the vector fields are found to be tuples before their entries are
+    listed, then every scalar and entry is asked once for the whole plan, each step one C-level
+    pass (the per-segment Python loop this replaced was about a tenth of judging a distinct Llama
+    batch). The batch's quick judgement (``judge._quick``) judges these very values
+    (``small.judge_rows``), so no field is read twice."""
     rows: list[Row] = list(map(FIELDS, segments))
     if not rows:
         return rows
@@ -100,6 +86,11 @@ def plain_rows(segments: Sequence[TransferSegment]) -> list[Row] | None:
     if not _INTS.issuperset(map(type, chain(s_rank, s_off, t_rank, t_off, entries))):
         return None
     return rows
+
+
+def _plain(segments: Sequence[TransferSegment]) -> bool:
+    """Whether every field of every segment is plain (``plain_rows``: the one definition)."""
+    return plain_rows(segments) is not None
 
 
 def _as_plain(segments: list[TransferSegment]) -> list[TransferSegment]:

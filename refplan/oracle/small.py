@@ -351,8 +351,6 @@ def _grouped(
     return plain
 
 
-
-
 def _meet(
     lo: tuple[int, ...], ext: tuple[int, ...], other: tuple[int, ...], other_ext: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
