@@ -531,6 +531,61 @@ def test_a_plan_with_forced_fields_is_malformed_not_a_raise() -> None:
     assert verify_plan(TARGET, SOURCE, plan).ok
 
 
+class _Answering(TransferSegment):
+    """A segment subclass whose ``target_offset`` is a property: the answers it gives, one per read."""
+
+    reads = 0
+    answers: tuple[object, ...] = ()
+
+    @property  # type: ignore[override]
+    def target_offset(self) -> object:  # a dataclass field shadowed by a property, as a caller could
+        answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
+        type(self).reads += 1
+        return answer
+
+
+def _answering(segment: TransferSegment, *answers: object) -> TransferSegment:
+    made = object.__new__(_Answering)
+    object.__setattr__(made, "__dict__", {f.name: getattr(segment, f.name) for f in dataclasses.fields(segment)})
+    _Answering.reads, _Answering.answers = 0, answers
+    return made
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool) -> None:
+    """A subclass may answer each read of a field differently. The oracle reads each field once
+    and judges that snapshot: right first and wrong afterwards is ``ok`` (what it read), wrong
+    first and right afterwards is ``invalid``, an answer that changes type later never reaches a
+    later step (it failed deep inside with a bare TypeError), and a field that cannot be read is
+    malformed, naming the segment."""
+    segments = hand_segments()
+    right = segments[1].target_offset
+
+    def judged(*answers: object) -> Verdict:
+        odd = _answering(segments[1], *answers)
+        plan = [segments[0], odd, *segments[2:]]
+        verdict = verify_plans({"w": (TARGET, SOURCE)}, {"w": plan}).verdicts["w"] if batch else verify_plan(
+            TARGET, SOURCE, plan)
+        assert _Answering.reads == 1, f"target_offset read {_Answering.reads} times"
+        return verdict
+
+    assert judged(right, right + 1).ok
+    assert judged(right, [right]).ok
+    assert judged(right + 1, right).status == "invalid"
+
+    class Unreadable(TransferSegment):
+        @property  # type: ignore[override]
+        def shape(self) -> tuple[int, ...]:
+            raise RuntimeError("no shape")
+
+    broken = object.__new__(Unreadable)
+    fields = {f.name: getattr(segments[1], f.name) for f in dataclasses.fields(segments[1])}
+    object.__setattr__(broken, "__dict__", fields)
+    verdict = verify_plan(TARGET, SOURCE, [segments[0], broken, *segments[2:]])
+    assert verdict.status == "invalid"
+    assert verdict.reason == "malformed plan: segments[1]: cannot be read (RuntimeError)"
+
+
 def test_empty_plan_for_a_non_empty_parameter_is_a_gap() -> None:
     verdict = verify_plan(TARGET, SOURCE, [])
     assert verdict.status == "invalid" and verdict.target_location == 0 and verdict.target_offset == 0

@@ -479,17 +479,20 @@ def _verify_plan(
     ("reads addresses outside source location 0") sends the user to debug a planner that is
     right. When the swapped judgement is ``ok`` the verdict keeps its status and counterexample
     (the plan *is* wrong for the maps as given) and its reason says so. A passing plan is never
-    judged twice, so the check costs nothing on the path that matters.
+    judged twice, so the check costs nothing on the path that matters. Both judgements judge one
+    reading of the plan (``_parse``): a plan whose segments answer each read differently (a
+    subclass's property) is never judged on two different readings.
     """
+    parsed = _parse(plan)
     verdict = _judge(
         target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
-        judged=judged,
+        judged=judged, parsed=parsed,
     )
     if verdict.ok or _batch_map(target_map, source_map) is not None or _batch_plan(plan) is not None:
         return verdict
     swapped = _judge(
         source_map, target_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
-        judged=judged,
+        judged=judged, parsed=parsed if isinstance(parsed, AffineTransferError) else (list(parsed[0]), parsed[1]),
     )
     if not swapped.ok:
         return verdict
@@ -542,6 +545,17 @@ def _batch_plan(plan: Any) -> str | None:
     return None
 
 
+_Parsed = tuple[list[TransferSegment], tuple[int, ...] | None] | AffineTransferError
+"""``parse_plan``'s answer, or the error it raised (reported after the maps' own errors)."""
+
+
+def _parse(plan: PlanLike) -> _Parsed:
+    try:
+        return parse_plan(plan)
+    except AffineTransferError as exc:
+        return exc
+
+
 def _judge(
     target_map: MapLike,
     source_map: MapLike,
@@ -551,8 +565,10 @@ def _judge(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
     judged: Judged | None = None,
+    parsed: _Parsed | None = None,
 ) -> Verdict:
-    """One judgement of ``plan`` against the maps as given (``_verify_plan`` without the swap)."""
+    """One judgement of ``plan`` against the maps as given (``_verify_plan`` without the swap);
+    ``parsed``: the reading of ``plan`` to judge (``_parse``), when the caller has it."""
     try:
         misuse = _batch_map(target_map, source_map)
         if misuse is not None:
@@ -576,10 +592,11 @@ def _judge(
     misuse = _batch_plan(plan)
     if misuse is not None:
         return Verdict("invalid", parameter, reason=f"malformed plan: {misuse}")
-    try:
-        segments, plan_shape = parse_plan(plan)
-    except AffineTransferError as exc:
-        return Verdict("invalid", parameter, reason=f"malformed plan: {exc}")
+    if parsed is None:
+        parsed = _parse(plan)
+    if isinstance(parsed, AffineTransferError):
+        return Verdict("invalid", parameter, reason=f"malformed plan: {parsed}")
+    segments, plan_shape = parsed
     if plan_shape is not None and plan_shape != tgt.logical_shape:
         return Verdict(
             "invalid", parameter,

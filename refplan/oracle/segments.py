@@ -94,12 +94,25 @@ def _plain(segments: Sequence[TransferSegment]) -> bool:
 
 
 def _as_plain(segments: list[TransferSegment]) -> list[TransferSegment]:
-    """``segments``, each one that is not plain rebuilt by the plan file's rules (same checks,
-    same messages: a bool, a float or a numpy integer is refused as in a file)."""
-    if _plain(segments):
+    """``segments`` as exact ``TransferSegment`` values with plain fields: a subclass's segment is
+    first copied into the exact class, each field read once; each one that is not plain is then
+    rebuilt by the plan file's rules (same checks, same messages: a bool, a float or a numpy
+    integer is refused as in a file).
+
+    Why the copy: the judgement reads a segment's fields more than once (the plainness check,
+    then each step), and a subclass may answer each read differently (a property), so it was
+    judged on values other than those it was checked for, or failed deep inside with a bare
+    ``TypeError``. Copied once, every later read is of that one snapshot: the verdict is about the
+    values the oracle read, and the error for a field that cannot be read names the segment."""
+    if _SEGMENT.issuperset(map(type, segments)) and _plain(segments):
         return segments
     out = []
     for i, seg in enumerate(segments):
+        if type(seg) is not TransferSegment:
+            try:
+                seg = TransferSegment(*FIELDS(seg))
+            except Exception as exc:
+                raise InvalidMapError(f"segments[{i}]: cannot be read ({type(exc).__name__})") from None
         if not _plain([seg]):
             try:
                 entry = seg.to_dict()
