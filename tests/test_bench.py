@@ -421,7 +421,7 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
             "ratio_of_medians": move / raw, "move": paired_ratios([move], [raw]), "call": paired_ratios([call], [raw]),
             "after_verdict": paired_ratios([move], [raw]), "phases": dict.fromkeys(PHASES, call / 4),
             "collectives_seconds": 0.003, "call_vs_raw_and_collectives": paired_ratios([call], [raw + 0.003]),
-            "checked_elements": 10, "network_bytes": nbytes,
+            "exchanges_seconds": raw + 0.003, "checked_elements": 10, "network_bytes": nbytes,
         }
 
     model = {"alpha_network_s": 1e-5, "beta_network_Bps": 1e10, "alpha_node_s": 1e-6, "beta_node_Bps": 1e11,
@@ -434,6 +434,12 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert [t["met"] for t in targets] == [False, True, True]
     assert "x1.30" in targets[0]["detail"] and "x1.20" in targets[1]["detail"]
     assert "checks 1.00, verdict 1.00, move 1.00, outcome 1.00 ms" in targets[2]["detail"]
+    # The protocol's floor is printed beside the fixed cost, never judged in its place.
+    assert "its three exchanges bare" in targets[2]["detail"] and "4.00 ms" in targets[2]["detail"]
+    report.sync_fixed["exchanges_seconds"] = 0.010
+    assert _fixed_target(report.sync_fixed)["met"] is True
+    del report.sync_fixed["exchanges_seconds"]
+    assert "bare" not in _fixed_target(report.sync_fixed)["detail"]  # older JSON: no floor, nothing invented
     report.targets = targets
     text = format_report(report)
     assert "[NOT MET] 300.0 MiB sync: the whole call <= 1.25x raw" in text

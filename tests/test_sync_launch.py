@@ -148,6 +148,8 @@ def test_bench_sync_compares_with_raw_all_to_all() -> None:
     assert raw["call_vs_raw_and_verdict"]["median"] == pytest.approx(
         raw["call_seconds"] / (raw["raw_seconds"] + raw["verdict_seconds"])
     )
+    # And beside its three exchanges bare (verdict, raw move, outcome), timed after the pairs.
+    assert raw["exchanges_seconds"] > 0
 
 
 def test_bench_times_the_executors_own_verdict_size() -> None:
