@@ -17,7 +17,9 @@ import torch
 from refplan import TransferEndpoints, TransferSegment
 from refplan.errors import InvalidMapError
 from refplan.execute import TransferRejectedError, execute_transfer
+from refplan.maps import contiguous_split_map
 from refplan.plan import TransferPlan
+from refplan.planner import plan_transfers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,3 +93,60 @@ def test_failures_after_the_verdict_say_targets_may_be_partly_written(monkeypatc
     monkeypatch.setattr(call, "_move", broken)  # where _execute looks it up
     with pytest.raises(TransferExecutionError, match="target buffers may be partly written"):
         _run(TransferSegment(0, 0, (1,), 0, 0, (1,), (4,)), torch.float32)
+
+
+class _Answering(TransferSegment):
+    """A segment subclass whose ``target_offset`` is a property: its answers, one per read."""
+
+    reads = 0
+    answers: tuple[object, ...] = ()
+
+    @property  # type: ignore[override]
+    def target_offset(self) -> object:  # a dataclass field shadowed by a property, as a caller could
+        answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
+        type(self).reads += 1
+        return answer
+
+
+def _answering(segment: TransferSegment, *answers: object) -> TransferSegment:
+    made = object.__new__(_Answering)
+    object.__setattr__(made, "__dict__", {name: getattr(segment, name) for name in (
+        "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape")})
+    _Answering.answers = answers
+    return made
+
+
+def test_a_segment_subclass_is_read_once_and_what_moves_is_what_was_checked() -> None:
+    """A plan's numbers are checked before the verdict and then read again to move the bytes; a
+    subclass whose property answers each read differently made the two differ (checked in range,
+    moved elsewhere, returned normally). Each field is read once per call, on every call (such a
+    plan is never remembered between calls), and the bytes move by that one reading; with
+    ``maps`` the oracle judges that same reading."""
+    halves = TransferEndpoints({0: 0, 1: 0}, {0: 0})
+    rows = contiguous_split_map((4, 4), [2, 2], 0)
+    whole = contiguous_split_map((4, 4), [4], 0)
+    plan = plan_transfers({"w": (whole, rows)}, endpoints=halves, element_size={"w": 4})["w"]
+    first, second = plan.segments
+    assert second.target_offset == 8
+    sources = {0: torch.arange(8, dtype=torch.float32), 1: torch.arange(8, 16, dtype=torch.float32)}
+
+    def run(*answers: object, maps: bool = False) -> torch.Tensor:
+        odd = TransferPlan((first, _answering(second, *answers)), (4, 4), 16)
+        target = torch.full((16,), -1.0)
+        _Answering.reads = 0
+        try:
+            execute_transfer(odd, sources, {0: target}, halves, dtype=torch.float32,
+                             maps=(whole, rows) if maps else None)
+        finally:
+            assert _Answering.reads == 1, f"target_offset read {_Answering.reads} times"
+        return target
+
+    for _ in range(2):  # the same plan objects again: nothing of them is remembered
+        assert torch.equal(run(8, 0), torch.arange(16, dtype=torch.float32))
+    assert torch.equal(run(8, 0, maps=True), torch.arange(16, dtype=torch.float32))
+    with pytest.raises(TransferRejectedError, match="invalid"):
+        run(0, 8, maps=True)  # the one reading writes offset 0 twice: the oracle says so, nothing moves
+    out = run(0, 8)  # without maps, what was read moves (the executor checks numbers, not coverage)
+    assert torch.equal(out[:8], torch.arange(8, 16, dtype=torch.float32)) and bool((out[8:] == -1).all())
+    with pytest.raises(TransferRejectedError, match=r"segment 1: target offset \[8\] is not an int"):
+        run([8], 8)

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
+from typing import Any
 
 import torch
 
@@ -123,9 +125,23 @@ def _dtype_of(dtypes: object, name: str) -> torch.dtype:
 
 
 def _ints(value: object, where: str, what: str) -> tuple[int, ...]:
-    if not isinstance(value, tuple) or not all(type(v) is int for v in value):
+    """``value`` as an exact tuple of exact ints (a tuple subclass is copied once, so what is
+    checked is what is kept), else a refusal."""
+    if not isinstance(value, tuple):
+        raise _Refusal(f"{where}: {what} {value!r} is not a tuple of ints")
+    if type(value) is not tuple:
+        try:
+            value = tuple(value)
+        except Exception as exc:
+            raise _Refusal(f"{where}: {what} cannot be read ({type(exc).__name__})") from None
+    if not all(type(v) is int for v in value):
         raise _Refusal(f"{where}: {what} {value!r} is not a tuple of ints")
     return value
+
+
+_FIELDS = attrgetter(
+    "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape"
+)
 
 
 def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -171,23 +187,57 @@ def _check_numbers(where: str, seg: TransferSegment, itemsize: int) -> None:
             )
 
 
+def _as_checked(
+    name: str, plan: TransferPlan, read: tuple[object, ...], segments: list[TransferSegment]
+) -> TransferPlan:
+    """``plan`` when it is an exact ``TransferPlan`` whose segments tuple held exactly the checked
+    segments; else an exact plan of the checked segments (its logical shape read once), which the
+    digest, the judgement against ``maps`` and everything after the checks read instead. Only an
+    exact plan of exact segments is ever remembered between calls (``_remember``)."""
+    if type(plan) is TransferPlan and plan.segments is read and all(map(_same, read, segments)):
+        return plan
+    try:
+        shape, moved = plan.logical_shape, plan.moved_elements
+        shape = tuple(shape)
+    except Exception as exc:
+        raise _Refusal(f"parameter {name!r}: plan cannot be read ({type(exc).__name__})") from None
+    return TransferPlan(tuple(segments), shape, moved)
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b
+
+
 def _check_segment(name: str, index: int, seg: object, itemsize: int) -> TransferSegment:
+    """The segment as checked: every field read once, and the segment itself returned when it is
+    an exact ``TransferSegment`` whose fields were exact already, else an exact copy of what was
+    read. Why: the schedule, the digest and the movement read the fields again, and a subclass
+    (a property) or a tuple subclass may answer each read differently, so the values moved were
+    not the values checked."""
     where = f"parameter {name!r}, segment {index}"
     if not isinstance(seg, TransferSegment):
         raise _Refusal(f"{where}: not a TransferSegment")
-    shape = _ints(seg.shape, where, "shape")
+    try:
+        fields = _FIELDS(seg)
+    except Exception as exc:
+        raise _Refusal(f"{where}: cannot be read ({type(exc).__name__})") from None
+    s_rank, s_off, s_raw, t_rank, t_off, t_raw, raw = fields
+    shape = _ints(raw, where, "shape")
     ndim = len(shape)
-    s_str = _ints(seg.source_strides, where, "source strides")
-    t_str = _ints(seg.target_strides, where, "target strides")
+    s_str = _ints(s_raw, where, "source strides")
+    t_str = _ints(t_raw, where, "target strides")
     if len(s_str) != ndim or len(t_str) != ndim:
         raise _Refusal(f"{where}: stride vectors do not match shape {shape}")
-    for value, what in ((seg.source_rank, "source location"), (seg.target_rank, "target location"),
-                        (seg.source_offset, "source offset"), (seg.target_offset, "target offset")):
+    for value, what in ((s_rank, "source location"), (t_rank, "target location"),
+                        (s_off, "source offset"), (t_off, "target offset")):
         if type(value) is not int:
             raise _Refusal(f"{where}: {what} {value!r} is not an int")
+    if type(seg) is not TransferSegment or shape is not raw or s_str is not s_raw or t_str is not t_raw:
+        seg = TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, shape)
+    assert isinstance(seg, TransferSegment)
     if any(e <= 0 for e in shape):
         raise _Refusal(f"{where}: shape {shape} has an extent below 1")
-    if any(s < 0 for s in s_str + t_str) or min(seg.source_offset, seg.target_offset) < 0:
+    if any(s < 0 for s in s_str + t_str) or min(s_off, t_off) < 0:
         raise _Refusal(f"{where}: negative offset or stride")
     for side, strides in (("source", s_str), ("target", t_str)):
         if not _injective(shape, strides):
@@ -329,6 +379,10 @@ def _prepare(
         _kept, params, limits, digest = remembered
     else:
         params, limits = _check_plans(ctx, args, dtypes)
+        if any(p.plan is not args.plans.get(n) for n, p in params.items()):
+            # A plan that was not exact (``_as_checked``): neither its checks nor its layout are
+            # remembered, since it may read differently on the next call; checked every call.
+            key = None
         digest = _remember(key, args, params, limits, dtypes, mode)
     sched = _Schedule(device=holds or torch.device("cpu"), digest=digest, params=params, endpoints=args.endpoints)
     _check_buffers(ctx, args, params, sched)
@@ -501,20 +555,30 @@ def _check_plans(
     ends of a queue, which is what lets both ends cut the same messages.
     """
     budget, endpoints = args.budget, args.endpoints
+    # Each plan's segments read once: counted, checked and kept from that one reading (a plan
+    # subclass's property could hand the count one tuple and the checks another).
+    listed: dict[str, tuple[TransferPlan, tuple[object, ...]]] = {}
+    for name in sorted(args.plans):
+        plan = args.plans[name]
+        if not isinstance(plan, TransferPlan):
+            raise _Refusal(f"parameter {name!r}: plan is a {type(plan).__name__}, not a TransferPlan")
+        try:
+            got: Any = plan.segments  # declared a tuple; a forced field or a subclass may hold anything
+            listed[name] = (plan, got if type(got) is tuple else tuple(got))
+        except Exception as exc:
+            raise _Refusal(f"parameter {name!r}: plan cannot be read ({type(exc).__name__})") from None
     # Before any segment is looked at: every process checks (and hashes) all of them, so their
     # number alone can exceed the work budget, and is known from the plans' lengths.
-    count = sum(len(p.segments) for p in args.plans.values() if isinstance(p, TransferPlan))
+    count = sum(len(read) for _plan, read in listed.values())
     if _work(count, 0, 0) > budget.max_work:
         raise _too_much_work("the batch", _work(count, 0, 0), budget,
                              f"{count} segments, each checked by every process before the verdict")
     params: dict[str, _Param] = {}
     widest: dict[_Queue, tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
-    for name in sorted(args.plans):
-        plan = args.plans[name]
-        if not isinstance(plan, TransferPlan):
-            raise _Refusal(f"parameter {name!r}: plan is a {type(plan).__name__}, not a TransferPlan")
+    for name, (plan, read) in listed.items():
         dtype = _dtype_of(dtypes, name)
-        segments = [_check_segment(name, i, s, dtype.itemsize) for i, s in enumerate(plan.segments)]
+        segments = [_check_segment(name, i, s, dtype.itemsize) for i, s in enumerate(read)]
+        plan = _as_checked(name, plan, read, segments)
         if segments and budget.bytes_per_peer < dtype.itemsize:
             raise _Refusal(
                 f"parameter {name!r}: bytes_per_peer={budget.bytes_per_peer} cannot stage one element "
