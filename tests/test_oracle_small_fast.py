@@ -31,7 +31,7 @@ from refplan.oracle import small, verify_plan, verify_plans
 from refplan.oracle.judge import check_plan, segment_errors
 from refplan.oracle.layout import Layout, validate_map
 from refplan.oracle.verdict import Verdict, ok_verdict
-from refplan.plan import TransferSegment
+from refplan.plan import TransferPlan, TransferSegment
 from refplan.strategies import CORRUPTION_KINDS, corrupted_plans, map_pairs, param_maps
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -974,3 +974,79 @@ def test_a_plan_field_deleted_past_the_frozen_dataclass_is_judged_invalid(field:
                               else pairs, batch_plans)
         assert result.status == "invalid" and result.verdicts["p0"].ok
         assert all(result.verdicts[name].reason == want for name, plan in batch_plans.items() if plan is broken)
+
+
+# -- maps the first pass must not take (each found by a surviving mutant of ``read_map``) -----------
+
+
+def test_read_map_declines_pieces_that_each_declare_another_location() -> None:
+    """Every piece declares as many holders as hold its box, but not the ones that do (location
+    0's rows name location 1 and the other way round): ``read_map``'s first pass must not count
+    a declaration of the right size as the right one. The general path refuses the map."""
+    logical, shard = (4, 2), (2, 2)
+    swapped = ParamAffineMap(logical, {0: shard, 1: shard}, {
+        0: [rp(shard, (0, 0), (0, 0), logical, shard, [1])], 1: [rp(shard, (2, 0), (0, 0), logical, shard, [0])]})
+    assert small.read_map(swapped) is None
+    with pytest.raises(AffineTransferError):
+        general_layout(swapped)
+    right = ParamAffineMap(logical, {0: shard, 1: shard}, {
+        0: [rp(shard, (0, 0), (0, 0), logical, shard, [0])], 1: [rp(shard, (2, 0), (0, 0), logical, shard, [1])]})
+    assert small.read_map(right) is not None
+
+
+@pytest.mark.parametrize("logical", [(2, 1), (2,)])
+def test_read_map_reads_one_tuple_of_pieces_again_in_another_shard(logical: tuple[int, ...]) -> None:
+    """One tuple object of pieces at two locations whose shards differ: read once per shard.
+    Location 1's shard, (1, 1) (or (1,)), is the row-major strides of location 0's, so a reading
+    keyed on anything but the shard itself would hand location 1 location 0's place, where the
+    piece (all of F, two elements) does not fit its one-element shard. The general path refuses."""
+    whole = (rp(logical, (0,) * len(logical), (0,) * len(logical), logical, logical, [0, 1]),)
+    small_shard = (1,) * len(logical)
+    assert row_major_strides(logical) == small_shard
+    m = ParamAffineMap(logical, {0: logical, 1: small_shard}, {0: whole, 1: whole})
+    assert m.pieces_by_rank[0] is m.pieces_by_rank[1]  # the constructor keeps the one tuple
+    assert small.read_map(m) is None
+    with pytest.raises(AffineTransferError):
+        general_layout(m)
+
+
+@pytest.mark.parametrize("logical", [(4, 2), (4,), (4, 2, 1)])
+def test_read_map_declines_an_empty_piece_that_slabs_would_separate(logical: tuple[int, ...]) -> None:
+    """An empty whole-shard piece after two row blocks (F's row 4): valid, the general path lists
+    no piece there, and the boxes are separable slabs along rows, so only the read of the empty
+    extent itself declines it (on a matrix and off one)."""
+    rest = logical[1:]
+    half = (2, *rest)
+    empty_shard = (0, *rest)
+    zero = (0,) * len(logical)
+    strides = row_major_strides(logical)
+    empty = AffinePiece(empty_shard, 4 * (strides[0]), strides, 0, row_major_strides(empty_shard), [2])
+    m = ParamAffineMap(logical, {0: half, 1: half, 2: empty_shard}, {
+        0: [rp(half, zero, zero, logical, half, [0])],
+        1: [rp(half, (2, *zero[1:]), zero, logical, half, [1])],
+        2: [empty],
+    })
+    assert small.read_map(m) is None
+    assert general_layout(m).held[2] == []
+
+
+def test_judge_places_judges_gaps_unless_told_not_to() -> None:
+    """``judge_places``'s own default is the gap check (``judge`` passes it explicitly)."""
+    src, tgt = layouts()
+    assert src.plain is not None and tgt.plain is not None
+    assert small.judge_places(GOOD, src.plain, tgt.plain, 2, 2) is not None
+    assert small.judge_places(GOOD[:3], src.plain, tgt.plain, 2, 2) is None
+    assert small.judge_places(GOOD[:3], src.plain, tgt.plain, 2, 2, gaps=False) is not None
+
+
+def test_verify_plans_passes_its_fallback_budget_to_the_general_judgement() -> None:
+    """A plan the quick judgement declines (a segment that is not a box: rows of 8 over a
+    4-wide shard) is judged element by element within ``fallback_elements``: over the batch's
+    budget it is unverifiable, within it ok, as ``verify_plan`` says."""
+    identity = contiguous_split_map((4, 4), [4], 0)
+    segments = [TransferSegment(0, 0, (8, 1), 0, 0, (8, 1), (2, 8))]
+    for wraps in (segments, TransferPlan(tuple(segments), (4, 4), 16)):  # a list, and the planner's own type
+        assert verify_plans({"w": (identity, identity)}, {"w": wraps}).verdicts["w"].ok
+        small_budget = verify_plans({"w": (identity, identity)}, {"w": wraps}, fallback_elements=4).verdicts["w"]
+        assert small_budget.status == "unverifiable"
+        assert verify_plan(identity, identity, wraps, fallback_elements=4).status == "unverifiable"

@@ -175,12 +175,10 @@ def _place(
     pieces: tuple[AffinePiece, ...], shard: tuple[int, ...], f_strides: tuple[int, ...],
     logical: tuple[int, ...],
 ) -> Place | None:
-    """A location when its shard is non-empty, every piece is the plain case, the local boxes
-    tile the shard (disjoint slabs whose volumes sum to its numel: Premise A) and the logical
-    boxes are disjoint slabs; else ``None``.
-
-    One piece tiles its shard exactly when it is the whole shard (its shape is the shard's and
-    its local origin is 0): that case, the common one, needs no decode on the shard side.
+    """A location of several pieces (``read_map`` reads a one-piece location itself) when its
+    shard is non-empty, every piece is the plain case, the local boxes tile the shard (disjoint
+    slabs whose volumes sum to its numel: Premise A) and the logical boxes are disjoint slabs;
+    else ``None``.
 
     No piece's ``locations`` is looked at here: ``read_map``'s holder check refuses an empty one
     (it does not contain the location holding the piece). Nor the shard's numel against
@@ -190,14 +188,6 @@ def _place(
         return None
     numel = prod(shard)
     s_strides = _rm(shard)
-    if len(pieces) == 1:
-        shape, f_off, f_str, s_off, s_str, locations, scale = pieces[0]
-        if shape != shard or s_off != 0 or f_str != f_strides or s_str != s_strides or scale != 1.0:
-            return None
-        origin = _origin(f_off, f_strides, logical, shape)
-        if origin is None:
-            return None
-        return shard, s_strides, ((origin, (0,) * len(shard), shape, locations),), origin, numel
     parts: list[Part] = []
     total = 0
     for p in pieces:
