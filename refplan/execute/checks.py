@@ -234,7 +234,6 @@ def _check_segment(name: str, index: int, seg: object, itemsize: int) -> Transfe
             raise _Refusal(f"{where}: {what} {value!r} is not an int")
     if type(seg) is not TransferSegment or shape is not raw or s_str is not s_raw or t_str is not t_raw:
         seg = TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, shape)
-    assert isinstance(seg, TransferSegment)
     if any(e <= 0 for e in shape):
         raise _Refusal(f"{where}: shape {shape} has an extent below 1")
     if any(s < 0 for s in s_str + t_str) or min(s_off, t_off) < 0:

@@ -492,7 +492,7 @@ def _verify_plan(
         return verdict
     swapped = _judge(
         source_map, target_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
-        judged=judged, parsed=parsed if isinstance(parsed, AffineTransferError) else (list(parsed[0]), parsed[1]),
+        judged=judged, parsed=parsed,
     )
     if not swapped.ok:
         return verdict
@@ -565,10 +565,11 @@ def _judge(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
     judged: Judged | None = None,
-    parsed: _Parsed | None = None,
+    parsed: _Parsed,
 ) -> Verdict:
     """One judgement of ``plan`` against the maps as given (``_verify_plan`` without the swap);
-    ``parsed``: the reading of ``plan`` to judge (``_parse``), when the caller has it."""
+    ``parsed``: the one reading of ``plan`` that is judged (``_parse``; the oracle never mutates
+    it, so both of ``_verify_plan``'s judgements share it)."""
     try:
         misuse = _batch_map(target_map, source_map)
         if misuse is not None:
@@ -592,8 +593,6 @@ def _judge(
     misuse = _batch_plan(plan)
     if misuse is not None:
         return Verdict("invalid", parameter, reason=f"malformed plan: {misuse}")
-    if parsed is None:
-        parsed = _parse(plan)
     if isinstance(parsed, AffineTransferError):
         return Verdict("invalid", parameter, reason=f"malformed plan: {parsed}")
     segments, plan_shape = parsed
