@@ -552,7 +552,8 @@ def _answering(segment: TransferSegment, *answers: object) -> TransferSegment:
 
 
 @pytest.mark.parametrize("batch", [False, True])
-def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool) -> None:
+@pytest.mark.parametrize("form", ["list", "TransferPlan"])
+def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool, form: str) -> None:
     """A subclass may answer each read of a field differently. The oracle reads each field once
     and judges that snapshot: right first and wrong afterwards is ``ok`` (what it read), wrong
     first and right afterwards is ``invalid``, an answer that changes type later never reaches a
@@ -563,7 +564,8 @@ def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool
 
     def judged(*answers: object) -> Verdict:
         odd = _answering(segments[1], *answers)
-        plan = [segments[0], odd, *segments[2:]]
+        listed = [segments[0], odd, *segments[2:]]
+        plan: list[TransferSegment] | TransferPlan = listed if form == "list" else as_plan(listed, (8, 8))
         verdict = verify_plans({"w": (TARGET, SOURCE)}, {"w": plan}).verdicts["w"] if batch else verify_plan(
             TARGET, SOURCE, plan)
         assert _Answering.reads == 1, f"target_offset read {_Answering.reads} times"
