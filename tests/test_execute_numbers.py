@@ -101,8 +101,8 @@ class _Answering(TransferSegment):
     reads = 0
     answers: tuple[object, ...] = ()
 
-    @property  # type: ignore[override]
-    def target_offset(self) -> object:  # a dataclass field shadowed by a property, as a caller could
+    @property
+    def target_offset(self) -> object:  # type: ignore[override]  # a field shadowed by a property, as a caller could
         answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
         type(self).reads += 1
         return answer
@@ -150,3 +150,47 @@ def test_a_segment_subclass_is_read_once_and_what_moves_is_what_was_checked() ->
     assert torch.equal(out[:8], torch.arange(8, 16, dtype=torch.float32)) and bool((out[8:] == -1).all())
     with pytest.raises(TransferRejectedError, match=r"segment 1: target offset \[8\] is not an int"):
         run([8], 8)
+
+
+def test_the_budget_and_the_endpoints_are_read_once_too() -> None:
+    """The same rule for the call's other arguments: a ``StagingBudget`` or ``TransferEndpoints``
+    subclass whose properties count their reads is read once per call (each field, each table),
+    and the sync is the one those readings describe; a budget that is not positive ints is refused
+    naming every field."""
+    from refplan.execute import StagingBudget
+
+    reads: dict[str, int] = {}
+
+    def counted(name: str, value: object) -> property:
+        def get(self: object) -> object:
+            reads[name] = reads.get(name, 0) + 1
+            return value
+        return property(get)
+
+    class Budget(StagingBudget):
+        pass
+
+    class Ends(TransferEndpoints):
+        pass
+
+    for name in ("bytes_per_peer", "total_bytes", "max_chunks", "max_rounds", "max_work"):
+        setattr(Budget, name, counted(name, getattr(StagingBudget(), name)))
+    halves = TransferEndpoints({0: 0, 1: 0}, {0: 0})
+    Ends.source = counted("source", halves.source)  # type: ignore[assignment]
+    Ends.target = counted("target", halves.target)  # type: ignore[assignment]
+    rows = contiguous_split_map((4, 4), [2, 2], 0)
+    whole = contiguous_split_map((4, 4), [4], 0)
+    plan = plan_transfers({"w": (whole, rows)}, endpoints=halves, element_size={"w": 4})["w"]
+    sources = {0: torch.arange(8, dtype=torch.float32), 1: torch.arange(8, 16, dtype=torch.float32)}
+    budget, ends = object.__new__(Budget), object.__new__(Ends)
+    for _ in range(2):
+        reads.clear()
+        target = torch.full((16,), -1.0)
+        execute_transfer(plan, sources, {0: target}, ends, dtype=torch.float32, budget=budget)
+        assert torch.equal(target, torch.arange(16, dtype=torch.float32))
+        assert reads == dict.fromkeys(
+            ("bytes_per_peer", "total_bytes", "max_chunks", "max_rounds", "max_work", "source", "target"), 1
+        ), reads
+    with pytest.raises(TransferRejectedError, match=r"got StagingBudget\(bytes_per_peer=0, total_bytes="):
+        execute_transfer(plan, sources, {0: torch.zeros(16)}, halves, dtype=torch.float32,
+                         budget=StagingBudget(bytes_per_peer=0))

@@ -537,8 +537,8 @@ class _Answering(TransferSegment):
     reads = 0
     answers: tuple[object, ...] = ()
 
-    @property  # type: ignore[override]
-    def target_offset(self) -> object:  # a dataclass field shadowed by a property, as a caller could
+    @property
+    def target_offset(self) -> object:  # type: ignore[override]  # a field shadowed by a property, as a caller could
         answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
         type(self).reads += 1
         return answer
@@ -576,7 +576,7 @@ def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool
     assert judged(right + 1, right).status == "invalid"
 
     class Unreadable(TransferSegment):
-        @property  # type: ignore[override]
+        @property
         def shape(self) -> tuple[int, ...]:
             raise RuntimeError("no shape")
 

@@ -192,8 +192,8 @@ def _execute(
         # Of the plans as checked (``sched.params``: the same objects, or exact copies of what a
         # plan that could read differently each time held when it was checked).
         digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
-            {name: param.plan for name, param in sched.params.items()}, endpoints, budget, dtypes,
-            str(endpoint_ranks), key
+            {name: param.plan for name, param in sched.params.items()}, sched.endpoints or endpoints,
+            sched.budget or budget, dtypes, str(endpoint_ranks), key
         )
     except Exception as exc:
         digest = 0
@@ -240,7 +240,7 @@ def _execute(
             _written_by(sched, {ctx.me}) if outcome is not False else None,
             (ctx.me,),
         )
-    _recycle(sched, budget.total_bytes)
+    _recycle(sched, (sched.budget or budget).total_bytes)
     done = time.perf_counter()
     queues = (*sched.incoming.values(), *sched.outgoing.values())
     chunks = sum(len(m.parts) for q in queues for m in q)

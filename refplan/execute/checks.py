@@ -139,6 +139,9 @@ def _ints(value: object, where: str, what: str) -> tuple[int, ...]:
     return value
 
 
+_BUDGET_FIELDS = ("bytes_per_peer", "total_bytes", "max_chunks", "max_rounds", "max_work")
+
+
 _FIELDS = attrgetter(
     "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape"
 )
@@ -383,7 +386,8 @@ def _prepare(
             # remembered, since it may read differently on the next call; checked every call.
             key = None
         digest = _remember(key, args, params, limits, dtypes, mode)
-    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest, params=params, endpoints=args.endpoints)
+    sched = _Schedule(device=holds or torch.device("cpu"), digest=digest, params=params, endpoints=args.endpoints,
+                      budget=args.budget)
     _check_buffers(ctx, args, params, sched)
     where = _layout_key(key, ctx, sched)
     layout = schedule._LAYOUTS.get(where) if where is not None else None
@@ -512,15 +516,29 @@ def _check_arguments(
         raise _Refusal(f"endpoint_ranks must be 'global' or 'group', got {mode!r}")
     if call_key is not None and type(call_key) is not str:
         raise _Refusal(f"key must be a str or None, got {type(call_key).__name__}")
-    if not isinstance(budget, StagingBudget) or not all(
-        type(v) is int and v >= 1
-        for v in (budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work)
-    ):
-        raise _Refusal(f"budget must be a StagingBudget of positive ints, got {budget!r}")
+    # The budget's fields and the endpoints' tables are read once: a subclass (a property) may
+    # answer each read differently, and what is checked here is what every later step uses
+    # (``_Arguments``, then ``_Schedule.budget`` and ``.endpoints``), as with the plans.
+    if not isinstance(budget, StagingBudget):
+        raise _Refusal(f"budget must be a StagingBudget of positive ints, got {type(budget).__name__}")
+    try:
+        fields = tuple(getattr(budget, name) for name in _BUDGET_FIELDS)
+    except Exception as exc:
+        raise _Refusal(f"budget cannot be read ({type(exc).__name__})") from None
+    if not all(type(v) is int and v >= 1 for v in fields):
+        named = ", ".join(f"{n}={v!r}" for n, v in zip(_BUDGET_FIELDS, fields))
+        raise _Refusal(f"budget must be a StagingBudget of positive ints, got StagingBudget({named})")
+    if type(budget) is not StagingBudget:
+        budget = StagingBudget(*fields)
     if budget.max_chunks > _MAX_CHUNKS:
         raise _Refusal(f"max_chunks={budget.max_chunks} is above {_MAX_CHUNKS}, the most one process can tag")
     if not isinstance(endpoints, TransferEndpoints):
         raise _Refusal(f"endpoints must be a TransferEndpoints, got {type(endpoints).__name__}")
+    if type(endpoints) is not TransferEndpoints:
+        try:
+            endpoints = TransferEndpoints(endpoints.source, endpoints.target)
+        except Exception as exc:
+            raise _Refusal(f"endpoints cannot be read ({type(exc).__name__}: {exc})") from None
     if not isinstance(plans, Mapping) or not all(isinstance(k, str) for k in plans):
         raise _Refusal("plans must map parameter name -> TransferPlan")
     for side, buffers in (("source", source_buffers), ("target", target_buffers)):

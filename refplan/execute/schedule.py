@@ -308,7 +308,8 @@ class _Schedule:
     digest: int | None = None  # the schedule digest, when the checked batch was remembered with it
     most_rounds: int = 0  # the most rounds of any process's schedule (from the verdicts)
     params: Mapping[str, _Param] = field(default_factory=dict)  # every plan, checked (for _written_by)
-    endpoints: TransferEndpoints | None = None
+    endpoints: TransferEndpoints | None = None  # as checked (an exact copy of a subclass's)
+    budget: StagingBudget | None = None  # as checked, likewise
 
 
 class _Pool:
