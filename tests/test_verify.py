@@ -574,6 +574,11 @@ def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool
     assert judged(right, right + 1).ok
     assert judged(right, [right]).ok
     assert judged(right + 1, right).status == "invalid"
+    # Maps that are refused are refused before the plan is read at all (either way round).
+    odd = _answering(segments[1], right)
+    reshaped = contiguous_split_map((4, 16), [2, 2], 0)
+    assert verify_plan(TARGET, reshaped, [segments[0], odd]).status == "invalid_map"
+    assert _Answering.reads == 0
 
     class Unreadable(TransferSegment):
         @property

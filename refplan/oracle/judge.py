@@ -480,10 +480,11 @@ def _verify_plan(
     right. When the swapped judgement is ``ok`` the verdict keeps its status and counterexample
     (the plan *is* wrong for the maps as given) and its reason says so. A passing plan is never
     judged twice, so the check costs nothing on the path that matters. Both judgements judge one
-    reading of the plan (``_parse``): a plan whose segments answer each read differently (a
-    subclass's property) is never judged on two different readings.
+    reading of the plan (``_parse``, made by whichever judgement first gets past the maps): a plan
+    whose segments answer each read differently (a subclass's property) is never judged on two
+    different readings.
     """
-    parsed = _parse(plan)
+    parsed: list[_Parsed] = []
     verdict = _judge(
         target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
         judged=judged, parsed=parsed,
@@ -565,11 +566,12 @@ def _judge(
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
     layouts: dict[Any, Layout] | None = None,
     judged: Judged | None = None,
-    parsed: _Parsed,
+    parsed: list[_Parsed],
 ) -> Verdict:
     """One judgement of ``plan`` against the maps as given (``_verify_plan`` without the swap);
-    ``parsed``: the one reading of ``plan`` that is judged (``_parse``; the oracle never mutates
-    it, so both of ``_verify_plan``'s judgements share it)."""
+    ``parsed`` holds the one reading of ``plan`` that is judged (``_parse``), made here if it is
+    empty once the maps are valid (a plan is not read for maps that are refused), and shared by
+    ``_verify_plan``'s two judgements (the oracle never mutates it)."""
     try:
         misuse = _batch_map(target_map, source_map)
         if misuse is not None:
@@ -593,9 +595,12 @@ def _judge(
     misuse = _batch_plan(plan)
     if misuse is not None:
         return Verdict("invalid", parameter, reason=f"malformed plan: {misuse}")
-    if isinstance(parsed, AffineTransferError):
-        return Verdict("invalid", parameter, reason=f"malformed plan: {parsed}")
-    segments, plan_shape = parsed
+    if not parsed:
+        parsed.append(_parse(plan))
+    reading = parsed[0]
+    if isinstance(reading, AffineTransferError):
+        return Verdict("invalid", parameter, reason=f"malformed plan: {reading}")
+    segments, plan_shape = reading
     if plan_shape is not None and plan_shape != tgt.logical_shape:
         return Verdict(
             "invalid", parameter,
