@@ -12,15 +12,14 @@ import bisect
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from itertools import pairwise
-from operator import attrgetter
 from typing import Any
 
 import torch
 
 from ..maps import ParamAffineMap
-from ..plan import TransferPlan, TransferSegment
+from ..plan import SEGMENT_FIELDS, TransferPlan, TransferSegment
 from ..requests import TransferEndpoints
 from . import schedule
 from .common import StagingBudget, _Context, _describe, _Refusal
@@ -139,12 +138,7 @@ def _ints(value: object, where: str, what: str) -> tuple[int, ...]:
     return value
 
 
-_BUDGET_FIELDS = ("bytes_per_peer", "total_bytes", "max_chunks", "max_rounds", "max_work")
-
-
-_FIELDS = attrgetter(
-    "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape"
-)
+_BUDGET_FIELDS = tuple(f.name for f in fields(StagingBudget))
 
 
 def _injective(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -221,10 +215,10 @@ def _check_segment(name: str, index: int, seg: object, itemsize: int) -> Transfe
     if not isinstance(seg, TransferSegment):
         raise _Refusal(f"{where}: not a TransferSegment")
     try:
-        fields = _FIELDS(seg)
+        read = SEGMENT_FIELDS(seg)
     except Exception as exc:
         raise _Refusal(f"{where}: cannot be read ({type(exc).__name__})") from None
-    s_rank, s_off, s_raw, t_rank, t_off, t_raw, raw = fields
+    s_rank, s_off, s_raw, t_rank, t_off, t_raw, raw = read
     shape = _ints(raw, where, "shape")
     ndim = len(shape)
     s_str = _ints(s_raw, where, "source strides")
@@ -522,14 +516,14 @@ def _check_arguments(
     if not isinstance(budget, StagingBudget):
         raise _Refusal(f"budget must be a StagingBudget of positive ints, got {type(budget).__name__}")
     try:
-        fields = tuple(getattr(budget, name) for name in _BUDGET_FIELDS)
+        values = tuple(getattr(budget, name) for name in _BUDGET_FIELDS)
     except Exception as exc:
         raise _Refusal(f"budget cannot be read ({type(exc).__name__})") from None
-    if not all(type(v) is int and v >= 1 for v in fields):
-        named = ", ".join(f"{n}={v!r}" for n, v in zip(_BUDGET_FIELDS, fields))
+    if not all(type(v) is int and v >= 1 for v in values):
+        named = ", ".join(f"{n}={v!r}" for n, v in zip(_BUDGET_FIELDS, values))
         raise _Refusal(f"budget must be a StagingBudget of positive ints, got StagingBudget({named})")
     if type(budget) is not StagingBudget:
-        budget = StagingBudget(*fields)
+        budget = StagingBudget(*values)
     if budget.max_chunks > _MAX_CHUNKS:
         raise _Refusal(f"max_chunks={budget.max_chunks} is above {_MAX_CHUNKS}, the most one process can tag")
     if not isinstance(endpoints, TransferEndpoints):

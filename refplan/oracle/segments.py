@@ -14,7 +14,6 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from ..box import Box, decode_row_major, decode_row_major_array, volume
 from ..errors import InvalidMapError
 from ..limits import MAX_COORDINATE
-from ..plan import TransferPlan, TransferSegment
+from ..plan import SEGMENT_FIELDS, TransferPlan, TransferSegment
 from .layout import Array, Layout, logical_at, nonempty, rm, row_major_on
 from .verdict import Verdict
 
@@ -54,9 +53,7 @@ _SEGMENT = frozenset({TransferSegment})  # the exact class: ``isinstance`` is th
 
 _TUPLE = frozenset({tuple})
 
-FIELDS = attrgetter(
-    "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape"
-)
+FIELDS = SEGMENT_FIELDS
 """A segment's fields in the order ``plain_rows`` gives them (and ``small.judge_rows`` reads them)."""
 
 Row = tuple[int, int, tuple[int, ...], int, int, tuple[int, ...], tuple[int, ...]]
