@@ -17,6 +17,7 @@ value the *target map* says it must hold, and no guard element touched.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from hypothesis import HealthCheck, settings
 from refplan.box import row_major_strides, volume
 from refplan.cli.generate_corpus import piece, pmap, split  # noqa: F401  (re-exported: hand-built maps in the tests)
 from refplan.maps import AffinePiece, ParamAffineMap
+from refplan.plan import TransferSegment
 
 # ---------------------------------------------------------------------------------------------
 # Hypothesis profiles.
@@ -53,6 +55,38 @@ if importlib.util.find_spec("hypothesis_crosshair_provider") is not None:
     settings.register_profile("crosshair", backend="crosshair", max_examples=200, deadline=None,
                               database=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Segments a caller's own subclass makes: a field may answer each read differently.
+
+
+def segment_as(cls: type[TransferSegment], segment: TransferSegment) -> TransferSegment:
+    """An instance of ``cls`` (a subclass that shadows fields with properties) holding
+    ``segment``'s fields, made past the frozen dataclass's constructor as a caller could."""
+    made = object.__new__(cls)
+    object.__setattr__(made, "__dict__", {f.name: getattr(segment, f.name) for f in dataclasses.fields(segment)})
+    return made
+
+
+class AnsweringSegment(TransferSegment):
+    """A segment whose ``target_offset`` is a property: ``answers``, one per read (the last one
+    repeated), counted in ``reads``."""
+
+    reads = 0
+    answers: tuple[object, ...] = ()
+
+    @property
+    def target_offset(self) -> object:  # type: ignore[override]  # a field shadowed by a property, as a caller could
+        answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
+        type(self).reads += 1
+        return answer
+
+
+def answering(segment: TransferSegment, *answers: object) -> TransferSegment:
+    """``segment`` as an ``AnsweringSegment`` that gives ``answers``, its read count reset."""
+    AnsweringSegment.reads, AnsweringSegment.answers = 0, answers
+    return segment_as(AnsweringSegment, segment)
 
 
 # ---------------------------------------------------------------------------------------------

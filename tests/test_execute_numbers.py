@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import AnsweringSegment, answering
 
 from refplan import TransferEndpoints, TransferSegment
 from refplan.errors import InvalidMapError
@@ -95,27 +96,6 @@ def test_failures_after_the_verdict_say_targets_may_be_partly_written(monkeypatc
         _run(TransferSegment(0, 0, (1,), 0, 0, (1,), (4,)), torch.float32)
 
 
-class _Answering(TransferSegment):
-    """A segment subclass whose ``target_offset`` is a property: its answers, one per read."""
-
-    reads = 0
-    answers: tuple[object, ...] = ()
-
-    @property
-    def target_offset(self) -> object:  # type: ignore[override]  # a field shadowed by a property, as a caller could
-        answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
-        type(self).reads += 1
-        return answer
-
-
-def _answering(segment: TransferSegment, *answers: object) -> TransferSegment:
-    made = object.__new__(_Answering)
-    object.__setattr__(made, "__dict__", {name: getattr(segment, name) for name in (
-        "source_rank", "source_offset", "source_strides", "target_rank", "target_offset", "target_strides", "shape")})
-    _Answering.answers = answers
-    return made
-
-
 def test_a_segment_subclass_is_read_once_and_what_moves_is_what_was_checked() -> None:
     """A plan's numbers are checked before the verdict and then read again to move the bytes; a
     subclass whose property answers each read differently made the two differ (checked in range,
@@ -131,14 +111,14 @@ def test_a_segment_subclass_is_read_once_and_what_moves_is_what_was_checked() ->
     sources = {0: torch.arange(8, dtype=torch.float32), 1: torch.arange(8, 16, dtype=torch.float32)}
 
     def run(*answers: object, maps: bool = False) -> torch.Tensor:
-        odd = TransferPlan((first, _answering(second, *answers)), (4, 4), 16)
+        odd = TransferPlan((first, answering(second, *answers)), (4, 4), 16)
         target = torch.full((16,), -1.0)
-        _Answering.reads = 0
+        AnsweringSegment.reads = 0
         try:
             execute_transfer(odd, sources, {0: target}, halves, dtype=torch.float32,
                              maps=(whole, rows) if maps else None)
         finally:
-            assert _Answering.reads == 1, f"target_offset read {_Answering.reads} times"
+            assert AnsweringSegment.reads == 1, f"target_offset read {AnsweringSegment.reads} times"
         return target
 
     for _ in range(2):  # the same plan objects again: nothing of them is remembered

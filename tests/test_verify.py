@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import AnsweringSegment, answering, segment_as
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -531,26 +532,6 @@ def test_a_plan_with_forced_fields_is_malformed_not_a_raise() -> None:
     assert verify_plan(TARGET, SOURCE, plan).ok
 
 
-class _Answering(TransferSegment):
-    """A segment subclass whose ``target_offset`` is a property: the answers it gives, one per read."""
-
-    reads = 0
-    answers: tuple[object, ...] = ()
-
-    @property
-    def target_offset(self) -> object:  # type: ignore[override]  # a field shadowed by a property, as a caller could
-        answer = type(self).answers[min(type(self).reads, len(type(self).answers) - 1)]
-        type(self).reads += 1
-        return answer
-
-
-def _answering(segment: TransferSegment, *answers: object) -> TransferSegment:
-    made = object.__new__(_Answering)
-    object.__setattr__(made, "__dict__", {f.name: getattr(segment, f.name) for f in dataclasses.fields(segment)})
-    _Answering.reads, _Answering.answers = 0, answers
-    return made
-
-
 @pytest.mark.parametrize("batch", [False, True])
 @pytest.mark.parametrize("form", ["list", "TransferPlan"])
 def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool, form: str) -> None:
@@ -563,31 +544,29 @@ def test_a_segment_subclass_is_read_once_and_judged_on_what_was_read(batch: bool
     right = segments[1].target_offset
 
     def judged(*answers: object) -> Verdict:
-        odd = _answering(segments[1], *answers)
+        odd = answering(segments[1], *answers)
         listed = [segments[0], odd, *segments[2:]]
         plan: list[TransferSegment] | TransferPlan = listed if form == "list" else as_plan(listed, (8, 8))
         verdict = verify_plans({"w": (TARGET, SOURCE)}, {"w": plan}).verdicts["w"] if batch else verify_plan(
             TARGET, SOURCE, plan)
-        assert _Answering.reads == 1, f"target_offset read {_Answering.reads} times"
+        assert AnsweringSegment.reads == 1, f"target_offset read {AnsweringSegment.reads} times"
         return verdict
 
     assert judged(right, right + 1).ok
     assert judged(right, [right]).ok
     assert judged(right + 1, right).status == "invalid"
     # Maps that are refused are refused before the plan is read at all (either way round).
-    odd = _answering(segments[1], right)
+    odd = answering(segments[1], right)
     reshaped = contiguous_split_map((4, 16), [2, 2], 0)
     assert verify_plan(TARGET, reshaped, [segments[0], odd]).status == "invalid_map"
-    assert _Answering.reads == 0
+    assert AnsweringSegment.reads == 0
 
     class Unreadable(TransferSegment):
         @property
         def shape(self) -> tuple[int, ...]:
             raise RuntimeError("no shape")
 
-    broken = object.__new__(Unreadable)
-    fields = {f.name: getattr(segments[1], f.name) for f in dataclasses.fields(segments[1])}
-    object.__setattr__(broken, "__dict__", fields)
+    broken = segment_as(Unreadable, segments[1])
     verdict = verify_plan(TARGET, SOURCE, [segments[0], broken, *segments[2:]])
     assert verdict.status == "invalid"
     assert verdict.reason == "malformed plan: segments[1]: cannot be read (RuntimeError)"
