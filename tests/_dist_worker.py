@@ -1255,6 +1255,16 @@ def work_bound(me: int, world: int) -> dict[str, Any]:
 DIES_AT_ROUND = 6
 
 
+def _two_row_rounds(me: int) -> tuple[dict[str, TransferPlan], Any, TransferEndpoints, dict[str, torch.dtype]]:
+    """Process 1 sends process 0 a 64x4 parameter's two column halves as 64 two-row messages (with
+    a 32-byte budget): columns of a row-major source, so every chunk is strided there and packed,
+    while process 0 receives each straight into its shard. (plans, buffers, endpoints, dtypes)."""
+    pairs = {"w": (contiguous_split_map((64, 4), [2, 2], 1), contiguous_split_map((64, 4), [64], 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 1}, {0: 0, 1: 0})
+    return plan(pairs, ends, dtypes, "balanced"), make_buffers(pairs, ends, me, dtypes), ends, dtypes
+
+
 def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
     """Process 1 sends 64 two-row messages to process 0 and dies (``os._exit``) while packing
     round ``DIES_AT_ROUND``; rounds before it were posted, and may not all have been delivered.
@@ -1264,12 +1274,7 @@ def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
 
     from refplan.execute import transport as transport_phase  # where _move and _pack_ahead look up _pack
 
-    # Columns of a row-major source: every 2-row chunk is strided there, so it is packed.
-    pairs = {"w": (contiguous_split_map((64, 4), [2, 2], 1), contiguous_split_map((64, 4), [64], 0))}
-    dtypes = {"w": torch.float32}
-    ends = TransferEndpoints({0: 1}, {0: 0, 1: 0})
-    plans = plan(pairs, ends, dtypes, "balanced")
-    buffers = make_buffers(pairs, ends, me, dtypes)
+    plans, buffers, ends, dtypes = _two_row_rounds(me)
     if me == 1:
         real, packed = transport_phase._pack, [0]
 
@@ -1284,6 +1289,28 @@ def died_mid_rounds(me: int, world: int) -> dict[str, Any]:
     res = _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
                                               budget=StagingBudget(32), timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
     return {**res, "seconds": time.monotonic() - started}
+
+
+FAILS_AT_POST = 10
+
+
+def failed_posting(me: int, world: int) -> dict[str, Any]:
+    """``died_mid_rounds``'s batch, where process 0's receive of round ``FAILS_AT_POST`` cannot be
+    posted (its ``irecv`` raises): the error names that round and the rounds in flight, since a
+    peer that dies in any of them fails the next post the same way (issue 26)."""
+    plans, buffers, ends, dtypes = _two_row_rounds(me)
+    if me == 0:
+        real, posted = dist.irecv, [0]
+
+        def irecv(*args: Any, **kwargs: Any) -> Any:
+            posted[0] += 1
+            if posted[0] == FAILS_AT_POST + 1:
+                raise RuntimeError("injected")
+            return real(*args, **kwargs)
+
+        dist.irecv = irecv
+    return _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                               budget=StagingBudget(32), timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
 
 
 def died_before_the_hello(me: int, world: int) -> dict[str, Any]:

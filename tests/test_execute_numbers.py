@@ -174,3 +174,46 @@ def test_the_budget_and_the_endpoints_are_read_once_too() -> None:
     with pytest.raises(TransferRejectedError, match=r"got StagingBudget\(bytes_per_peer=0, total_bytes="):
         execute_transfer(plan, sources, {0: torch.zeros(16)}, halves, dtype=torch.float32,
                          budget=StagingBudget(bytes_per_peer=0))
+
+
+def test_the_dtypes_are_read_once_per_call_and_the_digest_names_the_dtype_checked() -> None:
+    """``dtypes`` of a ``Mapping`` type other than ``dict`` is read once per call, one lookup per
+    parameter: the batch key, the checks and the digest each looked a dtype up (three readings on
+    a first call), so a mapping answering float32 and then int32 had the processes agree on a
+    digest naming one dtype while they checked and moved by another. One that cannot be read is
+    refused by name, never an unexpected error."""
+    from collections.abc import Iterator, Mapping
+
+    from refplan.execute import execute_transfers
+
+    reads: list[str] = []
+
+    class Answering(Mapping[str, torch.dtype]):
+        def __getitem__(self, name: str) -> torch.dtype:
+            reads.append(name)
+            return torch.float32 if len(reads) == 1 else torch.int32
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(["w"])
+
+        def __len__(self) -> int:
+            return 1
+
+    rows = contiguous_split_map((4, 4), [2, 2], 0)
+    whole = contiguous_split_map((4, 4), [4], 0)
+    halves = TransferEndpoints({0: 0, 1: 0}, {0: 0})
+    plans = plan_transfers({"w": (whole, rows)}, endpoints=halves, element_size={"w": 4})
+    sources = {"w": {0: torch.arange(8, dtype=torch.float32), 1: torch.arange(8, 16, dtype=torch.float32)}}
+    for call in range(2):
+        reads.clear()
+        target = torch.full((16,), -1.0)
+        execute_transfers(plans, sources, {"w": {0: target}}, halves, dtypes=Answering())
+        assert reads == ["w"], (call, reads)
+        assert torch.equal(target, torch.arange(16, dtype=torch.float32))
+
+    class Unreadable(Answering):
+        def __getitem__(self, name: str) -> torch.dtype:
+            raise RuntimeError("no")
+
+    with pytest.raises(TransferRejectedError, match=r"dtypes cannot be read: RuntimeError: no"):
+        execute_transfers(plans, sources, {"w": {0: torch.zeros(16)}}, halves, dtypes=Unreadable())

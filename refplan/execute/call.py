@@ -189,11 +189,12 @@ def _execute(
     try:
         # A refusal is reported before any digest is compared, so a refusing process skips the
         # digest: for a batch refused for its size it would cost as much as the checks it skipped.
-        # Of the plans as checked (``sched.params``: the same objects, or exact copies of what a
+        # Of the plans and dtypes as checked (``sched.params``: the same objects, or exact copies of what a
         # plan that could read differently each time held when it was checked).
         digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
             {name: param.plan for name, param in sched.params.items()}, sched.endpoints or endpoints,
-            sched.budget or budget, dtypes, str(endpoint_ranks), key
+            sched.budget or budget, {name: param.dtype for name, param in sched.params.items()},
+            str(endpoint_ranks), key
         )
     except Exception as exc:
         digest = 0

@@ -368,6 +368,7 @@ def _prepare(
     checked, and the pieces bound to them, on every call.
     """
     args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds, call_key)
+    dtypes = _dtypes_read_once(dtypes, args.plans)
     key = _batch_key(ctx, args, dtypes, mode)
     remembered = _CHECKED.get(key) if key is not None else None
     digest: int | None
@@ -402,6 +403,23 @@ def _prepare(
     if where is not None:
         schedule._LAYOUTS.put(where, _Layout.of(sched, spans))
     return sched
+
+
+def _dtypes_read_once(dtypes: object, plans: Mapping[str, object]) -> object:
+    """The caller's ``dtypes`` as one reading: itself when it is an exact ``dict`` (whose lookups
+    are the stored values), else a ``dict`` of the plans' names read once each.
+
+    The batch key, the checks and the digest each look a dtype up; a ``Mapping`` of another type
+    could answer each lookup differently (as a plan subclass could, see ``_as_checked``), so that
+    the digest the processes agree on names another dtype than the one checked and moved.
+    Anything that is not a ``Mapping`` is left for ``_dtype_of`` to refuse by name.
+    """
+    if type(dtypes) is dict or not isinstance(dtypes, Mapping):
+        return dtypes
+    try:
+        return {name: dtypes.get(name) for name in sorted(plans)}
+    except Exception as exc:
+        raise _Refusal(f"dtypes cannot be read: {_describe(exc)}") from None
 
 
 def _layout_key(batch: tuple[object, ...] | None, ctx: _Context, sched: _Schedule) -> tuple[object, ...] | None:
@@ -479,7 +497,8 @@ def _remember(
         return None
     try:
         digest = schedule_digest(
-            {n: p.plan for n, p in params.items()}, args.endpoints, args.budget, dtypes, mode, args.key
+            {n: p.plan for n, p in params.items()}, args.endpoints, args.budget,
+            {n: p.dtype for n, p in params.items()}, mode, args.key
         )
     except Exception:
         return None

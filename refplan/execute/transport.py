@@ -188,8 +188,14 @@ def _move(
                 labels += [label for _wire, _dst, _t, label in in_order]
         except Exception as exc:
             _RETAINED.append(buffers)
+            # A peer that died (or closed its connection) in any round in flight can make this
+            # post fail, so those rounds are named: the round being posted is only the latest.
+            flying = [t.index for t, _used in in_flight]
+            which = f"round {r} of {rounds}"
+            if flying:
+                which += f" (rounds {min(flying)}-{max(flying)} were in flight)"
             raise TransferExecutionError(
-                f"round {r} of {rounds}: posting failed; target buffers may be partly written: {_describe(exc)}"
+                f"{which}: posting failed; target buffers may be partly written: {_describe(exc)}"
             ) from exc
         return _Round(r, works, labels, landing, buffers)
 
