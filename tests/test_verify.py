@@ -986,6 +986,70 @@ def test_hundred_thousand_segments_verify_in_seconds() -> None:
 # -- batches and the CLI --------------------------------------------------------------------------
 
 
+def test_a_batch_of_another_mapping_type_is_read_once_and_never_raises_from_inside() -> None:
+    """``verify_plans`` reads each value of a ``Mapping`` that is not an exact ``dict`` once (it
+    tested membership, then looked the value up: two readings, judged on the second, and a lookup
+    that raised came out of the judgement as a bare exception); a value that cannot be read, or a
+    pair that is not two maps, is that parameter's verdict; an argument that is no mapping is a
+    ``TypeError`` naming it."""
+    from collections.abc import Iterator, Mapping
+
+    good = as_plan(hand_segments(), (8, 8))
+    wrong = as_plan(hand_segments()[1:], (8, 8))
+
+    class Answering(Mapping[str, object]):
+        """Answers each lookup of ``flip`` with the next of ``answers`` (counted in ``reads``)."""
+
+        def __init__(self, values: dict[str, object], flip: str, *answers: object) -> None:
+            self.values, self.flip, self.answers, self.reads = values, flip, answers, 0
+
+        def __getitem__(self, name: str) -> object:
+            if name == self.flip:
+                self.reads += 1
+                got = self.answers[min(self.reads, len(self.answers)) - 1]
+                if isinstance(got, Exception):
+                    raise got
+                return got
+            return self.values[name]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.values)
+
+        def __len__(self) -> int:
+            return len(self.values)
+
+    pairs = {"a": (TARGET, SOURCE), "b": (TARGET, SOURCE)}
+    for first, then, status in ((good, wrong, "ok"), (wrong, good, "invalid")):
+        plans = Answering({"a": good, "b": good}, "b", first, then)
+        batch = verify_plans(pairs, plans)
+        assert plans.reads == 1 and batch.verdicts["b"].status == status, (plans.reads, batch.verdicts["b"])
+        maps = Answering(pairs, "b", (TARGET, SOURCE) if status == "ok" else (SOURCE, TARGET), (TARGET, SOURCE))
+        batch = verify_plans(maps, {"a": good, "b": good})
+        assert maps.reads == 1 and batch.verdicts["b"].status == ("ok" if status == "ok" else "invalid")
+
+    batch = verify_plans(Answering(pairs, "b", RuntimeError("gone")), {"a": good, "b": good})
+    assert batch.verdicts["a"].ok and batch.verdicts["b"].status == "invalid_map", batch.verdicts["b"]
+    assert batch.verdicts["b"].map_error == "pairs['b']: RuntimeError: gone"
+    batch = verify_plans(pairs, Answering({"a": good, "b": good}, "b", RuntimeError("gone")))
+    assert batch.verdicts["a"].ok and batch.verdicts["b"].status == "invalid"
+    assert batch.verdicts["b"].reason == "malformed plan: plans['b'] cannot be read (RuntimeError: gone)"
+    for odd in ((TARGET,), (TARGET, SOURCE, SOURCE), 5, None):
+        batch = verify_plans({"a": (TARGET, SOURCE), "b": odd}, {"a": good, "b": good})  # type: ignore[dict-item]
+        assert batch.verdicts["a"].ok and batch.verdicts["b"].status == "invalid_map", (odd, batch.verdicts["b"])
+        assert (batch.verdicts["b"].map_error or "").startswith("pairs['b'] is "), batch.verdicts["b"]
+    batch = verify_plans({"a": (TARGET, SOURCE), 1: (TARGET, SOURCE)}, {"a": good, 1: good})  # type: ignore[dict-item]
+    assert batch.ok and list(batch.verdicts) == [1, "a"]
+
+    class Unlisted(Answering):
+        def __iter__(self) -> Iterator[str]:
+            raise RuntimeError("no names")
+
+    with pytest.raises(TypeError, match=r"^verify_plans: the names of pairs cannot be read: RuntimeError: no names$"):
+        verify_plans(Unlisted(pairs, "b"), {"a": good, "b": good})
+    with pytest.raises(TypeError, match=r"^verify_plans: plans is \[.*\], not a mapping of parameter names$"):
+        verify_plans(pairs, [good, good])  # type: ignore[arg-type]
+
+
 def test_batch_status_is_the_worst_and_missing_parameters_are_invalid() -> None:
     pairs = {"a": (TARGET, SOURCE), "b": (TARGET, SOURCE), "c": (TARGET, SOURCE)}
     good = as_plan(hand_segments(), (8, 8))

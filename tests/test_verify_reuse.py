@@ -19,7 +19,7 @@ own name (``oracle.judge.Same``). The tests hold both halves of that:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -212,38 +212,36 @@ def test_one_plan_met_with_several_map_pairs_is_judged_once_per_pair(judgements:
     assert_alone(result, pairs, plans)
 
 
-class _ChangingPlans(Mapping[str, Any]):
-    """A ``{name: plan}`` batch that, once the fifth parameter is asked for, changes a list inside
-    its one plan in place: a plan with a mutable part is not the same content each time."""
-
-    def __init__(self, plan: TransferPlan, strides: list[int]) -> None:
-        self.plan, self.strides = plan, strides
-
-    def __getitem__(self, name: str) -> Any:
-        if name == FIFTH:
-            self.strides[1] = 2  # segment 0 now reads every other column of its source rows
-        return self.plan
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(NAMES)
-
-    def __len__(self) -> int:
-        return len(NAMES)
-
-
 @pytest.mark.parametrize("listed", ["segments", "strides"])
-def test_a_plan_with_mutable_parts_is_judged_each_time(judgements: list[str], listed: str) -> None:
+def test_a_plan_with_mutable_parts_is_judged_each_time(
+    judgements: list[str], listed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A plan holding a list (its segment tuple as a list, or one segment's source strides,
     forced past the frozen dataclasses) is never answered from memory: when the list changes
-    mid-batch, the parameters from then on are found invalid."""
+    mid-batch (here just before the fifth parameter is judged, as another thread could), the
+    parameters from then on are found invalid."""
     first = dataclasses.replace(PLAN.segments[0])
     strides = list(first.source_strides)
     object.__setattr__(first, "source_strides", strides)
     plan = TransferPlan((first, *PLAN.segments[1:]), PLAN.logical_shape, PLAN.moved_elements)
     if listed == "segments":
         object.__setattr__(plan, "segments", list(plan.segments))
+    counted, counted_quick = judge._verify_plan, judge._quick
+
+    def changing(*args: Any, **kwargs: Any) -> Any:
+        if kwargs["parameter"] == FIFTH:
+            strides[1] = 2  # segment 0 now reads every other column of its source rows
+        return counted(*args, **kwargs)
+
+    def changing_quick(*args: Any) -> Any:
+        if args[3] == FIFTH:
+            strides[1] = 2
+        return counted_quick(*args)
+
+    monkeypatch.setattr(judge, "_verify_plan", changing)
+    monkeypatch.setattr(judge, "_quick", changing_quick)
     pairs = repeated()
-    result = verify_plans(pairs, _ChangingPlans(plan, strides))
+    result = verify_plans(pairs, dict.fromkeys(NAMES, plan))
     assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] * 6
     assert judgements == NAMES
     assert result.verdicts[FIFTH] == verify_plan(TARGET, SOURCE, plan, parameter=FIFTH)

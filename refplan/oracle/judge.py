@@ -18,8 +18,8 @@ import numpy as np
 from .. import limits
 from .._gc import cycle_collection_paused
 from ..box import Box, box_in_shard, covers, overlapping_pairs, volume
-from ..errors import AffineTransferError, InvalidMapError
-from ..maps import MapContent, ParamAffineMap
+from ..errors import AffineTransferError, InvalidMapError, describe_exception
+from ..maps import MapContent, ParamAffineMap, describe
 from ..plan import TransferPlan, TransferSegment
 from . import small
 from .layout import (
@@ -705,10 +705,15 @@ def _verify_plans(
     judged: Judged = {}
     same: Same = {}
     statuses: set[str] = set()
-    if type(pairs) is dict and type(plans) is dict and len(plans) == len(pairs) and plans.keys() <= pairs.keys():
-        names = sorted(pairs)  # the same names: a model's dict is often in order already, which sorts in one pass
-    else:
-        names = sorted(set(pairs) | set(plans))
+    pairs, unread_pairs = _read_once(pairs, "pairs")
+    plans, unread_plans = _read_once(plans, "plans")
+    try:
+        if type(pairs) is dict and type(plans) is dict and len(plans) == len(pairs) and plans.keys() <= pairs.keys():
+            names = sorted(pairs)  # the same names: a model's dict is often in order already, which sorts in one pass
+        else:
+            names = sorted(set(pairs) | set(plans))
+    except TypeError:  # names of types that do not compare: in an order every process computes alike
+        names = sorted(set(pairs) | set(plans), key=lambda n: (type(n).__name__, repr(n)))
     # ``same`` pays only when a plan object comes twice; in a batch of distinct plans (every
     # parameter's layout its own) neither looking verdicts up nor filing them is worth its cost.
     repeats = type(plans) is not dict or len({*map(id, plans.values())}) < len(plans)
@@ -718,12 +723,27 @@ def _verify_plans(
     # pairs: another mapping is read only through its keys, as below, and its readings are not kept).
     reads = {_KEEP: _KEEP} if repeats else _shared_contents(pairs) if type(pairs) is dict else {}
     for name in names:
-        if name not in plans:
+        if name in unread_pairs:
+            verdict = Verdict("invalid_map", name, reason="the maps of this parameter cannot be read, so no plan was "
+                              "judged", map_error=f"pairs[{name!r}]: {unread_pairs[name]}")
+        elif name in unread_plans:
+            verdict = Verdict("invalid", name, reason=f"malformed plan: plans[{name!r}] cannot be read "
+                              f"({unread_plans[name]})")
+        elif name not in plans:
             verdict = Verdict("invalid", name, reason="the maps describe this parameter but no plan does")
         elif name not in pairs:
             verdict = Verdict("invalid", name, reason="a plan for a parameter the maps do not describe")
         else:
-            target, source = pairs[name]
+            pair = pairs[name]
+            try:
+                target, source = pair
+            except Exception:  # a value of another form (or an iterable that fails) is no pair of maps
+                verdict = Verdict("invalid_map", name, reason="the maps of this parameter are not a (target map, "
+                                  "source map) pair, so no plan was judged", map_error=f"pairs[{name!r}] is "
+                                  f"{describe(pair)}")
+                verdicts[name] = verdict
+                statuses.add(verdict.status)
+                continue
             plan = plans[name]
             if type(plan) is TransferPlan and type(target) is ParamAffineMap and type(source) is ParamAffineMap:
                 t_content = target.content
@@ -819,6 +839,34 @@ def _reading(m: ParamAffineMap, content: MapContent, reads: _Reads) -> _Read | N
             reads[content] = _DECLINED if read is None else read
         return read
     return None if got is _DECLINED else got
+
+
+def _read_once(batch: Mapping[str, Any], what: str) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """``batch`` as one reading, and the names whose value could not be read (with why).
+
+    An exact ``dict`` is its own reading. Another ``Mapping`` is read once, through its keys and
+    one lookup per key, into a ``dict``: the judgement tests membership and looks values up, and a
+    mapping of another type could answer those differently, or raise from inside the judgement. A
+    lookup that fails makes that parameter's verdict (never a raise from deep inside); an argument
+    that is no mapping, or whose keys cannot be listed, names no parameter to give a verdict to,
+    and is a ``TypeError`` naming the argument.
+    """
+    if type(batch) is dict:
+        return batch, {}
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"verify_plans: {what} is {describe(batch)}, not a mapping of parameter names")
+    try:
+        names = list(batch)
+    except Exception as exc:
+        raise TypeError(f"verify_plans: the names of {what} cannot be read: {describe_exception(exc)}") from None
+    read: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    for name in names:
+        try:
+            read[name] = batch[name]
+        except Exception as exc:
+            failed[name] = describe_exception(exc)
+    return read, failed
 
 
 def _shared_contents(pairs: Mapping[str, tuple[MapLike, MapLike]]) -> _Reads:
