@@ -1027,18 +1027,29 @@ def test_a_batch_of_another_mapping_type_is_read_once_and_never_raises_from_insi
         batch = verify_plans(maps, {"a": good, "b": good})
         assert maps.reads == 1 and batch.verdicts["b"].status == ("ok" if status == "ok" else "invalid")
 
-    batch = verify_plans(Answering(pairs, "b", RuntimeError("gone")), {"a": good, "b": good})
-    assert batch.verdicts["a"].ok and batch.verdicts["b"].status == "invalid_map", batch.verdicts["b"]
-    assert batch.verdicts["b"].map_error == "pairs['b']: RuntimeError: gone"
-    batch = verify_plans(pairs, Answering({"a": good, "b": good}, "b", RuntimeError("gone")))
-    assert batch.verdicts["a"].ok and batch.verdicts["b"].status == "invalid"
-    assert batch.verdicts["b"].reason == "malformed plan: plans['b'] cannot be read (RuntimeError: gone)"
-    for odd in ((TARGET,), (TARGET, SOURCE, SOURCE), 5, None):
-        batch = verify_plans({"a": (TARGET, SOURCE), "b": odd}, {"a": good, "b": good})  # type: ignore[dict-item]
-        assert batch.verdicts["a"].ok and batch.verdicts["b"].status == "invalid_map", (odd, batch.verdicts["b"])
-        assert (batch.verdicts["b"].map_error or "").startswith("pairs['b'] is "), batch.verdicts["b"]
-    batch = verify_plans({"a": (TARGET, SOURCE), 1: (TARGET, SOURCE)}, {"a": good, 1: good})  # type: ignore[dict-item]
-    assert batch.ok and list(batch.verdicts) == [1, "a"]
+    # The failing name first, so that every later one is still judged.
+    batch = verify_plans(Answering(pairs, "a", RuntimeError("gone")), {"a": good, "b": good})
+    assert batch.verdicts == {"a": Verdict("invalid_map", "a", reason="the maps of this parameter cannot be read, so "
+                                           "no plan was judged", map_error="pairs['a']: RuntimeError: gone"),
+                              "b": verify_plan(TARGET, SOURCE, good, parameter="b")}
+    batch = verify_plans(pairs, Answering({"a": good, "b": good}, "a", RuntimeError("gone")))
+    assert batch.verdicts == {"a": Verdict("invalid", "a", reason="malformed plan: plans['a'] cannot be read "
+                                           "(RuntimeError: gone)"),
+                              "b": verify_plan(TARGET, SOURCE, good, parameter="b")}
+    maps = "(ParamAffineMap(logical_shape..."  # a long value is shown shortened
+    for odd, shown in (((TARGET,), maps), ((TARGET, SOURCE, SOURCE), maps), (5, "5"), (None, "None")):
+        batch = verify_plans({"a": odd, "b": (TARGET, SOURCE)}, {"a": good, "b": good})  # type: ignore[dict-item]
+        assert batch.verdicts["b"].ok and batch.status == "invalid_map", (odd, batch.verdicts["b"])
+        assert batch.verdicts["a"] == Verdict(
+            "invalid_map", "a", reason="the maps of this parameter are not a (target map, source map) pair, so no "
+            "plan was judged", map_error=batch.verdicts["a"].map_error), batch.verdicts["a"]
+        assert (batch.verdicts["a"].map_error or "").startswith(f"pairs['a'] is {shown}"), batch.verdicts["a"]
+    with pytest.raises(TypeError, match=r"^verify_plans: the parameter names do not sort \(TypeError: '<' not "):
+        verify_plans({"a": (TARGET, SOURCE), 1: (TARGET, SOURCE)}, {"a": good, 1: good})  # type: ignore[dict-item]
+    # An exact dict is its own reading (nothing copied on the common path).
+    from refplan.oracle.judge import _read_once
+
+    assert _read_once(pairs, "pairs") == (pairs, {}) and _read_once(pairs, "pairs")[0] is pairs
 
     class Unlisted(Answering):
         def __iter__(self) -> Iterator[str]:

@@ -712,8 +712,9 @@ def _verify_plans(
             names = sorted(pairs)  # the same names: a model's dict is often in order already, which sorts in one pass
         else:
             names = sorted(set(pairs) | set(plans))
-    except TypeError:  # names of types that do not compare: in an order every process computes alike
-        names = sorted(set(pairs) | set(plans), key=lambda n: (type(n).__name__, repr(n)))
+    except TypeError as exc:  # verdicts come in name order, and names of types that do not compare have none
+        raise TypeError(f"verify_plans: the parameter names do not sort ({describe_exception(exc)}); names are "
+                        "str") from None
     # ``same`` pays only when a plan object comes twice; in a batch of distinct plans (every
     # parameter's layout its own) neither looking verdicts up nor filing them is worth its cost.
     repeats = type(plans) is not dict or len({*map(id, plans.values())}) < len(plans)
@@ -848,8 +849,8 @@ def _read_once(batch: Mapping[str, Any], what: str) -> tuple[Mapping[str, Any], 
     one lookup per key, into a ``dict``: the judgement tests membership and looks values up, and a
     mapping of another type could answer those differently, or raise from inside the judgement. A
     lookup that fails makes that parameter's verdict (never a raise from deep inside); an argument
-    that is no mapping, or whose keys cannot be listed, names no parameter to give a verdict to,
-    and is a ``TypeError`` naming the argument.
+    that is no mapping, or whose keys cannot be listed (or sorted, in ``_verify_plans``), names no
+    parameter to give a verdict to, and is a ``TypeError`` naming the argument.
     """
     if type(batch) is dict:
         return batch, {}
