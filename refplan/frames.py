@@ -26,7 +26,7 @@ anything unusual, every refusal included, goes the way above.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import add, attrgetter, gt, mul
@@ -446,6 +446,7 @@ def normalize(
         raise AffineTransferError(
             f"{_where(parameter, side)}: {total} pieces exceed max_pieces_per_map={budget.max_pieces_per_map}"
         )
+    _check_location_ids(param_map.ranks, partial(_where, parameter, side))  # R3a
     logical_strides = row_major_strides(logical)
     logical_numel = volume(logical)
     logical_small = max(logical_strides, default=0) <= MAX_COORDINATE
@@ -514,13 +515,25 @@ def normalize(
 
 
 
+def _check_location_ids(locations: Iterable[int], where: Callable[[int], str]) -> None:
+    """R3a: every location id is at most 2**62 in magnitude; the first one that is not, in
+    ascending order, is refused. Location ids travel through the same int64 arrays as
+    coordinates (the regions' and the oracle's location columns), where a larger one overflowed
+    with a bare ``OverflowError`` from inside; one pass over the ids, never over holder sets."""
+    bad = [loc for loc in locations if not -MAX_COORDINATE <= loc <= MAX_COORDINATE]
+    if bad:
+        loc = min(bad)
+        raise InvalidMapError(f"{where(loc)}: location id {loc} is above 2**62 in magnitude")
+
+
 def plain_logical(
     content: MapContent, budget: PlanBudget, most_pieces: int
 ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
     """(F's shape, its row-major strides, its volume) when a map's content is within the bounds
     every small path needs before it looks at a piece: at most ``most_pieces`` (and the budget's
     ``max_pieces_per_map``) pieces, ``1..max_ndim`` positive axes of at most 2**62, a volume of
-    at most 2**62; ``None`` otherwise (the general path then decides, refusals included).
+    at most 2**62, location ids of at most 2**62 in magnitude (R3a); ``None`` otherwise (the
+    general path then decides, refusals included).
 
     One check for ``_small_normalize`` and ``planner._slab_side``, so the two small paths cannot
     drift apart on what they take.
@@ -533,6 +546,8 @@ def plain_logical(
     strides = row_major_strides(logical)
     numel = strides[0] * logical[0]  # the volume: row-major strides[0] is the product of the rest
     if numel > MAX_COORDINATE:
+        return None
+    if max(map(abs, content.shard_shapes), default=0) > MAX_COORDINATE:  # R3a: refused by the general path
         return None
     return logical, strides, numel
 

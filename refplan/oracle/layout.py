@@ -184,6 +184,10 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
         raise InvalidMapError(f"{side} map: logical shape {logical} has a negative extent")
     if volume(logical) >= MAX_COORDINATE:
         raise TooLarge(f"{side} map: logical shape {logical} exceeds {MAX_COORDINATE} elements")
+    # Location ids go into the same int64 columns as coordinates (``check_plan``'s rows, the cuts).
+    bad = [loc for loc in m.ranks if not -MAX_COORDINATE <= loc <= MAX_COORDINATE]
+    if bad:
+        raise InvalidMapError(f"{side} map, location {min(bad)}: location id {min(bad)} is above 2**62 in magnitude")
     shards: dict[int, tuple[int, ...]] = {}
     held: dict[int, list[Held]] = {}
     for loc in m.ranks:

@@ -234,6 +234,8 @@ def read_map(m: ParamAffineMap) -> dict[int, Place] | None:
     pieces_by_rank = content.pieces_by_rank
     if shard_shapes.keys() != pieces_by_rank.keys():
         return None  # a location with pieces and no shard, or with a shard and no pieces
+    if max(map(abs, shard_shapes), default=0) > MAX_COORDINATE:
+        return None  # a location id the general path refuses (it would not fit its int64 columns)
     zeros = (0,) * ndim
     plain: dict[int, Place] = {}
     # Replicas share one tuple of pieces (``replicate``) in equal shards: each such location is
