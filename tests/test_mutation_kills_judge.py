@@ -79,3 +79,74 @@ def test_segment_errors_counts_what_it_judged() -> None:
     assert segment_errors(TARGET, SOURCE, plan, limit=5, scan=0) == ([], 0)
     assert segment_errors(TARGET, SOURCE, plan, limit=1, scan=100)[1] == 2  # stops at the limit
     assert segment_errors({"logical_shape": "x"}, SOURCE, plan, limit=5, scan=100) == ([], 0)
+
+
+# -- gaps found by the seventeenth session's run (docs/mutation.md) -----------------------------
+
+
+def test_a_location_without_a_slab_axis_before_one_with_it_is_cut_right() -> None:
+    """The general path's cuts of a box by a location's pieces: location 0 holds its columns as a
+    3x3 grid of single elements (no slab axis), location 1 its columns as three rows (slabs). The
+    exact plan is ``ok`` (the grouping by location, the slab search and the run bounds of
+    ``_cut``/``_ranges`` each changed it to an internal-consistency ``unverifiable``)."""
+    from refplan.maps import ParamAffineMap
+    from refplan.plan import TransferPlan, TransferSegment
+
+    def piece(shape: tuple[int, int], src: int, dst: int, loc: int) -> dict[str, Any]:
+        return {"shape": list(shape), "source": [src, [6, 1]], "dest": [dst, [3, 1]], "locations": [loc]}
+
+    grid = [piece((1, 1), 6 * i + j, 3 * i + j, 0) for i in range(3) for j in range(3)]
+    rows = [piece((1, 3), 6 * i + 3, 3 * i, 1) for i in range(3)]
+    m = ParamAffineMap.from_dict({"logical_shape": [3, 6], "ranks": {
+        "0": {"shard_shape": [3, 3], "pieces": grid}, "1": {"shard_shape": [3, 3], "pieces": rows}}})
+    segments = [TransferSegment(0, 0, (3, 1), 0, 0, (3, 1), (3, 3))] + [
+        TransferSegment(1, 3 * i, (3, 1), 1, 3 * i, (3, 1), (1, 3)) for i in range(3)]
+    verdict = verify_plan(m, m, TransferPlan(tuple(segments), (3, 6), 18))
+    assert verdict.ok, verdict
+    wrong = segments[:1] + [TransferSegment(1, 0, (3, 1), 1, 3 * i, (3, 1), (1, 3)) for i in range(3)]
+    assert verify_plan(m, m, TransferPlan(tuple(wrong), (3, 6), 18)).status == "invalid"
+
+
+def test_volumes_past_2_53_are_summed_exactly() -> None:
+    """Counts past 2**53 elements stay ints: a float sum of 2**53 + 8 is 2**53, so the cuts of a
+    box "did not add up" (``_cut``'s sum), and extents read as floats lost the last element
+    (``check_plan``'s rows). The oracle works on boxes, never elements, so these are cheap."""
+    from refplan.maps import ParamAffineMap
+    from refplan.plan import TransferPlan, TransferSegment
+
+    big = 2**53
+    n = big + 8
+    pieces = [{"shape": [big], "source": [8, [1]], "dest": [0, [1]], "locations": [0]}] + [
+        {"shape": [1], "source": [7 - k, [1]], "dest": [big + k, [1]], "locations": [0]} for k in range(8)]
+    m = ParamAffineMap.from_dict({"logical_shape": [n], "ranks": {"0": {"shard_shape": [n], "pieces": pieces}}})
+    assert verify_plan(m, m, TransferPlan((TransferSegment(0, 0, (1,), 0, 0, (1,), (n,)),), (n,), n)).ok
+    first = big + 1
+    n = first + 127
+    m = contiguous_split_map((n,), [n], 0)
+    segments = (TransferSegment(0, 0, (1,), 0, 0, (1,), (first,)),
+                *(TransferSegment(0, first + k, (1,), 0, first + k, (1,), (1,)) for k in range(127)))
+    assert verify_plan(m, m, TransferPlan(segments, (n,), n)).ok
+
+
+def test_a_plan_whose_logical_shape_is_not_a_tuple_is_a_malformed_verdict_in_a_batch() -> None:
+    from refplan.plan import TransferPlan, TransferSegment
+    from refplan.verify import verify_plans
+
+    m = contiguous_split_map((4,), [4], 0)
+    plan = TransferPlan((TransferSegment(0, 0, (1,), 0, 0, (1,), (4,)),), None, 4)  # type: ignore[arg-type]
+    verdict = verify_plans({"p": (m, m)}, {"p": plan}).verdicts["p"]
+    assert verdict.status == "invalid" and verdict.reason.startswith("malformed plan: "), verdict
+
+
+def test_a_map_the_quick_path_declines_is_judged_for_every_plan_that_uses_it() -> None:
+    """A map ``small.read_map`` declines (130 pieces), held by two parameters with two plan
+    objects: the second reading of it is the same refusal to read, never a marker object."""
+    from refplan.maps import block_gather_map
+    from refplan.plan import TransferPlan, TransferSegment
+    from refplan.verify import verify_plans
+
+    swapped = block_gather_map((130,), {0: [i ^ 1 for i in range(130)]}, 1, 0)
+    whole = contiguous_split_map((130,), [130], 0)
+    plans = {name: TransferPlan((TransferSegment(0, 0, (1,), 0, 0, (1,), (130,)),), (130,), 130) for name in "ab"}
+    result = verify_plans({"a": (swapped, whole), "b": (swapped, whole)}, plans)
+    assert [v.status for v in result.verdicts.values()] == ["invalid", "invalid"], result.verdicts

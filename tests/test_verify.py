@@ -1044,8 +1044,15 @@ def test_a_batch_of_another_mapping_type_is_read_once_and_never_raises_from_insi
             "invalid_map", "a", reason="the maps of this parameter are not a (target map, source map) pair, so no "
             "plan was judged", map_error=batch.verdicts["a"].map_error), batch.verdicts["a"]
         assert (batch.verdicts["a"].map_error or "").startswith(f"pairs['a'] is {shown}"), batch.verdicts["a"]
-    with pytest.raises(TypeError, match=r"^verify_plans: the parameter names do not sort \(TypeError: '<' not "):
-        verify_plans({"a": (TARGET, SOURCE), 1: (TARGET, SOURCE)}, {"a": good, 1: good})  # type: ignore[dict-item]
+    for names in (("a", 1), (1, "a"), ((1,), 0)):  # whichever sorting fails, the same words
+        kinds = ", ".join(sorted(type(n).__name__ for n in names))
+        with pytest.raises(TypeError) as unsorted:
+            verify_plans(dict.fromkeys(names, (TARGET, SOURCE)), dict.fromkeys(names, good))  # type: ignore[arg-type]
+        assert str(unsorted.value) == f"verify_plans: the parameter names do not sort: they are of types {kinds}; " \
+                                      "names are str"
+        with pytest.raises(TypeError) as unsorted:
+            verify_plans(dict.fromkeys(names, (TARGET, SOURCE)), dict.fromkeys(names[:1], good))  # type: ignore[arg-type]
+        assert str(unsorted.value).endswith(f"they are of types {kinds}; names are str")
     # An exact dict is its own reading (nothing copied on the common path).
     from refplan.oracle.judge import _read_once
 

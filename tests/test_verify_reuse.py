@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 
 import refplan.oracle.judge as judge
 from refplan.limits import fast_paths
-from refplan.maps import ParamAffineMap, contiguous_split_map, replicate
+from refplan.maps import ParamAffineMap, block_gather_map, contiguous_split_map, replicate
 from refplan.oracle import BatchVerdict, verify_plan, verify_plans
-from refplan.plan import TransferPlan
+from refplan.plan import TransferPlan, TransferSegment
 from refplan.planner import plan_transfer
 from refplan.strategies import CORRUPTION_KINDS, corrupted_plans, map_pairs
 
@@ -286,3 +286,24 @@ def test_drawn_batches_of_repeated_and_corrupted_plans_agree_with_one_parameter_
     pairs = {f"p{i}": (one, two)[k] for i, k in enumerate(layout)}
     plans = {f"p{i}": (bad if b else good)[k] for i, (k, b) in enumerate(zip(layout, broken))}
     assert_alone(verify_plans(pairs, plans), pairs, plans)
+
+
+def test_a_segment_list_verdict_is_reused_only_for_its_own_pair_of_layouts_and_content() -> None:
+    """Segment lists are remembered by content (``_judge``'s memo): the same list against another
+    source layout, and other lists on the same pair of layouts, are each judged on their own (a
+    memo keyed without the source layout, or under one key for every content, answered the second
+    parameter with the first one's verdict: "ok" for a plan that reads the wrong source halves)."""
+    whole = contiguous_split_map((4,), [4], 0)
+    halves_swapped = block_gather_map((4,), {0: [2, 3, 0, 1]}, 1, 0)
+    copy = [TransferSegment(0, 0, (1,), 0, 0, (1,), (4,))]
+    pairs = {"a": (whole, whole), "b": (whole, halves_swapped)}
+    result = verify_plans(pairs, {"a": copy, "b": copy})
+    assert result.verdicts["a"].ok and result.verdicts["b"].status == "invalid", result.verdicts
+    assert_alone(result, pairs, {"a": copy, "b": copy})
+    halves = [TransferSegment(0, 0, (1,), 0, 0, (1,), (2,)), TransferSegment(0, 2, (1,), 0, 2, (1,), (2,))]
+    twice = [TransferSegment(0, 0, (1,), 0, 0, (1,), (2,)), TransferSegment(0, 0, (1,), 0, 2, (1,), (2,))]
+    pairs = dict.fromkeys("abc", (whole, whole))
+    plans = {"a": copy, "b": halves, "c": twice}
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok", "ok", "invalid"], result.verdicts
+    assert_alone(result, pairs, plans)

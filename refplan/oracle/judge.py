@@ -712,8 +712,9 @@ def _verify_plans(
             names = sorted(pairs)  # the same names: a model's dict is often in order already, which sorts in one pass
         else:
             names = sorted(set(pairs) | set(plans))
-    except TypeError as exc:  # verdicts come in name order, and names of types that do not compare have none
-        raise TypeError(f"verify_plans: the parameter names do not sort ({describe_exception(exc)}); names are "
+    except TypeError:  # verdicts come in name order, and names of types that do not compare have none
+        kinds = ", ".join(sorted({type(name).__name__ for name in (*pairs, *plans)}))
+        raise TypeError(f"verify_plans: the parameter names do not sort: they are of types {kinds}; names are "
                         "str") from None
     # ``same`` pays only when a plan object comes twice; in a batch of distinct plans (every
     # parameter's layout its own) neither looking verdicts up nor filing them is worth its cost.
