@@ -1723,8 +1723,8 @@ class E2ERow:
     build_only_seconds: float | None = None
     """The best build stage of any round, GC as shipped (``build*``): what the per-holder build lines
     judge, as ``plan_only_seconds`` is what the verify line judges. ``build_seconds`` is the build of
-    the round with the best build + plan, one sample of the build among the rounds, which on this
-    machine ranged over 1.5x between the rounds of one run (moe-model-distinct: 140-270 ms)."""
+    the round with the best build + plan, one sample of the build among the rounds, which here
+    varied from 140 to 270 ms between the builds of one run (moe-model-distinct, 2026-12-03)."""
 
 
 def _best_build(row: E2ERow) -> float | None:
