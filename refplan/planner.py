@@ -838,10 +838,34 @@ def _prepare_batch(
                 if (templates := layout.templates.get(size)) is not None:
                     prepared.append(_new_prepared((name, layout, templates, True, None)))
                     continue
-        prepared.append(
-            _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo, bindings, by_rows)
-        )
+        try:
+            prepared.append(
+                _prepare(name, target_map, source_map, budget, endpoints, size, process_node, memo, bindings, by_rows)
+            )
+        except AffineTransferError:
+            raise
+        except Exception as exc:
+            if _plain_map(target_map) and _plain_map(source_map):
+                raise  # plain values cannot raise while read: refplan's own failure, as it is
+            raise _unreadable(name, target_map, source_map, exc) from exc
     return prepared, sizes, split_floor
+
+
+def _plain_map(value: object) -> bool:
+    """An exact ``ParamAffineMap`` of a shared ``MapContent``: plain values all the way down, so
+    reading it runs only refplan's code (``oracle.judge._plain_map`` says the same for the oracle)."""
+    return type(value) is ParamAffineMap and type(value._content) is MapContent
+
+
+def _unreadable(name: str, target_map: object, source_map: object, exc: Exception) -> InvalidMapError:
+    """What an exception raised while a parameter's maps were read becomes when a map is not plain
+    (a subclass of the map or of a piece: its properties are the caller's code, which may raise
+    anything): a map that cannot be read, ``InvalidMapError`` naming the parameter and the side
+    (the caller chains the original as ``__cause__``), as a policy's own exception becomes
+    ``PolicyRaisedError``."""
+    odd = [side for side, m in (("target", target_map), ("source", source_map)) if not _plain_map(m)]
+    which = f"the {odd[0]} map" if len(odd) == 1 else "the target or the source map"
+    return InvalidMapError(f"parameter {name!r}: {which} cannot be read: {_exception_text(exc)}")
 
 
 def _as_requests(

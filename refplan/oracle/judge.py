@@ -489,8 +489,11 @@ def _verify_plan(
         target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
         judged=judged, parsed=parsed,
     )
-    if verdict.ok or _batch_map(target_map, source_map) is not None or _batch_plan(plan) is not None:
-        return verdict
+    if (
+        verdict.ok or verdict.reason == _UNREADABLE or _batch_map(target_map, source_map) is not None
+        or _batch_plan(plan) is not None
+    ):
+        return verdict  # a map that cannot be read is not read again, the other way round either
     swapped = _judge(
         source_map, target_map, plan, parameter=parameter, fallback_elements=fallback_elements, layouts=layouts,
         judged=judged, parsed=parsed,
@@ -557,6 +560,19 @@ def _parse(plan: PlanLike) -> _Parsed:
         return exc
 
 
+_UNREADABLE = "a map cannot be read, so the plan was not judged"
+
+
+def _plain_map(value: object) -> bool:
+    """Whether ``value`` is an exact ``ParamAffineMap`` whose content is a shared ``MapContent``:
+    plain values all the way down (ints, tuples, exact ``AffinePiece``s), so reading it runs only
+    refplan's code. Anything else (a subclass of the map or of a piece, whose properties are the
+    caller's code; a dict form, whose values are converted by their own ``__index__``) may raise
+    while it is read, and such a map is ``invalid_map`` ("cannot be read"), as a segment that
+    cannot be read is a malformed plan: ``verify_plan`` never raises on input."""
+    return type(value) is ParamAffineMap and type(value.content) is MapContent
+
+
 def _judge(
     target_map: MapLike,
     source_map: MapLike,
@@ -572,18 +588,27 @@ def _judge(
     ``parsed`` holds the one reading of ``plan`` that is judged (``_parse``), made here if it is
     empty once the maps are valid (a plan is not read for maps that are refused), and shared by
     ``_verify_plan``'s two judgements (the oracle never mutates it)."""
+    side, given = "target", target_map  # the map being read, for a map whose own code raises
     try:
-        misuse = _batch_map(target_map, source_map)
+        misuse = _batch_map(target_map, {})
+        if misuse is None:
+            side, given = "source", source_map
+            misuse = _batch_map({}, source_map)
         if misuse is not None:
             raise InvalidMapError(misuse)
+        side, given = "target", target_map
         target = as_map(target_map, "target")
+        t_shape = tuple(target.logical_shape)
+        side, given = "source", source_map
         source = as_map(source_map, "source")
-        if tuple(target.logical_shape) != tuple(source.logical_shape):
+        s_shape = tuple(source.logical_shape)
+        if t_shape != s_shape:
             raise InvalidMapError(
                 f"target map describes {target.logical_shape}, source map {source.logical_shape}: "
                 "a reshape is not a transfer"
             )
         src = validated(source, "source", layouts)
+        side, given = "target", target_map
         tgt = validated(target, "target", layouts)
     except AffineTransferError as exc:
         return Verdict(
@@ -592,6 +617,11 @@ def _judge(
         )
     except TooLarge as exc:
         return Verdict("unverifiable", parameter, reason=str(exc))
+    except Exception as exc:
+        if _plain_map(given):
+            raise  # plain values cannot raise while read: this is the oracle's own failure, not the input's
+        error = f"{side} map cannot be read: {describe_exception(exc)}"
+        return Verdict("invalid_map", parameter, reason=_UNREADABLE, map_error=error)
     misuse = _batch_plan(plan)
     if misuse is not None:
         return Verdict("invalid", parameter, reason=f"malformed plan: {misuse}")
