@@ -59,3 +59,41 @@ def test_location_ids_up_to_2_62_are_planned_and_judged(location: int, n: int, f
                                element_size=2)
         assert verify_plan(target, source, plans["w"]).ok
         assert verify_plan(target, source, one_by_one(location, n)).ok
+
+
+def held_in_pieces(location: int, n: int) -> ParamAffineMap:
+    """All of an n-element F held at one location as n one-element pieces: more pieces than
+    ``oracle.small.read_map`` reads (``SMALL_PIECES``), so the oracle validates it on its general
+    path, whose own R3a test must let the bounds through."""
+    return ParamAffineMap.from_dict({"logical_shape": [n], "ranks": {str(location): {"shard_shape": [n], "pieces": [
+        {"shape": [1], "source": [i, [1]], "dest": [i, [1]], "locations": [location]} for i in range(n)]}}})
+
+
+@pytest.mark.parametrize("location", [CAP, -CAP, CAP + 1, -CAP - 1])
+def test_the_oracle_s_general_validation_takes_the_bounds_and_refuses_past_them(location: int) -> None:
+    from refplan.oracle import small
+
+    n = small.SMALL_PIECES + 1
+    source, target = held_in_pieces(location, n), contiguous_split_map((n,), [n], 0)
+    assert small.read_map(source) is None  # the general path decides
+    verdict = verify_plan(target, source, one_by_one(location, n))
+    if abs(location) <= CAP:
+        assert verdict.ok, verdict
+    else:
+        assert verdict.map_error == (
+            f"InvalidMapError: source map, location {location}: location id {location} is above 2**62 in magnitude"
+        )
+
+
+def test_a_map_with_no_location_is_refused_for_its_cover_not_its_ids() -> None:
+    """No location at all: the bound on ids holds vacuously (``small.read_map`` takes the largest id
+    of none as 0), and the map is refused for what it does not cover, on either side."""
+    empty, whole = ParamAffineMap((4,), {}, {}), contiguous_split_map((4,), [4], 0)
+    as_source = verify_plan(whole, empty, [])
+    as_target = verify_plan(empty, whole, [])
+    assert as_source.map_error == (
+        "InvalidMapError: source map: source pieces cover 0 of the 4 elements of F; [0:4] is held by nobody"
+    )
+    assert as_target.map_error == (
+        "InvalidMapError: target map: target pieces do not cover F; [0:4] is held by no target location"
+    )
