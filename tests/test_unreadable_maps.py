@@ -83,6 +83,16 @@ def _assert_unreadable(verdict: Any, side: str, words: str) -> None:
     assert verdict.reason == "a map cannot be read, so the plan was not judged"
 
 
+@pytest.mark.parametrize("words, bad", _unreadable_maps(), ids=["piece-subclass", "map-subclass"])
+def test_segment_counterexamples_of_a_map_that_cannot_be_read_are_none(words: str, bad: Any) -> None:
+    """``refplan verify --all``'s per-segment judgements: none for maps that cannot be read (the
+    plan's verdict says why), as for maps that are refused."""
+    from refplan.verify import segment_counterexamples
+
+    assert segment_counterexamples(bad, SOURCE, PLAN) == ([], 0)
+    assert segment_counterexamples(SOURCE, bad, PLAN) == ([], 0)
+
+
 def test_a_dict_form_whose_values_cannot_be_read_is_invalid_map() -> None:
     class Unlistable(list[int]):
         def __iter__(self) -> Any:
@@ -140,6 +150,10 @@ def test_a_bug_reading_plain_maps_is_not_relabelled_as_the_maps_fault(monkeypatc
     monkeypatch.setattr(judge, "validated", broken)
     with pytest.raises(RuntimeError, match="refplan bug"):
         verify_plan(TARGET, SOURCE, PLAN)
+    from refplan.verify import segment_counterexamples
+
+    with pytest.raises(RuntimeError, match="refplan bug"):
+        segment_counterexamples(TARGET, SOURCE, PLAN)
     # The same failure while reading a map that is not plain is the map's (its code may be what raised).
     odd = _with_pieces(TARGET, type("Tagged", (AffinePiece,), {"__slots__": ()}))
     verdict = verify_plan(odd, odd, PLAN)

@@ -694,6 +694,10 @@ def segment_errors(
         segments, _shape = parse_plan(plan)
     except (AffineTransferError, TooLarge):
         return [], 0
+    except Exception:
+        if _plain_map(target_map) and _plain_map(source_map):
+            raise  # refplan's own failure (``_judge`` says the same)
+        return [], 0  # a map whose own code raised cannot be read: the plan's verdict says so
     found: list[tuple[int, Verdict]] = []
     judged = 0
     for index, segment in enumerate(segments[: max(scan, 0)]):
