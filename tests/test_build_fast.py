@@ -11,6 +11,7 @@ And every argument is still held to ``as_int``'s rule, refused with the argument
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 from collections.abc import Callable, Sequence
@@ -508,6 +509,33 @@ def test_a_remembered_build_lives_only_as_long_as_its_maps() -> None:
     del made, again
     gc.collect()
     assert (len(maps._BUILT), len(maps._CONTENTS)) == before
+
+
+def test_every_builder_hands_out_an_immutable_map_of_the_exact_classes() -> None:
+    """The builders fill a new content (and map) in as a private open class and then set its
+    ``__class__`` (``maps._new_content``): what leaves them is exactly a ``ParamAffineMap`` holding
+    exactly a ``MapContent``, which refuses assignment and deletion like the constructor's, and
+    which the planner's and the oracle's exact-type checks accept as shared."""
+    whole = ParallelLayout(copies=3, locations=[[4], [9], [11]])
+    experts = [ParallelLayout(copies=c, locations=[[7 * k + 1] for k in range(c)]) for c in (1, 2)]
+    built = [
+        *parallel_maps([((40 + i, 6), layout) for i, layout in enumerate((whole, *experts, ParallelLayout(2, 1, 2)))]),
+        *parallel_pairs([("w", (33, 5), experts[0], experts[1])])["w"],
+        replicated_map((17, 3), 4), replicate(contiguous_split_map((19, 4), [9, 10], 0), 2),
+        parallel_map((21, 8), 4, 1, 2),
+        ParamAffineMap((5,), {0: (5,)}, {0: [AffinePiece((5,), 0, (1,), 0, (1,), [0])]}),
+    ]
+    for m in built:
+        assert type(m) is ParamAffineMap and type(m.content) is maps.MapContent
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            m.content.slabs = None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            del m.content.logical_shape
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            m._content = built[0].content
+        again = ParamAffineMap(m.logical_shape, dict(m.shard_shapes), dict(m.pieces_by_rank))
+        assert again.content is m.content
+    assert built[1].shard_shapes == {1: (41, 6)} and list(built[0].pieces_by_rank) == [4, 9, 11]
 
 
 def test_the_content_key_tells_shard_locations_apart() -> None:
