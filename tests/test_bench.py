@@ -922,6 +922,50 @@ def test_end_to_end_targets_are_judged_from_the_rows() -> None:
     assert met[item1.format("planned")][0] is None and "did not run" in met[item1.format("planned")][1]
 
 
+def test_the_build_line_is_scaled_by_the_speed_probed_in_its_own_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-holder build line's limit is scaled by the reference peer's speed timed in the same
+    rounds as the build (``E2ERow.speed_us``), not by one reading taken minutes away; a probe that
+    fails gives no reference (the run's own, or n/a), never a number."""
+    from refplan.cli import bench as bench_module
+    from refplan.cli.bench import BenchReport, Contender, E2ERow, Stages, _e2e_rounds, _e2e_targets
+
+    scenario = _tiny_llama()
+    layout = scenario.layout
+    bound = load_lower_bound(collect_requests(scenario.pairs, endpoints=scenario.endpoints,
+                                              element_size=scenario.element_size))
+    refplan = bench_module._refplan_contender(layout, "balanced", POLICIES["balanced"], 1 << 20)
+    times = iter([0.030, 0.020, 0.025, 0.021, 0.050, 0.040])
+    calls: list[int] = []
+
+    def probed(_gc_off: bool) -> tuple[Stages, Any]:
+        calls.append(1)
+        build = next(times)
+        return Stages(build, 0.001, build, 0.001), object()
+
+    probe = Contender("megatron-0.16", "megatron-0.16", "megatron-core 0.16.1", probed, lambda _out: {})
+    monkeypatch.setattr(bench_module, "E2E_MEASURED_SECONDS", 0.0)  # exactly two rounds
+    rows = _e2e_rounds(scenario, layout, [refplan], {}, 2, oracle=False, bound=bound, probe=(probe, 200))
+    assert len(calls) == 2 * bench_module.SPEED_PROBES
+    assert [r.speed_us for r in rows] == [pytest.approx((0.020 + 0.001) / 200 * 1e6)]  # the best probe: 105 us
+
+    def failing(_gc_off: bool) -> tuple[Stages, Any]:
+        raise RuntimeError("the peer broke")
+
+    broken = Contender("megatron-0.16", "megatron-0.16", "megatron-core 0.16.1", failing, lambda _out: {})
+    again = _e2e_rounds(scenario, layout, [refplan], {}, 2, oracle=False, bound=bound, probe=(broken, 200))
+    assert [r.speed_us for r in again] == [None]
+
+    at = "moe: build <= 2 us per holder at the issue's machine speed"
+    report = BenchReport(model={}, deepspeed=None, repeat=1)
+    report.speed = {"us": 101.0, "source": "llama-sync's rows"}  # there, 3 us per holder is over 2
+    report.e2e = [E2ERow("moe", "refplan:balanced", "refplan", "balanced", 1, 0.3, 0.1, 0.4, holders=100000)]
+    assert {t["target"]: t["met"] for t in _e2e_targets(report)}[at] is False
+    report.e2e = [dataclasses.replace(report.e2e[0], speed_us=202.0)]  # its rounds ran at half the speed
+    met = {t["target"]: (t["met"], t["detail"]) for t in _e2e_targets(report)}
+    assert met[at][0] is True and "limit here is 4.00 us" in met[at][1], met[at]
+    assert "best of 3 runs in each of this scenario's rounds" in met[at][1], met[at]
+
+
 def test_speed_reference_reads_the_rows_or_measures_the_peer() -> None:
     """Megatron-Core 0.16.1's build + plan of llama-sync per parameter: from the end-to-end rows when
     they have it (either form), else measured; without peers, none."""

@@ -1122,8 +1122,10 @@ TARGET_BUILD_US_PER_HOLDER = 2.0
 run: refplan's build stage per (parameter, location) holder against the cheapest peer's), and at
 most this many microseconds per holder, a figure the issue gives for orientation, on its machine
 (Megatron's metadata took 1.2-1.8 µs per holder there): judged at that machine's speed as item 1
-is (``REFERENCE_PEER_US``, ``speed_reference``). CPU, the best round's build stage, every build
-cold (no map of the description alive)."""
+is (``REFERENCE_PEER_US``), the speed read in the scenario's own rounds (``_speed_probe``, since
+the nineteenth session; before, once per run, ``speed_reference``, which stays the fallback).
+CPU, each contender's best build stage of any round, every build cold (no map of the description
+alive)."""
 SPEED_SCENARIO = "llama-sync"
 """Where this machine's speed is read against the issue's (``speed_reference``)."""
 DISTINCT_LAYOUT_SCENARIO = "llama-sync-distinct"
@@ -1725,6 +1727,11 @@ class E2ERow:
     judge, as ``plan_only_seconds`` is what the verify line judges. ``build_seconds`` is the build of
     the round with the best build + plan, one sample of the build among the rounds, which here
     varied from 140 to 270 ms between the builds of one run (moe-model-distinct, 2026-12-03)."""
+    speed_us: float | None = None
+    """This machine's speed in this scenario's rounds: ``REFERENCE_PEER``'s build + plan of
+    llama-sync's description, µs per parameter, the best of ``SPEED_PROBES`` runs timed at the end
+    of every round (``_speed_probe``); what the per-holder build line scales its limit by. ``None``
+    without peers, or when that peer cannot run."""
 
 
 def _best_build(row: E2ERow) -> float | None:
@@ -1789,9 +1796,11 @@ def _run_e2e(scenario: Scenario, policies: Mapping[str, ReplicaPolicy], runs: in
     # every timed build a lookup in the layout memo (with every shape distinct, 10x cheaper than a
     # user's first build). They are dropped for the rounds and rebuilt after; a peer's plans are
     # judged against maps built for that judgement and dropped with it.
+    probe = _speed_probe() if peer and any(c.peer != "refplan" for c in contenders) else None
     released = _release_maps(scenario)
     try:
-        return _e2e_rounds(scenario, layout, contenders, missing, runs, oracle=oracle, bound=bound)
+        return _e2e_rounds(scenario, layout, contenders, missing, runs, oracle=oracle, bound=bound,
+                           probe=None if isinstance(probe, str) else probe)
     finally:
         if released:
             scenario.pairs.update(build_refplan(layout)[0])
@@ -1833,8 +1842,11 @@ def e2e_round_count(runs: int, shortest_seconds: float) -> int:
 
 
 def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender], missing: dict[str, tuple[str, str]],
-                runs: int, *, oracle: bool, bound: LoadLowerBound) -> list[E2ERow]:
-    """``_run_e2e``'s rounds, with no map of ``layout`` alive before each contender builds it."""
+                runs: int, *, oracle: bool, bound: LoadLowerBound, probe: tuple[Contender, int] | None = None
+                ) -> list[E2ERow]:
+    """``_run_e2e``'s rounds, with no map of ``layout`` alive before each contender builds it, and
+    ``probe`` (``_speed_probe``'s contender and its parameter count) timed ``SPEED_PROBES`` times at
+    the end of each round: the rows' ``speed_us``."""
     from ..verify import verify_plans
 
     verified: dict[str, list[tuple[float, str]]] = {c.key: [] for c in contenders}
@@ -1844,6 +1856,7 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
     checked: dict[str, tuple[str | None, float | None, int, float | None]] = {}
     total = runs
     round_ = 0
+    probed: float | None = math.inf  # the best probe so far; None once it failed
     while round_ < total:
         last = round_ == total - 1
         for c in contenders:
@@ -1884,10 +1897,13 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
             checked[c.key] = (status, seconds, sum(len(p.segments) for p in plans.values()),
                               bound.ratio(max(load.sent.values(), default=0)))
             del plans
+        if probe is not None:
+            probed = _probe(probe[0], probed)
         if round_ == 0:
             regions = [st.build + st.plan for stages in (*on.values(), *off.values()) for st in stages]
             total = e2e_round_count(runs, min(regions, default=0.0))
         round_ += 1
+    speed = None if probe is None or probed is None or probed == math.inf else probed / probe[1] * 1e6
     rows: list[E2ERow] = []
     holders = holder_count(layout)
     for c in contenders:
@@ -1906,9 +1922,25 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
             gc_off_e2e_seconds=min(s.build + s.plan for s in off[c.key]),
             gc_off_plan_seconds=min(s.plan for s in off[c.key]),
             verify_seconds=seconds, oracle=status, segments=segments, lower_bound_ratio=ratio, holders=holders,
+            speed_us=speed,
         ))
     rows += [E2ERow(scenario.name, key, key, label, error=why) for key, (label, why) in missing.items()]
     return rows
+
+
+def _probe(probe: Contender, best: float | None) -> float | None:
+    """``best`` lowered by ``SPEED_PROBES`` runs of ``probe`` (build + plan, GC as shipped); ``None``
+    (and no more probing) once it fails: a reference that failed is no reference."""
+    if best is None:
+        return None
+    for _ in range(SPEED_PROBES):
+        try:
+            stages, output = probe.run(False)
+        except Exception:  # the peer failing here is reported as no reference, never a crash
+            return None
+        del output
+        best = min(best, stages.build + stages.plan)
+    return best
 
 
 def replicate_scaling(repeat: int = 3, copies: Sequence[int] = REPLICATE_COPIES) -> dict[str, Any]:
@@ -1937,6 +1969,25 @@ def replicate_scaling(repeat: int = 3, copies: Sequence[int] = REPLICATE_COPIES)
     low, high = str(min(copies)), str(max(copies))
     out["ratio"] = out["build_seconds"][high] / out["build_seconds"][low] if out["build_seconds"][low] else None
     return out
+
+
+SPEED_PROBES = 3
+"""Runs of the speed probe (``_speed_probe``) at the end of each end-to-end round."""
+
+
+def _speed_probe() -> tuple[Contender, int] | str:
+    """``REFERENCE_PEER`` building and planning llama-sync's description (about 20 ms), and its
+    parameter count; or why it cannot run.
+
+    Why in every round: the per-holder build line scales the issue's 2 µs by this machine's speed,
+    and one process's speed here drifts by 10-30 % within minutes (the same cold build of
+    moe-model-distinct read 130 and 200 ms, best of five each, one minute apart, 2026-12-03
+    22:52). Read once per run, off another scenario's rows, the reference and the build it scales
+    were taken minutes apart, and the line flipped with the drift; timed in the same rounds as the
+    build, both see the same machine."""
+    layout = _model_layout(4, 4, 8, LAYERS, HIDDEN, FFN, VOCAB)  # llama-sync's description
+    made = _megatron_contenders(layout, [REFERENCE_PEER], {})[REFERENCE_PEER]
+    return made if isinstance(made, str) else (made, len(layout.params))
 
 
 def speed_reference(report: BenchReport, peer: bool, rounds: int = 5) -> dict[str, Any] | None:
@@ -2020,6 +2071,9 @@ def _e2e_targets(report: BenchReport) -> list[dict[str, Any]]:
             f"{here}; {versus}")
         label = f"{row.scenario}: build <= {TARGET_BUILD_US_PER_HOLDER:g} us per holder at the issue's machine speed"
         calibration = report.speed or {}
+        if row.speed_us is not None:
+            calibration = {"us": row.speed_us, "source": f"{REFERENCE_PEER} on {SPEED_SCENARIO}, best of "
+                                                         f"{SPEED_PROBES} runs in each of this scenario's rounds"}
         speed = calibration.get("us")
         if not speed:
             why = calibration.get("source") or "no speed reference in this run (peers off)"
