@@ -926,6 +926,8 @@ def test_the_build_line_is_scaled_by_the_speed_probed_in_its_own_rounds(monkeypa
     """The per-holder build line's limit is scaled by the reference peer's speed timed in the same
     rounds as the build (``E2ERow.speed_us``), not by one reading taken minutes away; a probe that
     fails gives no reference (the run's own, or n/a), never a number."""
+    import gc
+
     from refplan.cli import bench as bench_module
     from refplan.cli.bench import BenchReport, Contender, E2ERow, Stages, _e2e_rounds, _e2e_targets
 
@@ -938,14 +940,14 @@ def test_the_build_line_is_scaled_by_the_speed_probed_in_its_own_rounds(monkeypa
     calls: list[int] = []
 
     def probed(_gc_off: bool) -> tuple[Stages, Any]:
-        calls.append(1)
+        calls.append(gc.get_freeze_count())  # the bench's heap frozen: not what the probe's collector scans
         build = next(times)
         return Stages(build, 0.001, build, 0.001), object()
 
     probe = Contender("megatron-0.16", "megatron-0.16", "megatron-core 0.16.1", probed, lambda _out: {})
     monkeypatch.setattr(bench_module, "E2E_MEASURED_SECONDS", 0.0)  # exactly two rounds
     rows = _e2e_rounds(scenario, layout, [refplan], {}, 2, oracle=False, bound=bound, probe=(probe, 200))
-    assert len(calls) == 2 * bench_module.SPEED_PROBES
+    assert len(calls) == 2 * bench_module.SPEED_PROBES and min(calls) > 0 and gc.get_freeze_count() == 0
     assert [r.speed_us for r in rows] == [pytest.approx((0.020 + 0.001) / 200 * 1e6)]  # the best probe: 105 us
 
     def failing(_gc_off: bool) -> tuple[Stages, Any]:

@@ -1930,16 +1930,31 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
 
 def _probe(probe: Contender, best: float | None) -> float | None:
     """``best`` lowered by ``SPEED_PROBES`` runs of ``probe`` (build + plan, GC as shipped); ``None``
-    (and no more probing) once it fails: a reference that failed is no reference."""
+    (and no more probing) once it fails: a reference that failed is no reference.
+
+    Everything the bench process holds is frozen for the probe (``gc.freeze``, then ``unfreeze``):
+    the peer's collector scans what the process holds, so with the collector on its time grows with
+    the bench's heap (Megatron-Core 0.16.1 on llama-sync read 134 µs per parameter in the Llama
+    rounds and 188 in moe-model-distinct's, with the machine at one speed), and the reference would
+    measure the heap, not the machine. Frozen, the probe's collector sees only its own objects, as
+    in the small process where the issue measured its 101 µs."""
     if best is None:
         return None
-    for _ in range(SPEED_PROBES):
-        try:
-            stages, output = probe.run(False)
-        except Exception:  # the peer failing here is reported as no reference, never a crash
-            return None
-        del output
-        best = min(best, stages.build + stages.plan)
+    gc.collect()
+    freeze = gc.get_freeze_count() == 0  # never thaw what someone else froze
+    if freeze:
+        gc.freeze()
+    try:
+        for _ in range(SPEED_PROBES):
+            try:
+                stages, output = probe.run(False)
+            except Exception:  # the peer failing here is reported as no reference, never a crash
+                return None
+            del output
+            best = min(best, stages.build + stages.plan)
+    finally:
+        if freeze:
+            gc.unfreeze()
     return best
 
 
