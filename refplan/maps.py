@@ -930,7 +930,7 @@ def _whole_on(
     if content is None:
         # ``_new_content``, ``_whole_slab``, ``_entry`` and ``_made`` written out: for a model of
         # distinct shapes this branch runs once per map, and calling them cost a twelfth of building
-        # its maps (8 % more instructions under callgrind for moe-model-distinct; docs/performance.md).
+        # its maps (9 % more instructions under callgrind for moe-model-distinct; docs/performance.md).
         held: dict[int, tuple[AffinePiece, ...]]
         if n == 1:
             at = order[0]
