@@ -2018,16 +2018,16 @@ def speed_reference(report: BenchReport, peer: bool, rounds: int = 5) -> dict[st
             return {"us": row.e2e_seconds / count * 1e6, "source": f"{row.label} on {name}, in the end-to-end rows"}
     if not peer:
         return None
-    layout = _model_layout(4, 4, 8, LAYERS, HIDDEN, FFN, VOCAB)  # llama-sync's description
-    made = _megatron_contenders(layout, [REFERENCE_PEER], {})[REFERENCE_PEER]
-    if isinstance(made, str):
-        return {"us": None, "source": made}
+    probe = _speed_probe()
+    if isinstance(probe, str):
+        return {"us": None, "source": probe}
+    made, count = probe
     best = float("inf")
     for _ in range(rounds):
         stages, output = made.run(False)
         best = min(best, stages.build + stages.plan)
         del output
-    return {"us": best / len(layout.params) * 1e6,
+    return {"us": best / count * 1e6,
             "source": f"{made.label} on {SPEED_SCENARIO}, best of {rounds}, measured for this reference"}
 
 
