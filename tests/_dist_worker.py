@@ -1130,9 +1130,16 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
     and every call it does not settle (a refusal, a digest disagreement, another protocol) goes on
     to the full all-gather on both processes, which raise the same text. A group whose first
     call met another protocol is not greeted: its next call exchanges the full message again.
-    ``counts`` are the verdict's collectives per call, counted where the verdict calls them."""
+    ``counts`` are the verdict's collectives per call, counted where the verdict calls them, and
+    ``agreements`` the store agreements (protocol 7: the brief and the outcome of a group whose
+    hello showed both processes able to agree through its store; ``linked``). On a group where
+    process 1 offers no store (``unlinked``), both use the group's all-reduce and nothing else
+    changes; a failure after the verdict is raised on both processes either way.
+    """
     import torch.distributed as dist
 
+    from refplan.execute import agree
+    from refplan.execute import call as call_phase
     from refplan.execute import verdict as verdict_phase
 
     rows = contiguous_split_map((8, 6), [4, 4], 0)
@@ -1140,8 +1147,15 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
     dtypes = {"w": torch.float32}
     ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
     plans = plan(pairs, ends, dtypes, "balanced")
-    reduce, gather = verdict_phase._reduce, verdict_phase._gather
-    counts = {"brief": 0, "full": 0}
+    local = {"w": (rows, rows)}
+    local_ends = TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 1})
+    local_plans = plan(local, local_ends, dtypes, "balanced")
+    reduce, gather, agree_max, offer = verdict_phase._reduce, verdict_phase._gather, agree.agree_max, agree.offer
+    counts = {"brief": 0, "full": 0, "agreements": 0}
+
+    def counted_agree(*args: Any, **kwargs: Any) -> Any:
+        counts["agreements"] += 1
+        return agree_max(*args, **kwargs)
 
     def counted_reduce(*args: Any, **kwargs: Any) -> Any:
         counts["brief"] += 1
@@ -1152,26 +1166,37 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
         return gather(*args, **kwargs)
 
     def call(group: Any, *, refuse: bool = False, key: str | None = None,
-             protocol: int | None = None) -> dict[str, Any]:
-        buffers = make_buffers(pairs, ends, me, dtypes)
+             protocol: int | None = None, store: bool = True, fail: bool = False) -> dict[str, Any]:
+        # A failing call moves only local copies (as in ``s2_outcome``): process 0 has no traffic
+        # to process 1, whose part fails, so nothing of it is left posted on the group.
+        layout, its_ends, its_plans = (local, local_ends, local_plans) if fail else (pairs, ends, plans)
+        buffers = make_buffers(layout, its_ends, me, dtypes)
         targets = buffers.targets
         if refuse and me == 1:  # a target shard of another dtype: this process refuses
             targets = {"w": {loc: t.to(torch.float64) for loc, t in targets["w"].items()}}
-        counts.update(brief=0, full=0)
-        saved = verdict_phase._PROTOCOL
+        counts.update(brief=0, full=0, agreements=0)
+        saved, moving = verdict_phase._PROTOCOL, call_phase._move
         verdict_phase._reduce, verdict_phase._gather = counted_reduce, counted_gather  # type: ignore[assignment]
+        agree.agree_max = counted_agree  # type: ignore[assignment]
         if protocol is not None and me == 1:
             verdict_phase._PROTOCOL = protocol
+        if not store and me == 1:
+            agree.offer = lambda group: 0  # type: ignore[assignment]
+        if fail and me == 1:
+            call_phase._move = _injected_failure  # type: ignore[assignment]
         try:
             result = expect_rejection(
                 lambda: execute_transfers(plans, buffers.sources, targets, ends, dtypes=dtypes, timeout=TIMEOUT,
                                           group=group, key=key),
                 buffers,
-            )
+            ) if not fail else _error_of(
+                lambda: execute_transfers(its_plans, buffers.sources, targets, its_ends, dtypes=dtypes,
+                                          timeout=TIMEOUT, group=group, key=key))
         finally:
             verdict_phase._reduce, verdict_phase._gather = reduce, gather  # type: ignore[assignment]
-            verdict_phase._PROTOCOL = saved
-        return {**result, **verdict(buffers), "counts": dict(counts)}
+            agree.agree_max, agree.offer = agree_max, offer  # type: ignore[assignment]
+            verdict_phase._PROTOCOL, call_phase._move = saved, moving  # type: ignore[assignment]
+        return {**result, **verdict(buffers), "counts": dict(counts), "linked": agree.link_of(group) is not None}
 
     greeted = dist.new_group([0, 1])
     out: dict[str, Any] = {
@@ -1186,7 +1211,17 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
     out["other_first"] = call(other, protocol=5)
     out["other_second"] = call(other)
     out["other_third"] = call(other)
+    unlinked = dist.new_group([0, 1])
+    out["unlinked_first"] = call(unlinked, store=False)
+    out["unlinked_second"] = call(unlinked)
+    out["unlinked_failed"] = call(unlinked, fail=True)
+    out["linked_failed"] = call(greeted, fail=True)
+    out["linked_after"] = call(greeted)
     return out
+
+
+def _injected_failure(*args: Any, **kwargs: Any) -> Any:
+    raise TransferExecutionError("round 0 of 1: injected transport failure")
 
 
 TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [

@@ -393,7 +393,7 @@ def test_bench_times_the_executors_own_small_collectives() -> None:
     from refplan import execute
     from refplan.cli.bench import CALL_COLLECTIVES, PHASES
 
-    assert CALL_COLLECTIVES == (("verdict", "all_reduce", execute._VERDICT_WORDS), ("outcome", "all_reduce", 1))
+    assert CALL_COLLECTIVES == (("verdict", "agreement", execute._VERDICT_WORDS), ("outcome", "agreement", 1))
     assert execute._VERDICT_WORDS == 2 and execute._HELLO_WORDS == 37
     assert PHASES == ("checks", "verdict", "move", "outcome")
 
@@ -446,7 +446,7 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert "[MET] 28.0 MiB sync: the move <= 1.25x raw" in text
     assert "[MET] a warm call's fixed cost <= 5 ms" in text
     assert text.count("phases (median of the slowest process per run): checks") == 3
-    assert "verdict all_reduce 2, outcome all_reduce 1" in text  # CALL_COLLECTIVES with their kinds
+    assert "verdict agreement 2, outcome agreement 1" in text  # CALL_COLLECTIVES with their kinds
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,22 +65,42 @@ def _same_rejection(per_process: list[dict[str, Any]], *needles: str) -> str:
 def test_greeted_group_settles_calls_by_the_brief_and_rejects_through_the_full_exchange(
     two: dict[str, list[Any]],
 ) -> None:
-    """Protocol 6 (item 8c): the full all-gather once per group, then the two-word all-reduce;
-    every call the brief does not settle goes on to the full exchange on both processes."""
+    """Protocols 6 and 7 (item 8c): the full all-gather once per group, then the two-word brief;
+    every call the brief does not settle goes on to the full exchange on both processes. On a
+    group whose hello showed both processes able, the brief and the outcome are agreed through the
+    group's store (``agreements``: one each per call); where one process offers no store, neither
+    process uses it, and calls, rejections and failures read the same."""
     per_process = scenario(two, "brief")
     for rank, res in enumerate(per_process):
-        for case in ("first", "second", "again", "other_second", "other_third"):
+        for case in ("first", "second", "again", "other_second", "other_third", "unlinked_first",
+                     "unlinked_second", "linked_after"):
             assert res[case]["raised"] is None and res[case]["exact"] and res[case]["guards"], (rank, case, res[case])
-        # The group's first call: the full message only; after it, the brief only.
-        assert res["first"]["counts"] == {"brief": 0, "full": 1}, (rank, res["first"])
-        assert res["second"]["counts"] == {"brief": 1, "full": 0}, (rank, res["second"])
-        assert res["again"]["counts"] == {"brief": 1, "full": 0}, (rank, res["again"])
+        # The group's first call: the full message only (its outcome through the store it just
+        # linked); after it, the brief only, and both agreements through the store.
+        assert res["first"]["counts"] == {"brief": 0, "full": 1, "agreements": 1}, (rank, res["first"])
+        assert res["second"]["counts"] == {"brief": 1, "full": 0, "agreements": 2}, (rank, res["second"])
+        assert res["again"]["counts"] == {"brief": 1, "full": 0, "agreements": 2}, (rank, res["again"])
         for case in ("refused", "keys", "protocol"):  # not settled: both go on to the full exchange
-            assert res[case]["counts"] == {"brief": 1, "full": 1}, (rank, case, res[case])
+            assert res[case]["counts"] == {"brief": 1, "full": 1, "agreements": 1}, (rank, case, res[case])
         # A first call that met another protocol greets nobody: the next call is a full exchange.
-        assert res["other_first"]["counts"] == {"brief": 0, "full": 1}, (rank, res["other_first"])
-        assert res["other_second"]["counts"] == {"brief": 0, "full": 1}, (rank, res["other_second"])
-        assert res["other_third"]["counts"] == {"brief": 1, "full": 0}, (rank, res["other_third"])
+        assert res["other_first"]["counts"] == {"brief": 0, "full": 1, "agreements": 0}, (rank, res["other_first"])
+        assert res["other_second"]["counts"] == {"brief": 0, "full": 1, "agreements": 1}, (rank, res["other_second"])
+        assert res["other_third"]["counts"] == {"brief": 1, "full": 0, "agreements": 2}, (rank, res["other_third"])
+        assert res["first"]["linked"] and res["other_third"]["linked"] and res["linked_after"]["linked"], rank
+        # Process 1 offered no store in the group's hello: both processes use the all-reduce.
+        for case in ("unlinked_first", "unlinked_second"):
+            assert not res[case]["linked"], (rank, case)
+            assert res[case]["counts"]["agreements"] == 0, (rank, case, res[case])
+        assert res["unlinked_second"]["counts"] == {"brief": 1, "full": 0, "agreements": 0}, rank
+        # Process 1's part fails after the verdict: both processes raise, naming process 1, on
+        # either transport of the outcome (through the store, process 1 answers at once).
+        for case in ("unlinked_failed", "linked_failed"):
+            assert res[case]["raised"] == "TransferExecutionError", (rank, case, res[case])
+            assert "process 1 failed after the verdict" in res[case]["message"], (rank, case, res[case])
+            assert res[case]["processes"] == (1,), (rank, case, res[case])
+        assert res["linked_failed"]["counts"]["agreements"] == 2, (rank, res["linked_failed"])
+    for case in ("unlinked_failed", "linked_failed"):
+        assert per_process[0][case]["targets"] == per_process[1][case]["targets"], case
     _same_rejection([r["refused"] for r in per_process], "process 1:", "dtype")
     _same_rejection([r["keys"] for r in per_process], "disagree about the transfer schedule")
     for case in ("protocol", "other_first"):

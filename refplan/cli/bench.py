@@ -2374,15 +2374,17 @@ def run_sync_rows(runs: int = 5, cost: CostModel | None = None) -> list[dict[str
 TARGET_EXECUTOR_VS_RAW = 1.25
 TARGET_FIXED_SECONDS = 0.005
 """A warm call's fixed cost (``FIXED_LAYOUT``, a few KiB moved): checks, verdict, move, outcome."""
-CALL_COLLECTIVES = (("verdict", "all_reduce", 2), ("outcome", "all_reduce", 1))
-"""The small collectives a warm executor call makes with ``outcome=True``, with their kind and
-int64 words per process: the verdict (``execute._VERDICT_WORDS``: protocol 6's two-word brief,
-all-reduced on a group whose first call exchanged the full 37-word message; the all-gather of
-that message follows only when the brief does not settle the call) and the outcome status word
-(an all-reduce of the maximum; the all-gather that names who failed follows only on failure).
-Written out here because the bench's CPU-only parts must not import torch (a test holds them
-equal to the executor's). Raw ``all_to_all_single`` makes neither, so the whole call is also set
-against raw plus these two, timed alone."""
+CALL_COLLECTIVES = (("verdict", "agreement", 2), ("outcome", "agreement", 1))
+"""The small agreements a warm executor call makes with ``outcome=True``, with their kind and
+int64 words per process: the verdict (``execute._VERDICT_WORDS``: the two-word brief, agreed on a
+group whose first call exchanged the full 37-word message; the all-gather of that message
+follows only when the brief does not settle the call) and the outcome status word (the
+all-gather that names who failed follows only on failure). Each is the maximum over the
+processes through the group's store (protocol 7, ``execute.agree``), or an ``all_reduce(MAX)``
+where the group's store is not usable; the bench times the one the executor used. Written out
+here because the bench's CPU-only parts must not import torch (a test holds them equal to the
+executor's). Raw ``all_to_all_single`` makes neither, so the whole call is also set against raw
+plus these two, timed alone."""
 VERDICT_WORDS = {name: words for name, _kind, words in CALL_COLLECTIVES}["verdict"]
 """The verdict's words alone (``execute._VERDICT_WORDS``; tests/test_sync_launch.py holds them equal)."""
 PHASES = ("checks", "verdict", "move", "outcome")
@@ -2420,7 +2422,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     import torch
     import torch.distributed as dist
 
-    from ..execute import execute_transfers
+    from ..execute import agree, execute_transfers
     from .sync import bits_of, tensor_from_bits
 
     dtype = torch.bfloat16
@@ -2449,14 +2451,19 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     out_buf = torch.empty(sum(receives), dtype=torch.uint8)
     in_buf = torch.zeros(sum(sends), dtype=torch.uint8)
     dist.all_to_all_single(out_buf, in_buf, receives, sends)  # warm, like the executor above
-    # The executor's small collectives (verdict, outcome), timed alone after the pairs, so that
-    # the whole call can be set against raw + what the protocol adds to it.
+    # The executor's small agreements (verdict, outcome), timed alone after the pairs, so that
+    # the whole call can be set against raw + what the protocol adds to it: through the store as
+    # the executor made them (keys of their own), or all-reduced where the group is not linked.
+    linked = agree.link_of(dist.group.WORLD)
+    floor_link = None if linked is None else agree._Link(linked.store, "refplan/bench/floor", world)
     small = [(kind, torch.zeros(words, dtype=torch.int64),
               [torch.empty(words, dtype=torch.int64) for _ in range(world)])
              for _name, kind, words in CALL_COLLECTIVES]
 
     def collective(kind: str, mine: Any, gathered: list[Any]) -> None:
-        if kind == "all_reduce":
+        if kind == "agreement" and floor_link is not None:
+            agree.agree_max(floor_link, [0] * mine.numel(), timedelta(seconds=120))
+        elif kind in ("all_reduce", "agreement"):
             dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         else:
             dist.all_gather(gathered, mine)
@@ -2630,7 +2637,7 @@ def _fixed_target(raw: dict[str, Any]) -> dict[str, Any]:
     seconds, phases = raw["call_seconds"], raw.get("phases") or {}
     bare = raw.get("exchanges_seconds")
     floor = "" if bare is None else (
-        f"; its three exchanges bare (verdict all_reduce, raw all_to_all_single, outcome all_reduce in sequence "
+        f"; its three exchanges bare (verdict agreement, raw all_to_all_single, outcome agreement in sequence "
         f"after a barrier, timed alone) {bare * 1e3:.2f} ms"
     )
     return {
@@ -2712,7 +2719,7 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
     bare = raw.get("exchanges_seconds")
     if bare:
         lines.append(
-            f"  the call's three exchanges bare (verdict all_reduce, raw all_to_all_single, outcome all_reduce, in "
+            f"  the call's three exchanges bare (verdict agreement, raw all_to_all_single, outcome agreement, in "
             f"sequence after a barrier, timed alone): {bare * 1e3:.2f} ms; the whole call's median "
             f"x{raw['call_seconds'] / bare:.2f} that"
         )

@@ -11,8 +11,9 @@ Why the protocol looks the way it does:
   (``_HELLO_WORDS``), and the processes all-gather it, so that a peer of another protocol is a
   disagreement, never a collective of mismatched tensors (which gloo answers by aborting the
   process). Once that exchange has shown a group's processes all on this protocol, its later
-  calls all-reduce a two-word brief instead (``verdict._BRIEF_WORDS``: a third of the cost), and
-  fall back to the full exchange whenever the brief does not settle the call. If any process
+  calls agree on a two-word brief instead (``verdict._BRIEF_WORDS``), through the group's store
+  when every process could use it (``agree``), else by an all-reduce, and fall back to the full
+  exchange whenever the brief does not settle the call. If any process
   refused, the digests differ, or the processes
   hold buffers on different device types, *every* process raises the same
   ``TransferRejectedError`` naming the processes and their reasons, and no byte has moved. A lone
@@ -56,12 +57,12 @@ The transport follows the buffers' device and the group's backend for that devic
 
 The package follows the protocol's phases, one module each: ``checks`` (arguments, plans,
 buffers and segments, before the verdict), ``schedule`` (chunks, messages, queues and staging),
-``verdict`` (the brief all-reduce, or the fixed-size all-gather), ``transport`` (the rounds), ``outcome`` (the
-collective outcome), with ``common`` (errors, budget, statistics, context) beneath them and
-``call`` (the entry points, and the registry of calls in flight) above them. A test that replaces
-a module-level name must replace it in the module that *uses* it (``transport._pack``,
-``call._move``): this package re-exports the public API, and rebinding a name here changes no
-phase.
+``verdict`` (the brief, or the fixed-size all-gather), ``agree`` (the brief's and the outcome's
+agreement through the group's store), ``transport`` (the rounds), ``outcome`` (the collective
+outcome), with ``common`` (errors, budget, statistics, context) beneath them and ``call`` (the entry
+points, and the registry of calls in flight) above them. A test that replaces a module-level name
+must replace it in the module that *uses* it (``transport._pack``, ``call._move``): this package
+re-exports the public API, and rebinding a name here changes no phase.
 """
 
 from __future__ import annotations

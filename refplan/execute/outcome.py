@@ -3,10 +3,12 @@
 So that a process with no traffic to a failed peer does not return normally while that peer's
 targets are partly written: every surviving process raises, naming the same targets.
 
-The agreement is one 1-word ``all_reduce(MAX)`` of the status: every process sees the same
-maximum, so all take the same branch; only when it is not ``_OK`` do they all-gather the words to
-learn who failed. A 1-word all-reduce costs about half a small all-gather on gloo, and a warm
-call's fixed cost is mostly such small collectives (issue 26, item 8c).
+The agreement is the maximum of the 1-word status over the processes, through the group's store
+where its hello linked it (``agree``: a process that failed writes its status as the answer at
+once, so nobody waits for a peer that may be dead), else one 1-word ``all_reduce(MAX)``: every
+process sees the same answer, so all take the same branch; only when it is not ``_OK`` do they
+all-gather the words over the group to learn who failed. A warm call's fixed cost is mostly such
+small agreements (issue 26, item 8c).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from . import agree
 from .common import TransferExecutionError, _Context, _describe, _ended
 from .schedule import _Schedule
 from .verdict import _gather
@@ -79,11 +82,16 @@ def _outcome(
     own = str(failure) if failure is not None else "this process finished its part"
     started, limit = time.monotonic(), timeout * (1 + sched.most_rounds)
     try:
-        word = torch.tensor([status], dtype=torch.int64, device=device)
-        work = dist.all_reduce(word, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
-        if work is not None:
-            work.wait(limit)
-        if int(word.item()) == _OK:  # the same maximum everywhere: every process returns here
+        link = agree.link_of(ctx.group if ctx.group is not None else dist.group.WORLD)
+        if link is not None:
+            answer = agree.agree_max(link, [status], limit, early=status != _OK)[0][0]
+        else:
+            word = torch.tensor([status], dtype=torch.int64, device=device)
+            work = dist.all_reduce(word, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
+            if work is not None:
+                work.wait(limit)
+            answer = int(word.item())
+        if answer == _OK:  # the same answer everywhere: every process returns here
             return
         left = limit - timedelta(seconds=time.monotonic() - started)
         rows, _none = _gather(ctx, device, [status], max(left, timeout))

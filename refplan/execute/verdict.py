@@ -4,9 +4,11 @@ The first call on a group all-gathers one fixed-size message (``_HELLO_WORDS``) 
 process. Its size never changes, so that a peer of another protocol is a disagreement instead of a
 gloo abort; every process raises the same ``TransferRejectedError`` from the gathered rows alone.
 Once that exchange has shown every process of the group running this protocol, later calls on the
-group send a two-word brief (``_BRIEF_WORDS``) through one ``all_reduce(MAX)`` instead: it settles
-an agreed, unrefused call, and anything else (a refusal, a disagreement, a number the brief cannot
-hold) sends every process on to the full all-gather, so rejections read exactly as before.
+group agree on a two-word brief (``_BRIEF_WORDS``) instead — its maximum over the processes,
+through the group's store where the hello showed every process able (``agree``), else one
+``all_reduce(MAX)``: it settles an agreed, unrefused call, and anything else (a refusal, a
+disagreement, a number the brief cannot hold) sends every process on to the full all-gather, so
+rejections read exactly as before.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import agree
 from .common import (
     TransferExecutionError,
     TransferRejectedError,
@@ -32,7 +35,7 @@ from .common import (
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
 
 
-_PROTOCOL = 6  # the verdict's messages and the outcome agreement (6: a greeted group's two-word brief)
+_PROTOCOL = 7  # the verdict's messages and the outcome agreement (7: a greeted group's agreements through its store)
 
 
 _HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
@@ -42,7 +45,8 @@ _HELLO_WORDS = 37
 """Words of the one message every call all-gathers before any byte moves (its hello and verdict
 together): magic, protocol, this message's length, whether the process runs the outcome
 agreement, its number of rounds, the schedule digest, its refusal flag, its global rank, the
-device type of its buffers, and its reason (the rest).
+device type of its buffers, its store nonce (``agree.offer``: nonzero if it can agree through the
+group's store), and its reason (the rest).
 
 Fixed for good, so that a peer of another protocol meets a message of the same size and is found
 by comparing words instead of by a collective of mismatched tensors, which gloo answers with
@@ -53,13 +57,15 @@ into this one all-gather: each is a collective of about 4 ms on 4 processes shar
 cores, a third of a warm call's fixed cost (issue 26). Protocol 5 keeps this message and makes
 the outcome agreement a 1-word all-reduce first (``outcome.py``). Protocol 6 keeps this message
 as the first exchange on every group and for every call that is not settled by the brief.
+Protocol 7 adds the store nonce to the header: a group whose hello shows every process able makes
+its brief and outcome agreements through its store (``agree``), a third of the cost again.
 """
 
 
-_HEADER_WORDS = 9  # magic, protocol, length, outcome, rounds, digest, rejected flag, global rank, device type
+_HEADER_WORDS = 10  # magic, protocol, length, outcome, rounds, digest, rejected flag, global rank, device type, nonce
 
 
-_REASON_BYTES = (_HELLO_WORDS - _HEADER_WORDS) * 8  # 224
+_REASON_BYTES = (_HELLO_WORDS - _HEADER_WORDS) * 8  # 216
 
 
 
@@ -165,7 +171,14 @@ def _reduce(
     timeout: timedelta,
     meanwhile: Meanwhile | None = None,
 ) -> tuple[list[int], frozenset[tuple[int, int, int]]]:
-    """All-reduce (MAX) the brief; ``meanwhile`` runs while it is in flight."""
+    """The elementwise maximum of the brief over the processes: through the group's store if its
+    hello linked it (``agree``; a refused or unfit brief is written as the answer at once, since it
+    settles nothing), else by the group's ``all_reduce(MAX)``. ``meanwhile`` runs while it is in
+    flight."""
+    link = agree.link_of(_group_of(ctx))
+    if link is not None:
+        return agree.agree_max(link, words, timeout, early=_settled([words[0], words[1]]) is None,
+                               meanwhile=meanwhile)
     mine = torch.tensor(list(words), dtype=torch.int64, device=device)
     work = dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
     done = _run_meanwhile(meanwhile, work)
@@ -270,12 +283,13 @@ def _exchange(
             )
         return frozenset(), rounds
     code = 0 if holds is None else _DEVICE_CODES.get(holds.type, 99)
-    header = [_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), rounds, digest, int(reason is not None),
-              ctx.global_rank, code]
-    started = time.monotonic()
     group = _group_of(ctx)
+    greeted = bool(_GREETED.get(group))
+    header = [_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), rounds, digest, int(reason is not None),
+              ctx.global_rank, code, 0 if greeted else agree.offer(group)]
+    started = time.monotonic()
     done: frozenset[tuple[int, int, int]] = frozenset()
-    if _GREETED.get(group):
+    if greeted:
         # Everything the full message requires equal (its first ``_HELLO_AGREED`` words), the
         # digest and the device type, read from the header the full exchange would send.
         brief = _brief((*header[:_HELLO_AGREED], digest, code), reason is not None, rounds)
@@ -299,10 +313,11 @@ def _exchange(
     done = done or packed
     if phases is not None:
         phases["verdict"] = time.monotonic() - started
-    if all(row[:3] == rows[0][:3] for row in rows):
+    if not greeted and all(row[:3] == rows[0][:3] for row in rows):
         # Every process gathered these rows, so every one of them records the same: from now on
-        # the group's calls may be settled by the brief.
+        # the group's calls may be settled by the brief, through the store if all offered one.
         _GREETED[group] = True
+        agree.adopt(group, [row[9] for row in rows], len(rows))
     if any(row[:_HELLO_AGREED] != rows[0][:_HELLO_AGREED] for row in rows):
         # Built from the gathered rows alone, so every process raises the same text.
         detail = "; ".join(

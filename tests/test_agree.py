@@ -1,0 +1,158 @@
+"""The store agreement of a call's brief and outcome (``refplan.execute.agree``), on one
+in-process store with a thread per process: the answer, the early answer that never waits for a
+peer that may be dead, the timeout, the keys it leaves, and what packing ahead is told."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from refplan.execute import agree
+
+pytestmark = pytest.mark.timeout(120)
+
+SECOND = timedelta(seconds=1)
+
+
+def _links(size: int, store: Any | None = None) -> list[agree._Link]:
+    store = store if store is not None else dist.HashStore()
+    return [agree._Link(store, "refplan/agree/test", size) for _ in range(size)]
+
+
+def _together(
+    links: Sequence[agree._Link], words: Sequence[Sequence[int]], *, early: Sequence[bool] | None = None,
+    timeout: timedelta = timedelta(seconds=20), only: Sequence[int] | None = None,
+    meanwhile: Callable[[int], Any] | None = None,
+) -> dict[int, Any]:
+    """Each of ``only`` (default: every link) agrees in a thread of its own; what each returned or raised."""
+    out: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        try:
+            out[i] = agree.agree_max(links[i], words[i], timeout, early=bool(early and early[i]),
+                                     meanwhile=None if meanwhile is None else meanwhile(i))
+        except Exception as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (only if only is not None else range(len(links)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def test_every_process_reads_the_elementwise_maximum() -> None:
+    links = _links(4)
+    words = [[3, -7, 0], [9, -8, 5], [1, -2, 4], [-5, -9, 2]]
+    got = _together(links, words)
+    assert all(got[i][0] == [9, -2, 5] for i in range(4)), got
+    # Every process counted the same agreement; the next one is another set of keys.
+    assert {link.seq for link in links} == {1}
+    again = _together(links, [[1], [2], [3], [0]])
+    assert all(again[i][0] == [3] for i in range(4)), again
+
+
+def test_an_early_answer_is_read_by_everyone_without_waiting_for_the_missing_peer() -> None:
+    """Process 2 never arrives (dead); process 1's own record already settles the call (a failure),
+    so it is written as the answer at once and process 0 reads it instead of waiting for 2."""
+    links = _links(3)
+    started = time.monotonic()
+    got = _together(links, [[0], [1], [0]], early=[False, True, False], only=[0, 1])
+    assert got[0][0] == [1] and got[1][0] == [1], got
+    assert time.monotonic() - started < 10, "a process waited for the missing peer"
+
+
+def test_the_first_answer_written_is_the_only_one() -> None:
+    """The last arrival's maximum and an early answer race for the answer key: whichever is
+    written first is what every process reads (``compare_set`` from empty)."""
+    links = _links(2)
+    got = _together(links, [[2, 0], [1, 5]], early=[True, False])
+    assert got[0][0] == got[1][0] and got[0][0] in ([2, 0], [2, 5]), got
+
+
+def test_a_missing_peer_is_a_timeout_not_a_hang() -> None:
+    links = _links(2)
+    started = time.monotonic()
+    got = _together(links, [[0], [0]], only=[0], timeout=SECOND)
+    assert isinstance(got[0], Exception) and "timeout" in str(got[0]).lower(), got
+    assert time.monotonic() - started < 10
+
+
+def test_the_keys_of_old_agreements_are_deleted() -> None:
+    """The first process at agreement ``seq`` deletes agreement ``seq - 2``'s keys: a loop of
+    agreements leaves a bounded number of keys, whatever its length."""
+    store = dist.HashStore()
+    links = _links(3, store)
+    for n in range(40):
+        got = _together(links, [[n], [n + 1], [n - 1]])
+        assert all(got[i][0] == [n + 1] for i in range(3)), (n, got)
+    assert store.num_keys() <= 3 * 3, store.num_keys()
+
+
+def test_a_record_of_another_size_is_an_error_everywhere_and_at_once() -> None:
+    """Records of different sizes (no two processes of one protocol send them) make no answer:
+    the process that would compute it raises and writes its own record, so the other reads a
+    record of the wrong size and raises too, instead of waiting out its timeout."""
+    links = _links(2)
+    started = time.monotonic()
+    got = _together(links, [[1, 2], [3]])
+    assert all(isinstance(v, Exception) for v in got.values()), got
+    assert time.monotonic() - started < 10, "a process waited for an answer that never came"
+
+
+def test_packing_ahead_runs_while_waiting_and_is_told_when_the_answer_came() -> None:
+    """The process that completes the agreement is told at once that it completed (it packs
+    nothing ahead); one that waits keeps packing until the answer key appears."""
+    links = _links(2)
+    release = threading.Event()
+    seen: dict[int, list[bool]] = {0: [], 1: []}
+
+    def meanwhile(i: int) -> Callable[[Callable[[], bool]], frozenset[tuple[int, int, int]]]:
+        def work(finished: Callable[[], bool]) -> frozenset[tuple[int, int, int]]:
+            if i == 0:
+                release.set()  # process 0 waits: now process 1 may arrive and complete
+                deadline = time.monotonic() + 10
+                while not finished() and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            seen[i].append(finished())
+            return frozenset({(i, 0, 0)})
+        return work
+
+    out: dict[int, Any] = {}
+    first = threading.Thread(target=lambda: out.__setitem__(0, agree.agree_max(
+        links[0], [1], timedelta(seconds=20), meanwhile=meanwhile(0))))
+    first.start()
+    assert release.wait(10)
+    out[1] = agree.agree_max(links[1], [2], timedelta(seconds=20), meanwhile=meanwhile(1))
+    first.join(20)
+    assert out[0] == ([2], frozenset({(0, 0, 0)})) and out[1] == ([2], frozenset({(1, 0, 0)})), out
+    assert seen == {0: [True], 1: [True]}, seen
+
+
+def test_a_process_without_a_usable_store_offers_none_and_the_group_is_not_linked() -> None:
+    """Without torch.distributed initialized there is no group store: the offer is 0, and a
+    hello whose rows hold any 0 links nobody (every process decides from the same rows)."""
+
+    class Group:
+        pass
+
+    group = Group()
+    assert agree.offer(group) == 0
+    agree.adopt(group, [0, 5], 2)
+    assert agree.link_of(group) is None
+    other = Group()
+    agree._OFFERS[other] = (dist.HashStore(), 7)
+    agree.adopt(other, [7, 0], 2)  # a peer offered none
+    assert agree.link_of(other) is None
+    third = Group()
+    agree._OFFERS[third] = (dist.HashStore(), 7)
+    agree.adopt(third, [9, 7], 2)  # every process offered: the first one's nonce names the keys
+    link = agree.link_of(third)
+    assert link is not None and link.prefix.endswith(f"{9:x}") and link.size == 2
