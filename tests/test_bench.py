@@ -440,8 +440,16 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert _fixed_target(report.sync_fixed)["met"] is True
     del report.sync_fixed["exchanges_seconds"]
     assert "bare" not in _fixed_target(report.sync_fixed)["detail"]  # older JSON: no floor, nothing invented
+    # Beside a sync written by hand, where measured: printed with (a), never judged in its place.
+    assert "by hand" not in targets[0]["detail"]
+    report.sync_whole.update(hand_seconds=2.6, call_vs_hand=paired_ratios([1.3], [2.6]))
+    targets[0] = _whole_call_target(report.sync_whole)
+    assert targets[0]["met"] is False
+    assert "beside a sync written by hand around the same collective" in targets[0]["detail"]
+    assert "2600.0 ms) x0.50" in targets[0]["detail"]
     report.targets = targets
     text = format_report(report)
+    assert text.count("call/by hand     median of per-run ratios x0.50") == 1
     assert "[NOT MET] 300.0 MiB sync: the whole call <= 1.25x raw" in text
     assert "[MET] 28.0 MiB sync: the move <= 1.25x raw" in text
     assert "[MET] a warm call's fixed cost <= 5 ms" in text

@@ -150,6 +150,9 @@ def test_bench_sync_compares_with_raw_all_to_all() -> None:
     )
     # And beside its three exchanges bare (verdict, raw move, outcome), timed after the pairs.
     assert raw["exchanges_seconds"] > 0
+    # And beside a sync written by hand around the same collective, whose targets the worker
+    # checked element by element (it raises, failing this launch, if one lands wrong).
+    assert raw["hand_seconds"] > 0 and raw["call_vs_hand"]["median"] > 0
 
 
 def test_bench_times_the_executors_own_verdict_size() -> None:

@@ -2412,6 +2412,69 @@ def _raw_layouts() -> dict[str, tuple[Pairs, TransferEndpoints]]:
     }
 
 
+def _by_hand(
+    plans: Mapping[str, TransferPlan], endpoints: TransferEndpoints, rank: int, world: int,
+    sources: Mapping[str, Mapping[int, Any]], targets: Mapping[str, Mapping[int, Any]], dtype: Any,
+) -> tuple[list[int], list[int], Callable[[], None]]:
+    """A sync written by hand around one ``all_to_all_single``: what a user pays without an
+    executor. Every segment this process sends is copied into one contiguous send buffer (peer by
+    peer, parameters in name order, segments in plan order, so both ends agree on every offset
+    with no exchange), the collective moves it, and every segment received is copied out into its
+    target shard. Returns (bytes sent per peer, bytes received per peer, one sync). The views are
+    made once, outside the timed call: the kindest reading of a hand-written loop.
+    """
+    import torch
+    import torch.distributed as dist
+
+    size = torch.empty((), dtype=dtype).element_size()
+    outgoing: list[list[tuple[str, Any]]] = [[] for _ in range(world)]
+    incoming: list[list[tuple[str, Any]]] = [[] for _ in range(world)]
+    local: list[tuple[Any, Any]] = []
+
+    def view(buf: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+        return torch.as_strided(buf, shape, strides, buf.storage_offset() + offset)
+
+    for name in sorted(plans):
+        for seg in plans[name].segments:
+            src, dst = endpoints.source[seg.source_rank], endpoints.target[seg.target_rank]
+            if src == rank:
+                box = view(sources[name][seg.source_rank], seg.source_offset, seg.shape, seg.source_strides)
+                if dst == rank:
+                    local.append((box, view(targets[name][seg.target_rank], seg.target_offset, seg.shape,
+                                            seg.target_strides)))
+                else:
+                    outgoing[dst].append((name, box))
+            elif dst == rank:
+                incoming[src].append((name, view(targets[name][seg.target_rank], seg.target_offset, seg.shape,
+                                                 seg.target_strides)))
+    sends = [sum(box.numel() for _n, box in boxes) * size for boxes in outgoing]
+    receives = [sum(box.numel() for _n, box in boxes) * size for boxes in incoming]
+    send_buf = torch.empty(sum(sends), dtype=torch.uint8)
+    receive_buf = torch.empty(sum(receives), dtype=torch.uint8)
+
+    def laid_out(buf: Any, per_peer: list[list[tuple[str, Any]]]) -> list[tuple[Any, Any]]:
+        out, at = [], 0
+        for boxes in per_peer:
+            for _name, box in boxes:
+                nbytes = box.numel() * size
+                out.append((box, buf[at : at + nbytes].view(dtype).view(box.shape)))
+                at += nbytes
+        return out
+
+    packs, unpacks = laid_out(send_buf, outgoing), laid_out(receive_buf, incoming)
+
+    def sync() -> None:
+        for box, slot in packs:
+            slot.copy_(box)
+        for box, into in local:
+            into.copy_(box)
+        dist.all_to_all_single(receive_buf, send_buf, receives, sends)
+        for box, slot in unpacks:
+            box.copy_(slot)
+
+    return sends, receives, sync
+
+
 def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int) -> dict[str, Any]:
     """One process: the balanced plan through the executor and one raw ``all_to_all_single`` of
     exactly the same per-pair bytes, interleaved in the same processes (each after a barrier,
@@ -2482,6 +2545,13 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
             collective(*entry)
 
     collectives_once()
+    hand_targets = fresh()
+    hand_sends, hand_receives, by_hand = _by_hand(plans, endpoints, rank, world, sources, hand_targets, dtype)
+    if hand_sends != sends or hand_receives != receives:
+        raise AssertionError(f"the sync by hand moves {hand_sends}/{hand_receives} bytes per peer, "
+                             f"the executor {sends}/{receives}")
+    by_hand()  # warm, and checked: the baseline must land every element where the executor does
+    check(hand_targets)
     call: list[float] = []
     move: list[float] = []
     raw: list[float] = []
@@ -2514,8 +2584,24 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
             started = time.perf_counter()
             timed()
             into.append(time.perf_counter() - started)
+    # The same calls beside a sync written by hand (``_by_hand``), in pairs of their own after the
+    # judged ones, the order alternating: what the executor costs against what a user would
+    # otherwise write, its copies included.
+    hand: list[float] = []
+    call_beside_hand: list[float] = []
+    for i in range(runs):
+        for which in ("executor", "hand") if i % 2 == 0 else ("hand", "executor"):
+            dist.barrier()
+            started = time.perf_counter()
+            if which == "executor":
+                execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
+                call_beside_hand.append(time.perf_counter() - started)
+            else:
+                by_hand()
+                hand.append(time.perf_counter() - started)
     return {"call": call, "move": move, "raw": raw, "phases": phases, "collectives": collectives,
-            "exchanges": exchanges, "checked": checked, "bytes": sum(sends)}
+            "exchanges": exchanges, "hand": hand, "call_beside_hand": call_beside_hand,
+            "checked": checked, "bytes": sum(sends)}
 
 
 def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, float | None]:
@@ -2558,6 +2644,11 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     exchanges a warm call cannot do without, bare and in sequence after a barrier as each call
     starts — the verdict's collective, raw ``all_to_all_single`` of the same bytes, the outcome's
     collective: the protocol's floor on this machine, which the fixed cost (c) is read beside.
+    ``hand_seconds`` (median, slowest process per run) times a sync written by hand around the same
+    collective (``_by_hand``: pack every sent segment, ``all_to_all_single``, unpack every received
+    one), and ``call_vs_hand`` the whole call against it, in pairs of their own after the judged
+    ones: what the executor costs beside what a user would otherwise write. Printed beside the
+    targets, never judged in their place.
     """
     from .sync import run_ranks
 
@@ -2574,8 +2665,10 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     def slowest(values: list[list[float]]) -> list[float]:
         return [max(v[i] for v in values) for i in range(runs)]
 
-    calls, afters, raws, collectives, exchanges = (slowest([o.value[k] for o in outcomes])
-                                                   for k in ("call", "move", "raw", "collectives", "exchanges"))
+    calls, afters, raws, collectives, exchanges, hands, beside = (
+        slowest([o.value[k] for o in outcomes])
+        for k in ("call", "move", "raw", "collectives", "exchanges", "hand", "call_beside_hand")
+    )
     phases = {p: slowest([o.value["phases"][p] for o in outcomes]) for p in PHASES}
     moves = phases["move"]
     move, call = paired_ratios(moves, raws), paired_ratios(calls, raws)
@@ -2590,6 +2683,7 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
         "phases": {p: statistics.median(v) for p, v in phases.items()},
         "collectives_seconds": statistics.median(collectives), "call_vs_raw_and_collectives": protocol,
         "exchanges_seconds": statistics.median(exchanges),
+        "hand_seconds": statistics.median(hands), "call_vs_hand": paired_ratios(beside, hands),
         # The names these had when one verdict-sized all-gather was timed (tests/test_sync_launch.py
         # and older JSON readers use them); they now hold every small collective of a call.
         "verdict_seconds": statistics.median(collectives), "call_vs_raw_and_verdict": protocol,
@@ -2626,8 +2720,19 @@ def _whole_call_target(raw: dict[str, Any]) -> dict[str, Any]:
         "met": None if ratio is None else ratio <= TARGET_EXECUTOR_VS_RAW,
         "detail": (f"median of {raw['runs']} per-run ratios of the whole call: x{_fmt(ratio)} (quartiles "
                    f"x{_fmt(call.get('q1'))}-x{_fmt(call.get('q3'))}; call {raw['call_seconds'] * 1e3:.1f} ms, "
-                   f"raw {raw['raw_seconds'] * 1e3:.1f} ms), {raw['checked_elements']} target elements checked"),
+                   f"raw {raw['raw_seconds'] * 1e3:.1f} ms), {raw['checked_elements']} target elements checked"
+                   + _beside_hand(raw)),
     }
+
+
+def _beside_hand(raw: dict[str, Any]) -> str:
+    """The whole call beside a sync written by hand (``_by_hand``), where it was measured: printed
+    with (a), never judged in its place."""
+    hand = (raw.get("call_vs_hand") or {}).get("median")
+    if hand is None or not raw.get("hand_seconds"):
+        return ""
+    return (f"; beside a sync written by hand around the same collective (its packing and unpacking "
+            f"included, {raw['hand_seconds'] * 1e3:.1f} ms) x{_fmt(hand)}")
 
 
 def _fixed_target(raw: dict[str, Any]) -> dict[str, Any]:
@@ -2716,6 +2821,14 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
         f"{raw['collectives_seconds'] * 1e3:.2f} ms)  median of per-run ratios x{_fmt(protocol.get('median'))} "
         f"(quartiles x{_fmt(protocol.get('q1'))}-x{_fmt(protocol.get('q3'))})"
     )
+    hand = raw.get("call_vs_hand")
+    if hand and raw.get("hand_seconds"):
+        lines.append(
+            f"  call/by hand     median of per-run ratios x{_fmt(hand.get('median'))} (quartiles "
+            f"x{_fmt(hand.get('q1'))}-x{_fmt(hand.get('q3'))}; by hand {raw['hand_seconds'] * 1e3:.1f} ms: a sync "
+            f"written around one all_to_all_single, every sent segment packed and every received one unpacked; "
+            f"{raw['runs']} more pairs after the judged ones)"
+        )
     bare = raw.get("exchanges_seconds")
     if bare:
         lines.append(
