@@ -1133,8 +1133,9 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
     ``counts`` are the verdict's collectives per call, counted where the verdict calls them, and
     ``agreements`` the store agreements (protocol 7: the brief and the outcome of a group whose
     hello showed both processes able to agree through its store; ``linked``). On a group where
-    process 1 offers no store (``unlinked``), both use the group's all-reduce and nothing else
-    changes; a failure after the verdict is raised on both processes either way.
+    process 1 offers no store (``unlinked``), or that is larger than the store's limit
+    (``large``: the limit set to 1 during its hello), both use the group's all-reduce and nothing
+    else changes; a failure after the verdict is raised on both processes either way.
     """
     import torch.distributed as dist
 
@@ -1166,7 +1167,8 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
         return gather(*args, **kwargs)
 
     def call(group: Any, *, refuse: bool = False, key: str | None = None,
-             protocol: int | None = None, store: bool = True, fail: bool = False) -> dict[str, Any]:
+             protocol: int | None = None, store: bool = True, fail: bool = False,
+             cap: int | None = None) -> dict[str, Any]:
         # A failing call moves only local copies (as in ``s2_outcome``): process 0 has no traffic
         # to process 1, whose part fails, so nothing of it is left posted on the group.
         layout, its_ends, its_plans = (local, local_ends, local_plans) if fail else (pairs, ends, plans)
@@ -1175,7 +1177,9 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
         if refuse and me == 1:  # a target shard of another dtype: this process refuses
             targets = {"w": {loc: t.to(torch.float64) for loc, t in targets["w"].items()}}
         counts.update(brief=0, full=0, agreements=0)
-        saved, moving = verdict_phase._PROTOCOL, call_phase._move
+        saved, moving, most = verdict_phase._PROTOCOL, call_phase._move, agree._STORE_MAX_PROCESSES
+        if cap is not None:  # on both processes: a group larger than the store's limit
+            agree._STORE_MAX_PROCESSES = cap
         verdict_phase._reduce, verdict_phase._gather = counted_reduce, counted_gather  # type: ignore[assignment]
         agree.agree_max = counted_agree  # type: ignore[assignment]
         if protocol is not None and me == 1:
@@ -1196,6 +1200,7 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
             verdict_phase._reduce, verdict_phase._gather = reduce, gather  # type: ignore[assignment]
             agree.agree_max, agree.offer = agree_max, offer  # type: ignore[assignment]
             verdict_phase._PROTOCOL, call_phase._move = saved, moving  # type: ignore[assignment]
+            agree._STORE_MAX_PROCESSES = most
         return {**result, **verdict(buffers), "counts": dict(counts), "linked": agree.link_of(group) is not None}
 
     greeted = dist.new_group([0, 1])
@@ -1215,6 +1220,9 @@ def s2_brief(me: int, world: int) -> dict[str, Any]:
     out["unlinked_first"] = call(unlinked, store=False)
     out["unlinked_second"] = call(unlinked)
     out["unlinked_failed"] = call(unlinked, fail=True)
+    large = dist.new_group([0, 1])
+    out["large_first"] = call(large, cap=1)
+    out["large_second"] = call(large)
     out["linked_failed"] = call(greeted, fail=True)
     out["linked_after"] = call(greeted)
     return out

@@ -156,3 +156,8 @@ def test_a_process_without_a_usable_store_offers_none_and_the_group_is_not_linke
     agree.adopt(third, [9, 7], 2)  # every process offered: the first one's nonce names the keys
     link = agree.link_of(third)
     assert link is not None and link.prefix.endswith(f"{9:x}") and link.size == 2
+    # A group of more processes than the store's limit is never linked, every nonce offered or not.
+    large = Group()
+    agree._OFFERS[large] = (dist.HashStore(), 7)
+    agree.adopt(large, [7] * (agree._STORE_MAX_PROCESSES + 1), agree._STORE_MAX_PROCESSES + 1)
+    assert agree.link_of(large) is None and large not in agree._OFFERS

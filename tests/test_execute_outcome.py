@@ -73,7 +73,7 @@ def test_greeted_group_settles_calls_by_the_brief_and_rejects_through_the_full_e
     per_process = scenario(two, "brief")
     for rank, res in enumerate(per_process):
         for case in ("first", "second", "again", "other_second", "other_third", "unlinked_first",
-                     "unlinked_second", "linked_after"):
+                     "unlinked_second", "large_first", "large_second", "linked_after"):
             assert res[case]["raised"] is None and res[case]["exact"] and res[case]["guards"], (rank, case, res[case])
         # The group's first call: the full message only (its outcome through the store it just
         # linked); after it, the brief only, and both agreements through the store.
@@ -92,6 +92,12 @@ def test_greeted_group_settles_calls_by_the_brief_and_rejects_through_the_full_e
             assert not res[case]["linked"], (rank, case)
             assert res[case]["counts"]["agreements"] == 0, (rank, case, res[case])
         assert res["unlinked_second"]["counts"] == {"brief": 1, "full": 0, "agreements": 0}, rank
+        # A group larger than the store's limit (``agree._STORE_MAX_PROCESSES``, set to 1 for its
+        # hello) is never linked: the store is one server, and an agreement costs it per process.
+        for case in ("large_first", "large_second"):
+            assert not res[case]["linked"], (rank, case)
+        assert res["large_first"]["counts"] == {"brief": 0, "full": 1, "agreements": 0}, rank
+        assert res["large_second"]["counts"] == {"brief": 1, "full": 0, "agreements": 0}, rank
         # Process 1's part fails after the verdict: both processes raise, naming process 1, on
         # either transport of the outcome (through the store, process 1 answers at once).
         for case in ("unlinked_failed", "linked_failed"):
