@@ -2426,36 +2426,35 @@ def _by_hand(
     import torch
     import torch.distributed as dist
 
-    size = torch.empty((), dtype=dtype).element_size()
-    outgoing: list[list[tuple[str, Any]]] = [[] for _ in range(world)]
-    incoming: list[list[tuple[str, Any]]] = [[] for _ in range(world)]
-    local: list[tuple[Any, Any]] = []
+    from ..execute.schedule import _view
 
-    def view(buf: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
-        return torch.as_strided(buf, shape, strides, buf.storage_offset() + offset)
+    size = torch.empty((), dtype=dtype).element_size()
+    outgoing: list[list[Any]] = [[] for _ in range(world)]  # per peer, the source boxes sent to it
+    incoming: list[list[Any]] = [[] for _ in range(world)]  # per peer, the target boxes it fills
+    local: list[tuple[Any, Any]] = []
 
     for name in sorted(plans):
         for seg in plans[name].segments:
             src, dst = endpoints.source[seg.source_rank], endpoints.target[seg.target_rank]
             if src == rank:
-                box = view(sources[name][seg.source_rank], seg.source_offset, seg.shape, seg.source_strides)
+                box = _view(sources[name][seg.source_rank], seg.source_offset, seg.shape, seg.source_strides)
                 if dst == rank:
-                    local.append((box, view(targets[name][seg.target_rank], seg.target_offset, seg.shape,
-                                            seg.target_strides)))
+                    local.append((box, _view(targets[name][seg.target_rank], seg.target_offset, seg.shape,
+                                             seg.target_strides)))
                 else:
-                    outgoing[dst].append((name, box))
+                    outgoing[dst].append(box)
             elif dst == rank:
-                incoming[src].append((name, view(targets[name][seg.target_rank], seg.target_offset, seg.shape,
-                                                 seg.target_strides)))
-    sends = [sum(box.numel() for _n, box in boxes) * size for boxes in outgoing]
-    receives = [sum(box.numel() for _n, box in boxes) * size for boxes in incoming]
+                incoming[src].append(_view(targets[name][seg.target_rank], seg.target_offset, seg.shape,
+                                           seg.target_strides))
+    sends = [sum(box.numel() for box in boxes) * size for boxes in outgoing]
+    receives = [sum(box.numel() for box in boxes) * size for boxes in incoming]
     send_buf = torch.empty(sum(sends), dtype=torch.uint8)
     receive_buf = torch.empty(sum(receives), dtype=torch.uint8)
 
-    def laid_out(buf: Any, per_peer: list[list[tuple[str, Any]]]) -> list[tuple[Any, Any]]:
+    def laid_out(buf: Any, per_peer: list[list[Any]]) -> list[tuple[Any, Any]]:
         out, at = [], 0
         for boxes in per_peer:
-            for _name, box in boxes:
+            for box in boxes:
                 nbytes = box.numel() * size
                 out.append((box, buf[at : at + nbytes].view(dtype).view(box.shape)))
                 at += nbytes
