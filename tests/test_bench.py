@@ -411,6 +411,23 @@ def test_the_whole_call_cpu_script_touches_only_names_that_exist() -> None:
     assert bench.WHOLE_LAYOUT in bench._raw_layouts()
 
 
+def test_the_whole_call_floor_script_replays_the_executors_schedule(capsys: pytest.CaptureFixture[str]) -> None:
+    """``scripts/whole_call_floor.py`` (the floor under item 8a in docs/performance.md) still runs
+    on a small batch (the model at one layer): its replay of the executor's schedule lands every
+    target element right before and after the timed runs (else it exits 1), and it prints every
+    kind against raw and the executor's phases."""
+    pytest.importorskip("torch")
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "whole_call_floor.py"
+    assert runpy.run_path(str(script))["main"](["--layers", "1", "--runs", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["raw", "messages", "copies", "move", "executor", "executor"], lines
+    assert all("median per-run ratio to raw x" in line for line in lines[:5]), lines
+    assert all(f"{phase} " in lines[5] for phase in ("checks", "verdict", "move", "outcome")), lines
+
+
 def test_bench_times_the_executors_own_small_collectives() -> None:
     """``--sync`` sets the whole call against raw plus every small collective the executor makes
     per call (the verdict, which is also the hello, and the outcome); their sizes are its own."""

@@ -1,0 +1,205 @@
+"""The floor under the whole call's ratio to raw ``all_to_all_single`` (issue 26, item 8a).
+
+On the ``--sync`` bench's 272.6 MiB batch (``refplan.cli.bench.WHOLE_LAYOUT``, balanced plan,
+processes 0-1 -> 2-3), each process replays the executor's own schedule with nothing around it:
+the same messages (pieces, tags, rounds, two staging slots per queue, a round reusing a slot
+only after the round before it on that slot has completed) posted straight on the process
+group, views made once outside the timed region, no checks, no verdict, no outcome, no
+timeouts. Four kinds, interleaved in one launch, each after a barrier, the order reversing
+every run:
+
+- ``raw``: ``all_to_all_single`` of the same per-pair bytes (what (a) is judged against);
+- ``messages``: the replay without the packing and unpacking copies (wrong data: a count of
+  what the executor's messages and rounds cost by themselves);
+- ``copies``: the replay with them: the least any sync that keeps this schedule pays, since the
+  layout needs one copy of every strided row;
+- ``move``: the executor's own transport (``transport._move``) on the schedule of its warm call,
+  without the checks and agreements around it, and without packing ahead during the verdict;
+- ``executor``: a warm ``execute_transfers`` call, outcome on.
+
+The replay (on zeroed staging of its own) and the executor each have every target element
+checked before and after the timed runs.
+
+Prints each kind's median (slowest process per run) and its median per-run ratio to raw.
+Why: it separates what the layout costs (the copy) from what the executor adds around it
+(checks, the verdict and outcome agreements, its own Python), which docs/performance.md
+("The floor under (a)") reads off it. A measuring aid, not a test.
+
+    .venv/bin/python scripts/whole_call_floor.py [--runs N] [--layers L]
+
+``--layers`` replaces the batch by the same model at L layers (10 is the bench's batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from datetime import timedelta
+from typing import Any
+
+KINDS = ("raw", "messages", "copies", "move", "executor")
+
+
+def _work(runs: int, layers: int | None) -> Any:
+    def work(rank: int, world: int) -> dict[str, list[Any]]:
+        import numpy as np
+        import torch
+        import torch.distributed as dist
+
+        import refplan.execute.call as call_module
+        from refplan.cli import bench
+        from refplan.cli.sync import bits_of, tensor_from_bits
+        from refplan.execute import execute_transfers, transport
+        from refplan.execute.schedule import _SLOTS, _view
+        from refplan.planner import plan_transfers
+        from refplan.policies import POLICIES
+
+        pairs, apart = bench._raw_layouts()[bench.WHOLE_LAYOUT]
+        if layers is not None:
+            pairs = bench._model_pairs(1, 2, 2, layers=layers, hidden=1024, ffn=2752, vocab=8000)
+        dtype = torch.bfloat16
+        sources, expected = bench._marker_shards(pairs, apart, rank, dtype)
+        plans = plan_transfers(pairs, endpoints=apart, element_size=dict.fromkeys(pairs, bench.BF16),
+                               replica_policy=POLICIES["balanced"])
+        dtypes = dict.fromkeys(plans, dtype)
+        targets = {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
+                   for name, per in expected.items()}
+        timeout = timedelta(seconds=120)
+
+        seen: dict[str, Any] = {}
+        call: Any = call_module
+        moving = call._move
+
+        def capture(ctx: Any, sched: Any, *args: Any) -> Any:
+            seen["ctx"], seen["sched"] = ctx, sched
+            return moving(ctx, sched, *args)
+
+        call._move = capture
+        try:
+            warm = execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
+        finally:
+            call._move = moving
+        sched = seen["sched"]
+        moved = copy.copy(sched)  # the executor's own schedule, for its transport alone (``move``)
+        # The staging slots go back to the executor's pool after its call: the replay has its own,
+        # zeroed, so that only its own packing can put the right bytes on the wire.
+        sched.slots = {key: [torch.zeros_like(slot) for slot in slots] for key, slots in sched.slots.items()}
+        group: Any = dist.group.WORLD  # the executor's peers are global ranks, here also WORLD's group ranks
+        rounds = max(len(q) for q in (*sched.incoming.values(), *sched.outgoing.values()))
+        replay = []  # per round: receives, sends (with their packing copies), unpacking copies
+        for r in range(rounds):
+            receives, unpacks = [], []
+            for peer, message, i, piece, wire, stage in transport._wires(sched, r, "receive"):
+                receives.append((wire, peer, (r % 64) << 24 | i))
+                if piece.direct is None:
+                    assert stage is not None
+                    for op, at in message.parts[piece.first : piece.last]:
+                        into = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
+                        unpacks.append((into, stage[at : at + op.nbytes].view(into.dtype).view(op.shape)))
+            sends = []
+            for peer, message, i, piece, wire, _stage in transport._wires(sched, r, "send"):
+                packs = []
+                if piece.direct is None:
+                    for op, at in message.parts[piece.first : piece.last]:
+                        box = _view(sched.sources[op.key], op.offset, op.shape, op.strides)
+                        start = at - piece.start
+                        packs.append((wire[start : start + op.nbytes].view(box.dtype).view(op.shape), box))
+                sends.append((wire, peer, (r % 64) << 24 | i, packs))
+            replay.append((receives, sends, unpacks))
+        assert not sched.local, "this batch has no local copies; the replay would leave them out"
+
+        def replayed(copies: bool) -> None:
+            flying: list[tuple[list[Any], list[Any]]] = []
+            for receives, sends, unpacks in replay:
+                if len(flying) >= _SLOTS:
+                    works, landing = flying.pop(0)
+                    for work in works:
+                        work.wait()
+                    for into, stage in landing if copies else ():
+                        into.copy_(stage)
+                works = [group.recv([wire], peer, tag) for wire, peer, tag in receives]
+                for wire, peer, tag, packs in sends:
+                    for slot, box in packs if copies else ():
+                        slot.copy_(box)
+                    works.append(group.send([wire], peer, tag))
+                flying.append((works, unpacks))
+            for works, landing in flying:
+                for work in works:
+                    work.wait()
+                for into, stage in landing if copies else ():
+                    into.copy_(stage)
+
+        def check(kind: str) -> None:
+            for name, per in expected.items():
+                for loc, want in per.items():
+                    if not np.array_equal(bits_of(targets[name][loc]), want):
+                        raise AssertionError(f"{kind}: process {rank}'s target {name}[{loc}] is wrong")
+                    targets[name][loc].view(torch.int16).fill_(-1)
+
+        sends_b = [warm.sent_bytes.get(p, 0) for p in range(world)]
+        receives_b = [warm.received_bytes.get(p, 0) for p in range(world)]
+        out_buf = torch.empty(sum(receives_b), dtype=torch.uint8)
+        in_buf = torch.zeros(sum(sends_b), dtype=torch.uint8)
+        dist.all_to_all_single(out_buf, in_buf, receives_b, sends_b)
+        check("the warm executor call")
+        replayed(True)
+        check("the replay with its copies")
+        times: dict[str, list[Any]] = {kind: [] for kind in (*KINDS, "phases")}
+        for run in range(runs):
+            for kind in KINDS if run % 2 == 0 else KINDS[::-1]:
+                dist.barrier()
+                started = time.perf_counter()
+                if kind == "raw":
+                    dist.all_to_all_single(out_buf, in_buf, receives_b, sends_b)
+                elif kind == "executor":
+                    stats = execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
+                    times["phases"].append(dict(stats.phases))
+                elif kind == "move":
+                    transport._move(seen["ctx"], moved, timeout)
+                else:
+                    replayed(kind == "copies")
+                times[kind].append(time.perf_counter() - started)
+        # Checked once more, each alone, after the timed runs rather than after each: a check
+        # reads and rewrites every target, which would leave the caches cold for the next kind.
+        for kind in ("copies", "executor"):
+            dist.barrier()
+            if kind == "copies":
+                replayed(True)
+            else:
+                execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
+            check(f"{kind} after the timed runs")
+        return times
+
+    return work
+
+
+def main(argv: list[str] | None = None) -> int:
+    from refplan.cli.sync import run_ranks
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--layers", type=int, default=None, help="the model at this many layers (10: the bench's)")
+    args = parser.parse_args(argv)
+    outcomes = run_ranks(_work(args.runs, args.layers), 4, backend="gloo", timeout=timedelta(seconds=600))
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        for o in failed:  # the first to fail raised; the others lost it
+            print(f"process {o.rank} failed: {(o.error or '').splitlines()[0]}")
+        return 1
+    slowest = {kind: [max(o.value[kind][i] for o in outcomes) for i in range(args.runs)] for kind in KINDS}
+    for kind in KINDS:
+        ratio = statistics.median(a / b for a, b in zip(slowest[kind], slowest["raw"]))
+        print(f"{kind:<9} median {statistics.median(slowest[kind]) * 1e3:7.1f} ms, "
+              f"median per-run ratio to raw x{ratio:.2f}")
+    def phase(name: str) -> float:
+        return float(statistics.median(max(o.value["phases"][i][name] for o in outcomes) for i in range(args.runs)))
+
+    print("executor phases, slowest process of each run, median: "
+          + ", ".join(f"{name} {phase(name) * 1e3:.2f} ms" for name in outcomes[0].value["phases"][0]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
