@@ -1,12 +1,12 @@
 """The floor under the whole call's ratio to raw ``all_to_all_single`` (issue 26, item 8a).
 
 On the ``--sync`` bench's 272.6 MiB batch (``refplan.cli.bench.WHOLE_LAYOUT``, balanced plan,
-processes 0-1 -> 2-3), each process replays the executor's own schedule with nothing around it:
-the same messages (pieces, tags, rounds, two staging slots per queue, a round reusing a slot
-only after the round before it on that slot has completed) posted straight on the process
-group, views made once outside the timed region, no checks, no verdict, no outcome, no
-timeouts. Four kinds, interleaved in one launch, each after a barrier, the order reversing
-every run:
+processes 0-1 -> 2-3), each process replays the executor's own schedule with nothing around it
+(``refplan.cli.bench._floor``, which ``refplan bench --sync`` prints as ``call/floor``): the same
+messages (pieces, tags, rounds, two staging slots per queue, a round reusing a slot only after
+the round before it on that slot has completed) posted straight on the process group, views made
+once outside the timed region, no checks, no verdict, no outcome, no timeouts. Five kinds,
+interleaved in one launch, each after a barrier, the order reversing every run:
 
 - ``raw``: ``all_to_all_single`` of the same per-pair bytes (what (a) is judged against);
 - ``messages``: the replay without the packing and unpacking copies (wrong data: a count of
@@ -17,8 +17,8 @@ every run:
   without the checks and agreements around it, and without packing ahead during the verdict;
 - ``executor``: a warm ``execute_transfers`` call, outcome on.
 
-The replay (on zeroed staging of its own) and the executor each have every target element
-checked before and after the timed runs.
+The replay with its copies (on zeroed staging and targets of its own) and the executor each have
+every target element checked before and after the timed runs.
 
 Prints each kind's median (slowest process per run) and its median per-run ratio to raw.
 Why: it separates what the layout costs (the copy) from what the executor adds around it
@@ -52,7 +52,6 @@ def _work(runs: int, layers: int | None) -> Any:
         from refplan.cli import bench
         from refplan.cli.sync import bits_of, tensor_from_bits
         from refplan.execute import execute_transfers, transport
-        from refplan.execute.schedule import _SLOTS, _view
         from refplan.planner import plan_transfers
         from refplan.policies import POLICIES
 
@@ -64,8 +63,12 @@ def _work(runs: int, layers: int | None) -> Any:
         plans = plan_transfers(pairs, endpoints=apart, element_size=dict.fromkeys(pairs, bench.BF16),
                                replica_policy=POLICIES["balanced"])
         dtypes = dict.fromkeys(plans, dtype)
-        targets = {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
-                   for name, per in expected.items()}
+
+        def fresh() -> dict[str, dict[int, Any]]:
+            return {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
+                    for name, per in expected.items()}
+
+        targets = fresh()
         timeout = timedelta(seconds=120)
 
         seen: dict[str, Any] = {}
@@ -83,69 +86,25 @@ def _work(runs: int, layers: int | None) -> Any:
             call._move = moving
         sched = seen["sched"]
         moved = copy.copy(sched)  # the executor's own schedule, for its transport alone (``move``)
-        # The staging slots go back to the executor's pool after its call: the replay has its own,
-        # zeroed, so that only its own packing can put the right bytes on the wire.
-        sched.slots = {key: [torch.zeros_like(slot) for slot in slots] for key, slots in sched.slots.items()}
-        group: Any = dist.group.WORLD  # the executor's peers are global ranks, here also WORLD's group ranks
-        rounds = max(len(q) for q in (*sched.incoming.values(), *sched.outgoing.values()))
-        replay = []  # per round: receives, sends (with their packing copies), unpacking copies
-        for r in range(rounds):
-            receives, unpacks = [], []
-            for peer, message, i, piece, wire, stage in transport._wires(sched, r, "receive"):
-                receives.append((wire, peer, (r % 64) << 24 | i))
-                if piece.direct is None:
-                    assert stage is not None
-                    for op, at in message.parts[piece.first : piece.last]:
-                        into = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
-                        unpacks.append((into, stage[at : at + op.nbytes].view(into.dtype).view(op.shape)))
-            sends = []
-            for peer, message, i, piece, wire, _stage in transport._wires(sched, r, "send"):
-                packs = []
-                if piece.direct is None:
-                    for op, at in message.parts[piece.first : piece.last]:
-                        box = _view(sched.sources[op.key], op.offset, op.shape, op.strides)
-                        start = at - piece.start
-                        packs.append((wire[start : start + op.nbytes].view(box.dtype).view(op.shape), box))
-                sends.append((wire, peer, (r % 64) << 24 | i, packs))
-            replay.append((receives, sends, unpacks))
-        assert not sched.local, "this batch has no local copies; the replay would leave them out"
+        floor_targets = fresh()
+        replays = {"messages": bench._floor(plans, apart, sources, floor_targets, dtypes, copies=False),
+                   "copies": bench._floor(plans, apart, sources, floor_targets, dtypes)}
 
-        def replayed(copies: bool) -> None:
-            flying: list[tuple[list[Any], list[Any]]] = []
-            for receives, sends, unpacks in replay:
-                if len(flying) >= _SLOTS:
-                    works, landing = flying.pop(0)
-                    for work in works:
-                        work.wait()
-                    for into, stage in landing if copies else ():
-                        into.copy_(stage)
-                works = [group.recv([wire], peer, tag) for wire, peer, tag in receives]
-                for wire, peer, tag, packs in sends:
-                    for slot, box in packs if copies else ():
-                        slot.copy_(box)
-                    works.append(group.send([wire], peer, tag))
-                flying.append((works, unpacks))
-            for works, landing in flying:
-                for work in works:
-                    work.wait()
-                for into, stage in landing if copies else ():
-                    into.copy_(stage)
-
-        def check(kind: str) -> None:
+        def check(kind: str, landed: dict[str, dict[int, Any]]) -> None:
             for name, per in expected.items():
                 for loc, want in per.items():
-                    if not np.array_equal(bits_of(targets[name][loc]), want):
+                    if not np.array_equal(bits_of(landed[name][loc]), want):
                         raise AssertionError(f"{kind}: process {rank}'s target {name}[{loc}] is wrong")
-                    targets[name][loc].view(torch.int16).fill_(-1)
+                    landed[name][loc].view(torch.int16).fill_(-1)
 
         sends_b = [warm.sent_bytes.get(p, 0) for p in range(world)]
         receives_b = [warm.received_bytes.get(p, 0) for p in range(world)]
         out_buf = torch.empty(sum(receives_b), dtype=torch.uint8)
         in_buf = torch.zeros(sum(sends_b), dtype=torch.uint8)
         dist.all_to_all_single(out_buf, in_buf, receives_b, sends_b)
-        check("the warm executor call")
-        replayed(True)
-        check("the replay with its copies")
+        check("the warm executor call", targets)
+        replays["copies"]()
+        check("the replay with its copies", floor_targets)
         times: dict[str, list[Any]] = {kind: [] for kind in (*KINDS, "phases")}
         for run in range(runs):
             for kind in KINDS if run % 2 == 0 else KINDS[::-1]:
@@ -159,17 +118,18 @@ def _work(runs: int, layers: int | None) -> Any:
                 elif kind == "move":
                     transport._move(seen["ctx"], moved, timeout)
                 else:
-                    replayed(kind == "copies")
+                    replays[kind]()
                 times[kind].append(time.perf_counter() - started)
         # Checked once more, each alone, after the timed runs rather than after each: a check
         # reads and rewrites every target, which would leave the caches cold for the next kind.
         for kind in ("copies", "executor"):
             dist.barrier()
             if kind == "copies":
-                replayed(True)
+                replays["copies"]()
+                check(f"{kind} after the timed runs", floor_targets)
             else:
                 execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
-            check(f"{kind} after the timed runs")
+                check(f"{kind} after the timed runs", targets)
         return times
 
     return work

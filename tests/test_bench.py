@@ -489,9 +489,17 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert targets[0]["met"] is False
     assert "beside a sync written by hand around the same collective" in targets[0]["detail"]
     assert "2600.0 ms) x0.50" in targets[0]["detail"]
+    # Beside its own schedule replayed with nothing around it, likewise.
+    assert "replayed" not in targets[0]["detail"]
+    report.sync_whole.update(floor_seconds=1.04, call_vs_floor=paired_ratios([1.3], [1.04]))
+    targets[0] = _whole_call_target(report.sync_whole)
+    assert targets[0]["met"] is False
+    assert "beside its own schedule replayed with nothing around it (1040.0 ms, its median x1.04 raw's) x1.25" \
+        in targets[0]["detail"]
     report.targets = targets
     text = format_report(report)
     assert text.count("call/by hand     median of per-run ratios x0.50") == 1
+    assert text.count("call/floor       median of per-run ratios x1.25") == 1
     assert "[NOT MET] 300.0 MiB sync: the whole call <= 1.25x raw" in text
     assert "[MET] 28.0 MiB sync: the move <= 1.25x raw" in text
     assert "[MET] a warm call's fixed cost <= 5 ms" in text

@@ -2474,6 +2474,96 @@ def _by_hand(
     return sends, receives, sync
 
 
+def _floor(
+    plans: Mapping[str, TransferPlan], endpoints: TransferEndpoints,
+    sources: Mapping[str, Mapping[int, Any]], targets: Mapping[str, Mapping[int, Any]], dtypes: Mapping[str, Any],
+    *, copies: bool = True,
+) -> Callable[[], None]:
+    """The executor's own schedule replayed with nothing around it: what any sync keeping this
+    schedule pays at least (issue 26, item 8a), so that the whole call can be read against it.
+    ``copies=False`` leaves out every packing, unpacking and local copy (wrong data: what the
+    messages and rounds cost by themselves, for ``scripts/whole_call_floor.py``).
+
+    The schedule is the one a call on ``targets`` with the default budget builds
+    (``checks._prepare``, remembered layouts included): the same pieces, tags, rounds and
+    staging slots (staging of its own, zeroed, so that only its own packing puts the right bytes
+    on the wire), a round reusing a slot only after the round before it on that slot completed.
+    Its views are made once, its messages posted straight on the group (``WORLD``, global ranks:
+    the bench's own launch), with no checks, no agreements, no deadlines. The caller checks the
+    targets it lands. Reaches into the executor's private modules on purpose: a floor that did
+    not replay the executor's own schedule would say nothing about it.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from ..execute import checks, common, schedule, transport
+    from ..execute.common import StagingBudget
+
+    budget = StagingBudget()
+    ctx = common._context(None, "global")
+    sched = checks._prepare(ctx, plans, sources, targets, endpoints, dtypes, budget, None, "global",
+                            torch.device("cpu"), None)
+    sched.slots = {key: [torch.zeros_like(slot) for slot in slots] for key, slots in sched.slots.items()}
+    schedule._recycle(sched, budget.total_bytes)  # its arenas back to the pool: the replay has its own
+    group: Any = dist.group.WORLD
+    rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+    replay: list[tuple[list[Any], list[Any], list[Any]]] = []  # per round: receives, sends, unpacking
+    for r in range(rounds):
+        receives: list[Any] = []
+        unpacks: list[tuple[Any, Any]] = []
+        for peer, message, i, piece, wire, stage in transport._wires(sched, r, "receive"):
+            receives.append((wire, peer, (r % 64) << 24 | i))
+            if piece.direct is None:
+                assert stage is not None
+                for op, at in message.parts[piece.first : piece.last]:
+                    into = schedule._view(sched.targets[op.key], op.offset, op.shape, op.strides)
+                    unpacks.append((into, stage[at : at + op.nbytes].view(into.dtype).view(op.shape)))
+        sends: list[Any] = []
+        for peer, message, i, piece, wire, _stage in transport._wires(sched, r, "send"):
+            packs = []
+            if piece.direct is None:
+                for op, at in message.parts[piece.first : piece.last]:
+                    box = schedule._view(sched.sources[op.key], op.offset, op.shape, op.strides)
+                    start = at - piece.start
+                    packs.append((wire[start : start + op.nbytes].view(box.dtype).view(op.shape), box))
+            sends.append((wire, peer, (r % 64) << 24 | i, packs))
+        replay.append((receives, sends, unpacks))
+    if not copies:
+        replay = [(receives, [(wire, peer, tag, []) for wire, peer, tag, _packs in sends], [])
+                  for receives, sends, _unpacks in replay]
+    local = [] if not copies else [
+        (schedule._view(sched.targets[item.target], item.segment.target_offset, item.segment.shape,
+                        item.segment.target_strides),
+         schedule._view(sched.sources[item.source], item.segment.source_offset, item.segment.shape,
+                        item.segment.source_strides))
+        for item in sched.local
+    ]
+
+    def land(works: list[Any], unpacks: list[tuple[Any, Any]]) -> None:
+        for work in works:
+            work.wait()
+        for into, stage in unpacks:
+            into.copy_(stage)
+
+    def sync() -> None:
+        flying: list[tuple[list[Any], list[Any]]] = []
+        for receives, sends, unpacks in replay:
+            if len(flying) >= schedule._SLOTS:
+                land(*flying.pop(0))
+            works = [group.recv([wire], peer, tag) for wire, peer, tag in receives]
+            for wire, peer, tag, packs in sends:
+                for slot, box in packs:
+                    slot.copy_(box)
+                works.append(group.send([wire], peer, tag))
+            flying.append((works, unpacks))
+        for into, box in local:
+            into.copy_(box)
+        for entry in flying:
+            land(*entry)
+
+    return sync
+
+
 def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int) -> dict[str, Any]:
     """One process: the balanced plan through the executor and one raw ``all_to_all_single`` of
     exactly the same per-pair bytes, interleaved in the same processes (each after a barrier,
@@ -2551,6 +2641,10 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
                              f"the executor {sends}/{receives}")
     by_hand()  # warm, and checked: the baseline must land every element where the executor does
     check(hand_targets)
+    floor_targets = fresh()
+    floor = _floor(plans, endpoints, sources, floor_targets, dtypes)
+    floor()  # warm, and checked likewise: on zeroed staging, a replay that skipped a copy lands wrong
+    check(floor_targets)
     call: list[float] = []
     move: list[float] = []
     raw: list[float] = []
@@ -2583,23 +2677,32 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
             started = time.perf_counter()
             timed()
             into.append(time.perf_counter() - started)
-    # The same calls beside a sync written by hand (``_by_hand``), in pairs of their own after the
-    # judged ones, the order alternating: what the executor costs against what a user would
-    # otherwise write, its copies included.
-    hand: list[float] = []
-    call_beside_hand: list[float] = []
-    for i in range(runs):
-        for which in ("executor", "hand") if i % 2 == 0 else ("hand", "executor"):
-            dist.barrier()
-            started = time.perf_counter()
-            if which == "executor":
-                execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
-                call_beside_hand.append(time.perf_counter() - started)
-            else:
-                by_hand()
-                hand.append(time.perf_counter() - started)
+    def beside(other: Callable[[], None]) -> tuple[list[float], list[float]]:
+        """The executor's call and ``other``, in pairs of their own, the order alternating."""
+        mine: list[float] = []
+        theirs: list[float] = []
+        for i in range(runs):
+            for which in ("executor", "other") if i % 2 == 0 else ("other", "executor"):
+                dist.barrier()
+                started = time.perf_counter()
+                if which == "executor":
+                    execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes,
+                                      timeout=timedelta(seconds=120))
+                    mine.append(time.perf_counter() - started)
+                else:
+                    other()
+                    theirs.append(time.perf_counter() - started)
+        return mine, theirs
+
+    # The same calls beside a sync written by hand (``_by_hand``), after the judged pairs: what the
+    # executor costs against what a user would otherwise write, its copies included; then beside
+    # the executor's own schedule replayed with nothing around it (``_floor``): how much of the
+    # whole call the schedule itself costs.
+    call_beside_hand, hand = beside(by_hand)
+    call_beside_floor, floors = beside(floor)
     return {"call": call, "move": move, "raw": raw, "phases": phases, "collectives": collectives,
             "exchanges": exchanges, "hand": hand, "call_beside_hand": call_beside_hand,
+            "floor": floors, "call_beside_floor": call_beside_floor,
             "checked": checked, "bytes": sum(sends)}
 
 
@@ -2646,7 +2749,9 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     ``hand_seconds`` (median, slowest process per run) times a sync written by hand around the same
     collective (``_by_hand``: pack every sent segment, ``all_to_all_single``, unpack every received
     one), and ``call_vs_hand`` the whole call against it, in pairs of their own after the judged
-    ones: what the executor costs beside what a user would otherwise write. Printed beside the
+    ones: what the executor costs beside what a user would otherwise write. ``floor_seconds`` and
+    ``call_vs_floor`` do the same for the executor's own schedule replayed with nothing around it
+    (``_floor``): what the schedule costs by itself, its copies included. Printed beside the
     targets, never judged in their place.
     """
     from .sync import run_ranks
@@ -2664,9 +2769,10 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     def slowest(values: list[list[float]]) -> list[float]:
         return [max(v[i] for v in values) for i in range(runs)]
 
-    calls, afters, raws, collectives, exchanges, hands, beside = (
+    calls, afters, raws, collectives, exchanges, hands, beside, floors, beside_floor = (
         slowest([o.value[k] for o in outcomes])
-        for k in ("call", "move", "raw", "collectives", "exchanges", "hand", "call_beside_hand")
+        for k in ("call", "move", "raw", "collectives", "exchanges", "hand", "call_beside_hand", "floor",
+                  "call_beside_floor")
     )
     phases = {p: slowest([o.value["phases"][p] for o in outcomes]) for p in PHASES}
     moves = phases["move"]
@@ -2683,6 +2789,7 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
         "collectives_seconds": statistics.median(collectives), "call_vs_raw_and_collectives": protocol,
         "exchanges_seconds": statistics.median(exchanges),
         "hand_seconds": statistics.median(hands), "call_vs_hand": paired_ratios(beside, hands),
+        "floor_seconds": statistics.median(floors), "call_vs_floor": paired_ratios(beside_floor, floors),
         # The names these had when one verdict-sized all-gather was timed (tests/test_sync_launch.py
         # and older JSON readers use them); they now hold every small collective of a call.
         "verdict_seconds": statistics.median(collectives), "call_vs_raw_and_verdict": protocol,
@@ -2720,7 +2827,7 @@ def _whole_call_target(raw: dict[str, Any]) -> dict[str, Any]:
         "detail": (f"median of {raw['runs']} per-run ratios of the whole call: x{_fmt(ratio)} (quartiles "
                    f"x{_fmt(call.get('q1'))}-x{_fmt(call.get('q3'))}; call {raw['call_seconds'] * 1e3:.1f} ms, "
                    f"raw {raw['raw_seconds'] * 1e3:.1f} ms), {raw['checked_elements']} target elements checked"
-                   + _beside_hand(raw)),
+                   + _beside_hand(raw) + _beside_floor(raw)),
     }
 
 
@@ -2732,6 +2839,17 @@ def _beside_hand(raw: dict[str, Any]) -> str:
         return ""
     return (f"; beside a sync written by hand around the same collective (its packing and unpacking "
             f"included, {raw['hand_seconds'] * 1e3:.1f} ms) x{_fmt(hand)}")
+
+
+def _beside_floor(raw: dict[str, Any]) -> str:
+    """The whole call beside its own schedule replayed with nothing around it (``_floor``), where
+    it was measured: the share of (a) the schedule's messages and copies take by themselves."""
+    floor = (raw.get("call_vs_floor") or {}).get("median")
+    if floor is None or not raw.get("floor_seconds"):
+        return ""
+    of_raw = raw["floor_seconds"] / raw["raw_seconds"] if raw.get("raw_seconds") else None
+    return (f"; beside its own schedule replayed with nothing around it ({raw['floor_seconds'] * 1e3:.1f} ms, "
+            f"its median x{_fmt(of_raw)} raw's) x{_fmt(floor)}")
 
 
 def _fixed_target(raw: dict[str, Any]) -> dict[str, Any]:
@@ -2820,14 +2938,20 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
         f"{raw['collectives_seconds'] * 1e3:.2f} ms)  median of per-run ratios x{_fmt(protocol.get('median'))} "
         f"(quartiles x{_fmt(protocol.get('q1'))}-x{_fmt(protocol.get('q3'))})"
     )
-    hand = raw.get("call_vs_hand")
-    if hand and raw.get("hand_seconds"):
-        lines.append(
-            f"  call/by hand     median of per-run ratios x{_fmt(hand.get('median'))} (quartiles "
-            f"x{_fmt(hand.get('q1'))}-x{_fmt(hand.get('q3'))}; by hand {raw['hand_seconds'] * 1e3:.1f} ms: a sync "
-            f"written around one all_to_all_single, every sent segment packed and every received one unpacked; "
-            f"{raw['runs']} more pairs after the judged ones)"
-        )
+    beside = (
+        ("call_vs_hand", "hand_seconds", "call/by hand    ", "by hand", "a sync written around one all_to_all_single, "
+         "every sent segment packed and every received one unpacked; {runs} more pairs after the judged ones"),
+        ("call_vs_floor", "floor_seconds", "call/floor      ", "floor", "the executor's own schedule replayed with "
+         "nothing around it, its messages and copies only, no checks or agreements; {runs} more pairs after those"),
+    )
+    for ratios_key, seconds_key, label, name, what in beside:
+        ratios = raw.get(ratios_key)
+        if ratios and raw.get(seconds_key):
+            lines.append(
+                f"  {label} median of per-run ratios x{_fmt(ratios.get('median'))} (quartiles "
+                f"x{_fmt(ratios.get('q1'))}-x{_fmt(ratios.get('q3'))}; {name} {raw[seconds_key] * 1e3:.1f} ms: "
+                + what.format(runs=raw["runs"]) + ")"
+            )
     bare = raw.get("exchanges_seconds")
     if bare:
         lines.append(
