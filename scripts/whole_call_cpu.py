@@ -28,13 +28,11 @@ from typing import Any
 
 def _work(runs: int, two: bool) -> Any:
     def work(rank: int, world: int) -> dict[str, list[tuple[float, float, float, dict[str, float]]]]:
-        import numpy as np
         import torch
         import torch.distributed as dist
 
         import refplan.execute.transport as transport
         from refplan.cli import bench
-        from refplan.cli.sync import tensor_from_bits
         from refplan.execute import execute_transfers
         from refplan.planner import plan_transfers
         from refplan.policies import POLICIES
@@ -54,14 +52,10 @@ def _work(runs: int, two: bool) -> Any:
         plans = plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, bench.BF16),
                                replica_policy=POLICIES["balanced"])
         dtypes = dict.fromkeys(plans, dtype)
-        targets = {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
-                   for name, per in expected.items()}
+        targets = bench._blank_targets(expected, dtype)
         timeout = timedelta(seconds=120)
         warm = execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes, timeout=timeout)
-        sends = [warm.sent_bytes.get(p, 0) for p in range(world)]
-        receives = [warm.received_bytes.get(p, 0) for p in range(world)]
-        out_buf = torch.empty(sum(receives), dtype=torch.uint8)
-        in_buf = torch.zeros(sum(sends), dtype=torch.uint8)
+        sends, receives, out_buf, in_buf = bench._raw_buffers(warm, world)
         dist.all_to_all_single(out_buf, in_buf, receives, sends)
         packing = transport._pack
         kinds = ("executor", "raw") if two else ("executor", "raw", "packing off")

@@ -50,7 +50,7 @@ def _work(runs: int, layers: int | None) -> Any:
 
         import refplan.execute.call as call_module
         from refplan.cli import bench
-        from refplan.cli.sync import bits_of, tensor_from_bits
+        from refplan.cli.sync import bits_of
         from refplan.execute import execute_transfers, transport
         from refplan.planner import plan_transfers
         from refplan.policies import POLICIES
@@ -64,11 +64,7 @@ def _work(runs: int, layers: int | None) -> Any:
                                replica_policy=POLICIES["balanced"])
         dtypes = dict.fromkeys(plans, dtype)
 
-        def fresh() -> dict[str, dict[int, Any]]:
-            return {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
-                    for name, per in expected.items()}
-
-        targets = fresh()
+        targets = bench._blank_targets(expected, dtype)
         timeout = timedelta(seconds=120)
 
         seen: dict[str, Any] = {}
@@ -86,7 +82,7 @@ def _work(runs: int, layers: int | None) -> Any:
             call._move = moving
         sched = seen["sched"]
         moved = copy.copy(sched)  # the executor's own schedule, for its transport alone (``move``)
-        floor_targets = fresh()
+        floor_targets = bench._blank_targets(expected, dtype)
         replays = {"messages": bench._floor(plans, apart, sources, floor_targets, dtypes, copies=False),
                    "copies": bench._floor(plans, apart, sources, floor_targets, dtypes)}
 
@@ -97,10 +93,7 @@ def _work(runs: int, layers: int | None) -> Any:
                         raise AssertionError(f"{kind}: process {rank}'s target {name}[{loc}] is wrong")
                     landed[name][loc].view(torch.int16).fill_(-1)
 
-        sends_b = [warm.sent_bytes.get(p, 0) for p in range(world)]
-        receives_b = [warm.received_bytes.get(p, 0) for p in range(world)]
-        out_buf = torch.empty(sum(receives_b), dtype=torch.uint8)
-        in_buf = torch.zeros(sum(sends_b), dtype=torch.uint8)
+        sends_b, receives_b, out_buf, in_buf = bench._raw_buffers(warm, world)
         dist.all_to_all_single(out_buf, in_buf, receives_b, sends_b)
         check("the warm executor call", targets)
         replays["copies"]()

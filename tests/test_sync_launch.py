@@ -169,7 +169,7 @@ def test_the_floor_replays_the_executors_schedule_and_needs_its_copies() -> None
         import torch
 
         from refplan.cli import bench
-        from refplan.cli.sync import bits_of, tensor_from_bits
+        from refplan.cli.sync import bits_of
         from refplan.planner import plan_transfers
         from refplan.policies import POLICIES
 
@@ -179,8 +179,7 @@ def test_the_floor_replays_the_executors_schedule_and_needs_its_copies() -> None
         sources, expected = bench._marker_shards(pairs, apart, rank, torch.bfloat16)
         right = []
         for skip in (False, True):
-            targets = {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), torch.bfloat16)
-                              for loc, b in per.items()} for name, per in expected.items()}
+            targets = bench._blank_targets(expected, torch.bfloat16)
             sync = bench._floor(plans, apart, sources, targets, dict.fromkeys(plans, torch.bfloat16))
             copy_ = torch.Tensor.copy_
             if skip and rank in apart.source.values():

@@ -2298,6 +2298,27 @@ def _marker_shards(
     return sources, expected
 
 
+def _blank_targets(expected: Mapping[str, Mapping[int, Any]], dtype: Any) -> dict[str, dict[int, Any]]:
+    """Target shards shaped like ``expected`` (``_marker_shards``), every bit set: no float marker
+    is all ones (``marker_bits``), so an element a sync failed to land never passes for one it landed."""
+    import numpy as np
+
+    from .sync import tensor_from_bits
+
+    return {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
+            for name, per in expected.items()}
+
+
+def _raw_buffers(stats: Any, world: int) -> tuple[list[int], list[int], Any, Any]:
+    """For raw ``all_to_all_single`` of exactly the bytes an executor call moved (``stats``, its
+    ``TransferStats``): bytes sent and received per process, then a receive and a send buffer."""
+    import torch
+
+    sends = [stats.sent_bytes.get(p, 0) for p in range(world)]
+    receives = [stats.received_bytes.get(p, 0) for p in range(world)]
+    return sends, receives, torch.empty(sum(receives), dtype=torch.uint8), torch.zeros(sum(sends), dtype=torch.uint8)
+
+
 def _sync_worker(
     pairs: Pairs, endpoints: TransferEndpoints, policy_names: Sequence[str], runs: int, rank: int
 ) -> dict[str, list[float]]:
@@ -2306,7 +2327,7 @@ def _sync_worker(
     import torch
 
     from ..execute import execute_transfers
-    from .sync import bits_of, tensor_from_bits
+    from .sync import bits_of
 
     dtype = torch.bfloat16
     sources, expected = _marker_shards(pairs, endpoints, rank, dtype)
@@ -2316,10 +2337,7 @@ def _sync_worker(
                                replica_policy=POLICIES[policy_name])
         times: list[float] = []
         for _ in range(runs):
-            targets = {
-                name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
-                for name, per in expected.items()
-            }
+            targets = _blank_targets(expected, dtype)
             stats = execute_transfers(plans, sources, targets, endpoints, dtypes=dict.fromkeys(plans, dtype),
                                       timeout=timedelta(seconds=120))
             for name, per in expected.items():
@@ -2575,7 +2593,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     import torch.distributed as dist
 
     from ..execute import agree, execute_transfers
-    from .sync import bits_of, tensor_from_bits
+    from .sync import bits_of
 
     dtype = torch.bfloat16
     world = dist.get_world_size()
@@ -2585,8 +2603,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     dtypes = dict.fromkeys(plans, dtype)
 
     def fresh() -> dict[str, dict[int, torch.Tensor]]:
-        return {name: {loc: tensor_from_bits(np.full(b.shape, -1, dtype=b.dtype), dtype) for loc, b in per.items()}
-                for name, per in expected.items()}
+        return _blank_targets(expected, dtype)
 
     def check(targets: dict[str, dict[int, torch.Tensor]]) -> int:
         checked = 0
@@ -2598,10 +2615,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
         return checked
 
     warm = execute_transfers(plans, sources, fresh(), endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
-    sends = [warm.sent_bytes.get(p, 0) for p in range(world)]
-    receives = [warm.received_bytes.get(p, 0) for p in range(world)]
-    out_buf = torch.empty(sum(receives), dtype=torch.uint8)
-    in_buf = torch.zeros(sum(sends), dtype=torch.uint8)
+    sends, receives, out_buf, in_buf = _raw_buffers(warm, world)
     dist.all_to_all_single(out_buf, in_buf, receives, sends)  # warm, like the executor above
     # The executor's small agreements (verdict, outcome), timed alone after the pairs, so that
     # the whole call can be set against raw + what the protocol adds to it: through the store as
