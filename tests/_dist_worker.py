@@ -580,6 +580,39 @@ def s_direct_and_ordered(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_wait_order(me: int, world: int) -> dict[str, Any]:
+    """The order in which a process waits for the operations it posted: every one is waited for,
+    each round's last posted first (issue 26, item 8a: a queue's messages complete in the order
+    they went out, so this is one blocking wait per queue and round). Returns the posting index of
+    each wait, in the order the waits ran, for the test to cut into rounds."""
+    posted: list[int] = []
+    waited: list[int] = []
+
+    class Recorded:
+        def __init__(self, work: Any) -> None:
+            self.work, self.index = work, len(posted)
+            posted.append(self.index)
+
+        def wait(self, *args: Any) -> Any:
+            waited.append(self.index)
+            return self.work.wait(*args)
+
+    real = dist.isend, dist.irecv
+    dist.isend = lambda *a, **k: Recorded(real[0](*a, **k))  # type: ignore[assignment]
+    dist.irecv = lambda *a, **k: Recorded(real[1](*a, **k))  # type: ignore[assignment]
+    shape = (256, 512)
+    source = replicate(contiguous_split_map(shape, [128, 128], 0), 2)
+    cols = contiguous_split_map(shape, [128] * 4, 1)
+    ends = TransferEndpoints({0: 0, 1: 1, 2: 2, 3: 3}, {0: 1, 1: 2, 2: 3, 3: 0})
+    try:
+        out = run_exact({"a": (cols, source), **zero2_pairs()}, ends,
+                        {"a": torch.float32, "rows": torch.bfloat16, "cols": torch.int64}, me,
+                        budget=StagingBudget(1 << 16))
+    finally:
+        dist.isend, dist.irecv = real
+    return {**out, "posted": len(posted), "waited": waited}
+
+
 def s_free_chunks(me: int, world: int) -> dict[str, Any]:
     """Chunks contiguous at both ends take no staging, so the staging budget does not cut them
     into rounds: each process sends 2 MiB of such chunks (64 KiB each at this budget) to the next
@@ -789,6 +822,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("backend_strings", s_backend_strings),
     ("direct_and_ordered", s_direct_and_ordered),
     ("free_chunks", s_free_chunks),
+    ("wait_order", s_wait_order),
     ("pack_ahead", s_pack_ahead),
     ("small_chunks_together", s_small_chunks_together),
     ("layout_reuse", s_layout_reuse),

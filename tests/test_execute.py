@@ -288,6 +288,27 @@ def test_chunks_contiguous_at_both_ends_are_not_cut_into_rounds_by_staging(
         assert res["staged"]["messages"] == 48 and res["staged"]["direct"] == 24
 
 
+def test_each_rounds_operations_are_waited_for_last_posted_first(dist_results: dict[str, list[Any]]) -> None:
+    """Issue 26, item 8a: a round's operations were waited for in posting order, a blocking wait
+    (a sleep and a wake-up, ~50 us of CPU here) per message; last posted first leaves one per
+    queue. The waits cut into runs of consecutive posting indices going down, one per round."""
+    per_process = scenario(dist_results, "wait_order")
+    for rank, res in enumerate(per_process):
+        assert_exact(res, f"wait order, process {rank}")
+        waited = res["waited"]
+        assert sorted(waited) == list(range(res["posted"])), f"process {rank}: not every operation waited for once"
+        runs: list[list[int]] = []
+        for index in waited:
+            if runs and index == runs[-1][-1] - 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        # Rounds are waited for in the order they were posted, each from its last operation down.
+        assert [min(r) for r in runs] == sorted(min(r) for r in runs), f"process {rank}: {runs}"
+        assert len(runs) <= res["rounds"], f"process {rank}: {len(runs)} runs for {res['rounds']} rounds: {runs}"
+        assert max(len(r) for r in runs) >= 2, f"process {rank}: no round of several operations: {runs}"
+
+
 def test_first_rounds_are_packed_while_the_verdict_is_in_flight(dist_results: dict[str, list[Any]]) -> None:
     per_process = scenario(dist_results, "pack_ahead")
     for rank, res in enumerate(per_process):

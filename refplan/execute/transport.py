@@ -203,7 +203,12 @@ def _move(
         # A round posted ahead waits behind earlier ones: its timeout runs from this wait.
         started = time.monotonic()
         deadline = started + timeout.total_seconds()
-        for i, work in enumerate(rnd.works):
+        # Last posted first: a queue's messages share one connection and complete in the order
+        # they went out, so waiting for its last one first leaves one blocking wait per queue
+        # and round, not one per message (each a sleep and a wake-up of this thread: about
+        # 50 us of its CPU on 2 shared cores, 2 ms of a 43-message call; issue 26, item 8a).
+        for i in range(len(rnd.works) - 1, -1, -1):
+            work = rnd.works[i]
             left = max(deadline - time.monotonic(), 0.001)
             try:
                 work.wait(timedelta(seconds=left))
