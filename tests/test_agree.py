@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -69,12 +70,71 @@ def test_an_early_answer_is_read_by_everyone_without_waiting_for_the_missing_pee
     assert time.monotonic() - started < 10, "a process waited for the missing peer"
 
 
-def test_the_first_answer_written_is_the_only_one() -> None:
-    """The last arrival's maximum and an early answer race for the answer key: whichever is
-    written first is what every process reads (``compare_set`` from empty)."""
-    links = _links(2)
-    got = _together(links, [[2, 0], [1, 5]], early=[True, False])
-    assert got[0][0] == got[1][0] and got[0][0] in ([2, 0], [2, 5]), got
+def test_an_early_answer_is_the_only_one() -> None:
+    """An unsettled process's count never completes (it adds ``_UNSETTLED``), so nobody computes a
+    maximum to race its early answer: every process reads that record, whoever arrives last.
+    (Protocol 7 let the last arrival's maximum race it for the key.)"""
+    for _ in range(20):
+        links = _links(2)
+        got = _together(links, [[2, 0], [1, 5]], early=[True, False])
+        assert got[0][0] == got[1][0] == [2, 0], got
+
+
+class _Counting:
+    """A store that counts the requests of one process (a thread here) by kind."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.calls = store, Counter[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+        return counted
+
+
+def _last_arrival(
+    stores: Sequence[_Counting], links: Sequence[agree._Link], words: Sequence[Sequence[int]], *, uniform: bool,
+) -> tuple[dict[int, Any], dict[str, int]]:
+    """Every process but the last agrees in a thread of its own and waits for the answer; then the
+    last arrives in this thread. What each returned, and the requests the last one made."""
+    out: dict[int, Any] = {}
+    waits = [store.calls["wait"] for store in stores]
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, agree.agree_max(
+        links[i], words[i], timedelta(seconds=20), uniform=uniform))) for i in range(len(links) - 1)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while any(stores[i].calls["wait"] == waits[i] for i in range(len(threads))) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    before = Counter(stores[-1].calls)
+    out[len(threads)] = agree.agree_max(links[-1], words[-1], timedelta(seconds=20), uniform=uniform)
+    made = dict(stores[-1].calls - before)
+    for t in threads:
+        t.join(20)
+    return out, made
+
+
+def test_the_last_arrival_answers_in_one_round_trip_and_a_uniform_agreement_exchanges_no_records() -> None:
+    """Protocol 8: the process that completes the count writes the answer with ``set`` (sent
+    without waiting for a reply), not ``compare_set``; an agreement whose settling records are all
+    the same (the outcome's status word) appends none, and the count alone decides."""
+    shared = dist.HashStore()
+    stores = [_Counting(shared) for _ in range(3)]
+    links = [agree._Link(store, "refplan/agree/test", 3) for store in stores]
+    got, made = _last_arrival(stores, links, [[0], [0], [0]], uniform=True)
+    assert all(got[i][0] == [0] for i in range(3)), got
+    assert made == {"set_timeout": 1, "add": 1, "set": 1}, made
+    assert not shared.check(["refplan/agree/test/1/v"]), "a uniform agreement appended records"
+    # Not uniform: the last arrival reads the records once (a compare_set that changes nothing).
+    got, made = _last_arrival(stores, links, [[3, 1], [2, 4], [0, 0]], uniform=False)
+    assert all(got[i][0] == [3, 4] for i in range(3)), got
+    assert made == {"set_timeout": 1, "append": 1, "add": 1, "compare_set": 1, "set": 1}, made
+    # A uniform agreement with a failure: the early record is everyone's answer.
+    early = _together(links, [[0], [1], [0]], early=[False, True, False])
+    assert all(early[i][0] == [1] for i in range(3)), early
 
 
 def test_a_missing_peer_is_a_timeout_not_a_hang() -> None:

@@ -11,20 +11,33 @@ processes sharing 2 cores (issue 26, item 8c), back to back: an all-reduce of 2 
 The protocol, for agreement number ``seq`` on a group (every process counts the same agreements,
 since calls on a group are matched in the order each process makes them):
 
-1. append this process's record (the words, little-endian) to ``<prefix>/<seq>/v``;
-2. ``add(<prefix>/<seq>/n, 1)``: the process that brings the count to the group's size has every
-   record; it takes their maximum and writes it to ``<prefix>/<seq>/d`` with ``compare_set`` from
-   empty (write-once: the first writer wins and every reader gets that value);
-3. every other process waits for ``d`` (with the caller's timeout) and reads it.
+1. append this process's record (the words, little-endian) to ``<prefix>/<seq>/v`` (a ``set`` or
+   an ``append`` is sent without waiting for an answer; every other request is a round trip);
+2. ``add(<prefix>/<seq>/n, 1)``, or ``1 + _UNSETTLED`` from a process whose own record already
+   settles the answer as "not agreed" (a refusal in the brief, a failure in the outcome);
+3. the process whose ``add`` returns exactly the group's size (every process arrived, none
+   unsettled) is the only one to compute the answer: it reads every record, takes their maximum
+   and writes it to ``<prefix>/<seq>/d`` with ``set``;
+4. an unsettled process writes its own record to ``d`` at once, with ``compare_set`` from empty
+   (the first such writer wins), so the others never wait for a peer that may be dead; every
+   reader then reads a record that does not settle the call, as the maximum would not, and all of
+   them go on to the full all-gather over the group, which names what happened
+   (``verdict._exchange``, ``outcome._outcome``);
+5. every other process waits for ``d`` (with the caller's timeout) and reads it.
 
-A process whose own record already settles the answer as "not agreed" (a refusal in the brief, a
-failure in the outcome) writes its record to ``d`` at once, so the others never wait for a peer
-that may be dead; every reader then reads a record that does not settle the call, as the maximum
-would not, and all of them go on to the full all-gather over the group, which names what happened
-(``verdict._exchange``, ``outcome._outcome``). The first process to arrive at agreement ``seq``
-deletes the keys of agreement ``seq - 2``: every process has finished reading them, since each has
-arrived at ``seq - 1`` (its count was complete, or its ``d`` was written early by a process whose
-failure sends everyone on to the all-gather, which no process leaves before all arrive).
+``d`` is written once either way: by the one process that completed a count with no unsettled
+record in it, or by unsettled processes, whose count can never complete — so the process that
+completes it needs no ``compare_set`` (a round trip) to write it. An agreement whose settling
+records are all the same (``uniform``: the outcome's status word, which only says "every process
+finished its part") exchanges no records: the count alone says that all arrived with that record,
+and the process that completes it writes its own as the answer. On the path every warm call takes
+this costs the last process to arrive one round trip (its ``add``) and the others one more (their
+read) after ``d`` appears, where protocol 7 took two more (reading the records, ``compare_set``).
+
+The first process to arrive at agreement ``seq`` deletes the keys of agreement ``seq - 2``: every
+process has finished reading them, since each has arrived at ``seq - 1`` (its count was complete,
+or its ``d`` was written early by a process whose failure sends everyone on to the all-gather,
+which no process leaves before all arrive).
 
 A group uses the store only if it has at most ``_STORE_MAX_PROCESSES`` processes (the store is one
 server: an agreement costs it a few requests per process) and its hello (the first full exchange)
@@ -60,6 +73,12 @@ so an agreement costs it about four requests per process: measured on gloo, 2 co
 Up to 16 processes the store stays within about a millisecond and was faster than the all-reduce
 every time it was measured (1.4, 3.9-4.2, 6.4-7.1 ms on 4, 8, 16 processes there); beyond that no
 measurement here speaks for it."""
+
+
+_UNSETTLED = 1 << 32
+"""What an unsettled process adds to an agreement's count on top of its 1: the count can then never
+equal the group's size (at most ``_STORE_MAX_PROCESSES``), so nobody computes or writes an answer
+beside the unsettled process's own."""
 
 
 _POLL_SECONDS = 0.0005
@@ -158,30 +177,38 @@ def agree_max(
     *,
     early: bool = False,
     meanwhile: Meanwhile | None = None,
+    uniform: bool = False,
 ) -> tuple[list[int], frozenset[tuple[int, int, int]]]:
     """The elementwise maximum of ``words`` over the group's processes (see the module's text);
     ``early``: this process's own record already settles the call as not agreed, so it is written
-    as the answer at once. ``meanwhile`` runs while this process waits for the answer, told when
-    it has come; what it returns is passed on (empty without it). Raises on a timeout or a store
-    failure (the callers turn that into the call's error)."""
+    as the answer at once. ``uniform``: every process whose record settles the call sends this
+    same record, so no records are exchanged (the count decides). ``meanwhile`` runs while this
+    process waits for the answer, told when it has come; what it returns is passed on (empty
+    without it). Raises on a timeout or a store failure (the callers turn that into the call's
+    error)."""
     store = link.store
     link.seq += 1
     base = f"{link.prefix}/{link.seq}/"
     count = len(words)
     mine = _pack(words)
     store.set_timeout(timeout)
-    store.append(base + "v", mine)
-    arrived = int(store.add(base + "n", 1))
+    if not uniform:
+        store.append(base + "v", mine)
+    arrived = int(store.add(base + "n", 1 + (_UNSETTLED if early else 0)))
     done: frozenset[tuple[int, int, int]] = frozenset()
     if arrived == link.size:
-        # Every record is in: read them without waiting (``compare_set`` against a value no
-        # concatenation of records can equal returns the current value and changes nothing).
-        try:
-            highest = _maximum(store.compare_set(base + "v", "x", ""), count, link.size)
-        except Exception:
-            store.compare_set(base + "d", "", mine)  # so that nobody waits for an answer that never comes
-            raise
-        answer = store.compare_set(base + "d", "", highest)
+        # Every record is in and none is unsettled: this process alone writes the answer.
+        if uniform:
+            answer = mine
+        else:
+            # Read the records without waiting (``compare_set`` against a value no concatenation
+            # of records can equal returns the current value and changes nothing).
+            try:
+                answer = _maximum(store.compare_set(base + "v", "x", ""), count, link.size)
+            except Exception:
+                store.set(base + "d", mine)  # so that nobody waits for an answer that never comes
+                raise
+        store.set(base + "d", answer)
         if meanwhile is not None:  # told that the agreement has completed: it packs nothing ahead
             done = meanwhile(lambda: True)
     elif early:

@@ -35,7 +35,7 @@ from .common import (
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
 
 
-_PROTOCOL = 7  # the verdict's messages and the outcome agreement (7: a greeted group's agreements through its store)
+_PROTOCOL = 8  # the verdict's messages and the agreements (7: a greeted group's through its store; 8: shorter)
 
 
 _HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
@@ -59,6 +59,10 @@ the outcome agreement a 1-word all-reduce first (``outcome.py``). Protocol 6 kee
 as the first exchange on every group and for every call that is not settled by the brief.
 Protocol 7 adds the store nonce to the header: a group whose hello shows every process able makes
 its brief and outcome agreements through its store (``agree``), a third of the cost again.
+Protocol 8 keeps this message and makes those agreements shorter (``agree``: the process that
+completes a count with no unsettled record writes the answer without ``compare_set``, and the
+outcome exchanges no records): a process of protocol 7 would wait for answers written another
+way, so the two disagree here instead.
 """
 
 
