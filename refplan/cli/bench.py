@@ -2398,7 +2398,7 @@ int64 words per process: the verdict (``execute._VERDICT_WORDS``: the two-word b
 group whose first call exchanged the full 37-word message; the all-gather of that message
 follows only when the brief does not settle the call) and the outcome status word (the
 all-gather that names who failed follows only on failure). Each is the maximum over the
-processes through the group's store (protocol 7, ``execute.agree``), or an ``all_reduce(MAX)``
+processes through the group's store (protocols 7-8, ``execute.agree``), or an ``all_reduce(MAX)``
 where the group's store is not usable; the bench times the one the executor used. Written out
 here because the bench's CPU-only parts must not import torch (a test holds them equal to the
 executor's). Raw ``all_to_all_single`` makes neither, so the whole call is also set against raw
@@ -2625,13 +2625,14 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     # the executor made them (keys of their own), or all-reduced where the group is not linked.
     linked = agree.link_of(dist.group.WORLD)
     floor_link = None if linked is None else agree._Link(linked.store, "refplan/bench/floor", world)
-    small = [(kind, torch.zeros(words, dtype=torch.int64),
+    small = [(name, kind, torch.zeros(words, dtype=torch.int64),
               [torch.empty(words, dtype=torch.int64) for _ in range(world)])
-             for _name, kind, words in CALL_COLLECTIVES]
+             for name, kind, words in CALL_COLLECTIVES]
 
-    def collective(kind: str, mine: Any, gathered: list[Any]) -> None:
+    def collective(name: str, kind: str, mine: Any, gathered: list[Any]) -> None:
         if kind == "agreement" and floor_link is not None:
-            agree.agree_max(floor_link, [0] * mine.numel(), timedelta(seconds=120))
+            # As the executor agrees: the outcome's status word is uniform (protocol 8).
+            agree.agree_max(floor_link, [0] * mine.numel(), timedelta(seconds=120), uniform=name == "outcome")
         elif kind in ("all_reduce", "agreement"):
             dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         else:
