@@ -2508,9 +2508,10 @@ def _floor(
     The schedule is the one a call on ``targets`` with the default budget builds
     (``checks._prepare``, remembered layouts included): the same pieces, tags, rounds and
     staging slots (staging of its own, zeroed, so that only its own packing puts the right bytes
-    on the wire), a round reusing a slot only after the round before it on that slot completed.
-    Its views are made once, its messages posted straight on the group (``WORLD``, global ranks:
-    the bench's own launch), with no checks, no agreements, no deadlines. The caller checks the
+    on the wire), a round reusing a slot only after the round before it on that slot completed,
+    its operations waited for last posted first. Its views are made once, its messages posted
+    straight on the group (``WORLD``, global ranks: the bench's own launch), with no checks, no
+    agreements, no deadlines. The caller checks the
     targets it lands. Reaches into the executor's private modules on purpose: a floor that did
     not replay the executor's own schedule would say nothing about it.
     """
@@ -2533,7 +2534,7 @@ def _floor(
         receives: list[Any] = []
         unpacks: list[tuple[Any, Any]] = []
         for peer, message, i, piece, wire, stage in transport._wires(sched, r, "receive"):
-            receives.append((wire, peer, (r % 64) << 24 | i))
+            receives.append((wire, peer, transport._tag(r, i)))
             if piece.direct is None:
                 assert stage is not None
                 for op, at in message.parts[piece.first : piece.last]:
@@ -2547,7 +2548,7 @@ def _floor(
                     box = schedule._view(sched.sources[op.key], op.offset, op.shape, op.strides)
                     start = at - piece.start
                     packs.append((wire[start : start + op.nbytes].view(box.dtype).view(op.shape), box))
-            sends.append((wire, peer, (r % 64) << 24 | i, packs))
+            sends.append((wire, peer, transport._tag(r, i), packs))
         replay.append((receives, sends, unpacks))
     if not copies:
         replay = [(receives, [(wire, peer, tag, []) for wire, peer, tag, _packs in sends], [])
@@ -2561,7 +2562,7 @@ def _floor(
     ]
 
     def land(works: list[Any], unpacks: list[tuple[Any, Any]]) -> None:
-        for work in works:
+        for work in reversed(works):  # last posted first, as the executor waits (transport._move)
             work.wait()
         for into, stage in unpacks:
             into.copy_(stage)

@@ -35,6 +35,13 @@ class _Round:
     buffers: list[torch.Tensor]
 
 
+def _tag(r: int, i: int) -> int:
+    """The gloo tag of piece ``i`` of round ``r``: unique among the pieces of the rounds that can be
+    in flight on one pair (fewer than ``2 * _MAX_IN_FLIGHT``; a message has fewer than 2**24 pieces,
+    as max_chunks is at most that)."""
+    return (r % (2 * _MAX_IN_FLIGHT)) << 24 | i
+
+
 _Wire = tuple[int, _Message, int, _Piece, torch.Tensor, "torch.Tensor | None"]
 
 
@@ -126,10 +133,8 @@ def _move(
     tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
 
     def tag(r: int, i: int) -> int:
-        # Unique among the pieces of the rounds that can be in flight on one pair (fewer than 64;
-        # a message has fewer than 2**24 pieces, as max_chunks is at most that); without tags
-        # (NCCL ignores them anyway) messages match in posting order.
-        return (r % (2 * _MAX_IN_FLIGHT)) << 24 | i if tagged else 0
+        # Without tags (NCCL ignores them anyway) messages match in posting order.
+        return _tag(r, i) if tagged else 0
 
     def post(r: int) -> _Round:
         """Post round r: every receive, then every send.
