@@ -5,7 +5,9 @@ on a clone of the world's store (what the executor does on a linked group) and t
 replaces, back to back after 10 warm ones, twice each, alternating. Prints the slowest process's
 wall time per agreement and the CPU of all processes summed (the store server's, in this
 launching process, not counted). This is what ``refplan.execute.agree._STORE_MAX_PROCESSES``
-rests on (docs/performance.md, "Protocol 7"). A measuring aid, not a test.
+rests on (docs/performance.md, "Protocol 7"). ``store-uniform`` is the outcome's agreement since
+protocol 8 (one word, the same on every process that finished: no records exchanged). A measuring
+aid, not a test.
 
     .venv/bin/python scripts/agree_scaling.py [N ...] [--ops K]
 """
@@ -29,17 +31,22 @@ def _work(ops: int) -> Any:
         store: Any = dist.distributed_c10d._get_process_group_store(world_group)
         store = store.clone()  # a connection of its own, as the executor's link has
         link = agree._Link(store, "scripts/agree_scaling", world)
+        uniform = agree._Link(store, "scripts/agree_scaling/uniform", world)
         words = torch.zeros(2, dtype=torch.int64)
 
         def by_store() -> None:
             agree.agree_max(link, [rank, 0], timedelta(seconds=60))
 
+        def by_store_uniform() -> None:  # the outcome's agreement: one word, the same on every process
+            agree.agree_max(uniform, [0], timedelta(seconds=60), uniform=True)
+
         def by_all_reduce() -> None:
             dist.all_reduce(words, op=dist.ReduceOp.MAX)
 
         out: dict[str, tuple[float, float]] = {}
-        for name, once in (("all_reduce", by_all_reduce), ("store", by_store),
-                           ("all_reduce again", by_all_reduce), ("store again", by_store)):
+        for name, once in (("all_reduce", by_all_reduce), ("store", by_store), ("store-uniform", by_store_uniform),
+                           ("all_reduce again", by_all_reduce), ("store again", by_store),
+                           ("store-uniform again", by_store_uniform)):
             for _ in range(10):
                 once()
             dist.barrier()
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in outcomes[0].value:
             wall = max(o.value[name][0] for o in outcomes)
             cpu = sum(o.value[name][1] for o in outcomes)
-            print(f"{world:3d} processes  {name:<17} {wall * 1e3:7.3f} ms per agreement, "
+            print(f"{world:3d} processes  {name:<19} {wall * 1e3:7.3f} ms per agreement, "
                   f"CPU summed {cpu * 1e3:7.3f} ms")
     return 0
 

@@ -388,7 +388,8 @@ def test_the_plan_stages_script_times_every_stage() -> None:
 
 def test_the_agreement_scaling_script_times_both_kinds(capsys: pytest.CaptureFixture[str]) -> None:
     """``scripts/agree_scaling.py`` (what ``agree._STORE_MAX_PROCESSES`` rests on) still runs: the
-    store agreement and the all-reduce, on 2 gloo processes, a few agreements each."""
+    store agreement (the brief's, and the outcome's uniform one) and the all-reduce, on 2 gloo
+    processes, a few agreements each."""
     pytest.importorskip("torch")
     import runpy
     from pathlib import Path
@@ -396,7 +397,7 @@ def test_the_agreement_scaling_script_times_both_kinds(capsys: pytest.CaptureFix
     script = Path(__file__).resolve().parent.parent / "scripts" / "agree_scaling.py"
     assert runpy.run_path(str(script))["main"](["2", "--ops", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[2] for line in lines] == ["all_reduce", "store", "all_reduce", "store"], lines
+    assert [line.split()[2] for line in lines] == ["all_reduce", "store", "store-uniform"] * 2, lines
     assert all("ms per agreement" in line for line in lines), lines
 
 
