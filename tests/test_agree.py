@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore  # torch.distributed re-exports it without declaring so
 
 from refplan.execute import agree
 
@@ -22,7 +22,7 @@ SECOND = timedelta(seconds=1)
 
 
 def _links(size: int, store: Any | None = None) -> list[agree._Link]:
-    store = store if store is not None else dist.HashStore()
+    store = store if store is not None else HashStore()
     return [agree._Link(store, "refplan/agree/test", size) for _ in range(size)]
 
 
@@ -121,7 +121,7 @@ def test_the_last_arrival_answers_in_one_round_trip_and_a_uniform_agreement_exch
     """Protocol 8: the process that completes the count writes the answer with ``set`` (sent
     without waiting for a reply), not ``compare_set``; an agreement whose settling records are all
     the same (the outcome's status word) appends none, and the count alone decides."""
-    shared = dist.HashStore()
+    shared = HashStore()
     stores = [_Counting(shared) for _ in range(3)]
     links = [agree._Link(store, "refplan/agree/test", 3) for store in stores]
     got, made = _last_arrival(stores, links, [[0], [0], [0]], uniform=True)
@@ -148,7 +148,7 @@ def test_a_missing_peer_is_a_timeout_not_a_hang() -> None:
 def test_the_keys_of_old_agreements_are_deleted() -> None:
     """The first process at agreement ``seq`` deletes agreement ``seq - 2``'s keys: a loop of
     agreements leaves a bounded number of keys, whatever its length."""
-    store = dist.HashStore()
+    store = HashStore()
     links = _links(3, store)
     for n in range(40):
         got = _together(links, [[n], [n + 1], [n - 1]])
@@ -208,16 +208,16 @@ def test_a_process_without_a_usable_store_offers_none_and_the_group_is_not_linke
     agree.adopt(group, [0, 5], 2)
     assert agree.link_of(group) is None
     other = Group()
-    agree._OFFERS[other] = (dist.HashStore(), 7)
+    agree._OFFERS[other] = (HashStore(), 7)
     agree.adopt(other, [7, 0], 2)  # a peer offered none
     assert agree.link_of(other) is None
     third = Group()
-    agree._OFFERS[third] = (dist.HashStore(), 7)
+    agree._OFFERS[third] = (HashStore(), 7)
     agree.adopt(third, [9, 7], 2)  # every process offered: the first one's nonce names the keys
     link = agree.link_of(third)
     assert link is not None and link.prefix.endswith(f"{9:x}") and link.size == 2
     # A group of more processes than the store's limit is never linked, every nonce offered or not.
     large = Group()
-    agree._OFFERS[large] = (dist.HashStore(), 7)
+    agree._OFFERS[large] = (HashStore(), 7)
     agree.adopt(large, [7] * (agree._STORE_MAX_PROCESSES + 1), agree._STORE_MAX_PROCESSES + 1)
     assert agree.link_of(large) is None and large not in agree._OFFERS
