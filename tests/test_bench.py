@@ -412,6 +412,43 @@ def test_the_whole_call_cpu_script_touches_only_names_that_exist() -> None:
     assert bench.WHOLE_LAYOUT in bench._raw_layouts()
 
 
+def test_the_whole_call_perf_script_charges_each_sample_to_the_call_it_fell_in() -> None:
+    """``scripts/whole_call_perf.py`` (docs/performance.md, "What the interpreter costs under load")
+    charges each ``perf script`` sample to the kind whose window, in the sample's own process, holds
+    it: not to another process's call, not between calls; its names into the executor still exist."""
+    pytest.importorskip("torch")
+    import runpy
+    from pathlib import Path
+
+    import refplan.execute.transport as transport
+    from refplan.cli import bench
+
+    script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "whole_call_perf.py"))
+    windows = {
+        100: (0, [(10.0, 11.0, "raw"), (12.0, 13.0, "exec")]),  # a sender
+        200: (2, [(10.5, 12.5, "floor")]),  # a receiver
+    }
+    lines = [
+        "100/100 10.5: 7f0 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)",
+        "100/101 12.5: ffff _copy_to_iter ([kernel.kallsyms])",
+        "100/100 11.5: 7f1 between_calls (/usr/lib/libc.so.6)",  # in no window of its process
+        "200/200 11.5: 7f2 c10::function_ref<void (char**)> (/x/libtorch_cpu.so)",
+        "300/300 10.5: 7f3 another_process (/usr/lib/libc.so.6)",
+        "not a sample line",
+    ]
+    charged = script["charge"](lines, windows)
+    assert charged == {
+        ("raw", "S", "main", "libpython3.11.so.1.0", "_PyEval_EvalFrameDefault"): 1,
+        ("exec", "S", "other", "[kernel.kallsyms]", "_copy_to_iter"): 1,
+        ("floor", "R", "main", "libtorch_cpu.so", "c10::function_ref<void"): 1,
+    }
+    text = "\n".join(script["report"](charged, 1, 1000))
+    assert "  exec  senders    1.0 (  0.0)  receivers    0.0 (  0.0)  all    1.0" in text, text
+    assert "grown most from move to exec:" in text and "+1.00  _copy_to_iter" in text, text
+    assert callable(transport._move) and callable(bench._floor) and callable(bench._raw_buffers)
+    assert bench.WHOLE_LAYOUT in bench._raw_layouts()
+
+
 def test_the_whole_call_floor_script_replays_the_executors_schedule(capsys: pytest.CaptureFixture[str]) -> None:
     """``scripts/whole_call_floor.py`` (the floor under item 8a in docs/performance.md) still runs
     on a small batch (the model at one layer): its replay of the executor's schedule lands every
