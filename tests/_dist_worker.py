@@ -683,6 +683,92 @@ def s_layout_reuse(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_program_reuse(me: int, world: int) -> dict[str, Any]:
+    """The transport's views kept between warm calls (``transport._program``): made once for the
+    same buffers, made again for anything else, never kept past what they view.
+
+    The same buffer objects again (targets reset between the calls): the kept views are used (one
+    build) and land right. New buffers at other addresses: new views, which land in the new
+    targets and leave the old ones as they were. The same target tensor objects with their storage
+    replaced (``set_``), so that only the addresses changed: new views again, landing in the new
+    storage and not in the old. Then the kept views are gone when the pool releases an arena, on
+    ``release_staging()`` and once a buffer they view is dropped."""
+    import gc
+
+    from refplan.execute import release_staging, schedule, transport
+
+    shape = (1024, 256)
+    rows = contiguous_split_map(shape, [256] * 4, 0)
+    cols = contiguous_split_map(shape, [64] * 4, 1)
+    pairs = {"free": (rows, rows), "staged": (rows, cols), "strided": (cols, rows)}
+    dtypes = dict.fromkeys(pairs, torch.float32)
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    budget = StagingBudget(1 << 17)
+    plans = plan(pairs, ends, dtypes, "balanced")
+    builds: list[int] = []
+    real = transport._build
+
+    def counting(sched: Any) -> Any:
+        builds.append(1)
+        return real(sched)
+
+    def run(buffers: Buffers) -> None:
+        execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes, budget=budget,
+                          timeout=TIMEOUT)
+
+    def reset(targets: dict[str, dict[int, torch.Tensor]]) -> None:
+        for per in targets.values():
+            for t in per.values():
+                t.fill_(-7.0)
+
+    def untouched(views: list[torch.Tensor]) -> bool:
+        return all(bool((v == -7.0).all()) for v in views)
+
+    release_staging()
+    transport._build = counting  # type: ignore[assignment]  # where _program looks it up
+    out: dict[str, Any] = {}
+    try:
+        first = make_buffers(pairs, ends, me, dtypes)
+        run(first)
+        out["first"] = verdict(first)
+        reset(first.targets)
+        run(first)
+        out["again"], out["builds_again"] = verdict(first), len(builds)
+        old = [t.view_as(t) for per in first.targets.values() for t in per.values()]
+        reset(first.targets)
+        second = make_buffers(pairs, ends, me, dtypes)
+        run(second)
+        out["new"], out["old_untouched"], out["builds_new"] = verdict(second), untouched(old), len(builds)
+        # The same tensor objects over new storage: their old storage is kept by ``old`` views.
+        old = [t.view_as(t) for per in second.targets.values() for t in per.values()]
+        for per in second.targets.values():
+            for t in per.values():
+                t.set_(torch.full_like(t, -7.0))
+        reset(second.targets)
+        for view in old:
+            view.fill_(-7.0)
+        run(second)
+        exact = all(np.array_equal(bits_of(second.targets[n][loc]), want)
+                    for n, per in second.expected.items() for loc, want in per.items())
+        out["moved"], out["moved_old_untouched"], out["builds_moved"] = exact, untouched(old), len(builds)
+        kept = len(schedule._PROGRAMS)
+        schedule._POOL.trim(0)  # releases every pooled arena: no kept view may hold one
+        out["kept"], out["after_trim"] = kept, len(schedule._PROGRAMS)
+        run(second)
+        out["after_trim_rebuilt"] = len(builds)
+        release_staging()
+        out["after_release"] = len(schedule._PROGRAMS)
+        run(second)
+        kept = len(schedule._PROGRAMS)
+        del second, old
+        gc.collect()
+        out["kept_before_drop"], out["after_drop"] = kept, len(schedule._PROGRAMS)
+    finally:
+        transport._build = real  # type: ignore[assignment]
+        release_staging()
+    return out
+
+
 def s_small_chunks_together(me: int, world: int) -> dict[str, Any]:
     """Small chunks interleaved with large ones (parameters alternate in name order) still share
     one staged piece: each queue carries 3 large chunks as messages of their own and its 2
@@ -826,6 +912,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("pack_ahead", s_pack_ahead),
     ("small_chunks_together", s_small_chunks_together),
     ("layout_reuse", s_layout_reuse),
+    ("program_reuse", s_program_reuse),
     ("stuck_peer", s_stuck_peer),
 ]
 

@@ -348,6 +348,28 @@ def test_a_remembered_layout_binds_the_new_buffers(dist_results: dict[str, list[
             assert res[call]["chunks"] == 14 and res[call]["messages"] == 8 and res[call]["direct"] == 5, res[call]
 
 
+def test_the_transports_views_are_kept_only_for_the_same_buffers(dist_results: dict[str, list[Any]]) -> None:
+    """Issue 26, item 8a: a warm call posts from views kept since the last call on the same
+    buffers; other buffers, or the same tensors over other storage, get new views and are written
+    right, and kept views go with the arenas and buffers they view (``s_program_reuse``)."""
+    per_process = scenario(dist_results, "program_reuse")
+    for rank, res in enumerate(per_process):
+        where = f"process {rank}"
+        assert_exact(res["first"], f"first call, {where}")
+        assert_exact(res["again"], f"the same buffers again, {where}")
+        assert res["builds_again"] == 1, f"{where}: the same buffers made {res['builds_again']} programs"
+        assert_exact(res["new"], f"new buffers, {where}")
+        assert res["old_untouched"], f"{where}: a call on new buffers wrote into the old ones"
+        assert res["builds_new"] == 2, res
+        assert res["moved"], f"{where}: targets whose storage was replaced were not written"
+        assert res["moved_old_untouched"], f"{where}: a call wrote into a target's replaced storage"
+        assert res["builds_moved"] == 3, res
+        assert res["kept"] >= 1 and res["after_trim"] == 0, f"{where}: a kept program outlived a released arena"
+        assert res["after_trim_rebuilt"] == 4, res
+        assert res["after_release"] == 0, f"{where}: release_staging() left kept programs"
+        assert res["kept_before_drop"] == 1 and res["after_drop"] == 0, f"{where}: a program outlived its buffers"
+
+
 def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
     from refplan.execute.schedule import _FREE_FACTOR
 

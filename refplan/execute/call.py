@@ -300,7 +300,9 @@ def execute_transfer(
 
 def release_staging() -> None:
     """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase),
-    and forget the batches whose checks and layouts were remembered (which keeps their plans alive)."""
+    and forget the batches whose checks and layouts were remembered (which keeps their plans alive)
+    and the transport's views kept for warm calls (which keep the buffers they view alive)."""
     schedule._POOL.clear()
+    schedule._PROGRAMS.clear()
     schedule._LAYOUTS.clear()
     checks._CHECKED.clear()

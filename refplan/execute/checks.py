@@ -393,6 +393,7 @@ def _prepare(
         if maps is not None:
             _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
         layout.instantiate(sched)
+        sched.layout = layout
         _allocate_staging(sched, args.budget.total_bytes, layout.spans)
         return sched
     mine = _check_local_segments(ctx, args, params, limits, sched)
@@ -401,7 +402,8 @@ def _prepare(
     _build_queues(ctx, mine, params, limits, args.budget, sched)
     spans = _allocate_staging(sched, args.budget.total_bytes)
     if where is not None:
-        schedule._LAYOUTS.put(where, _Layout.of(sched, spans))
+        sched.layout = _Layout.of(sched, spans)
+        schedule._LAYOUTS.put(where, sched.layout)
     return sched
 
 
@@ -654,7 +656,10 @@ def _check_buffers(ctx: _Context, args: _Arguments, params: Mapping[str, _Param]
                         f"parameter {name!r}: {side} buffer for location {location}, which endpoints bind to "
                         f"process {table[location]}, not to this process ({ctx.me})"
                     )
-                out[(name, location)] = _check_buffer(name, side, location, buffers[name][location], dtype)
+                given = buffers[name][location]
+                out[(name, location)] = _check_buffer(name, side, location, given, dtype)
+                if isinstance(given, torch.Tensor):  # always, once checked: for the transport's finalizers
+                    sched.owners.append(given)
     _check_aliasing([(n, loc, t) for (n, loc), t in sched.sources.items()],
                     [(n, loc, t) for (n, loc), t in sched.targets.items()])
 

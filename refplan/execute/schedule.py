@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
+from typing import Generic, TypeVar
 
 import torch
 
@@ -21,6 +22,8 @@ from ..box import volume
 from ..plan import TransferPlan, TransferSegment
 from ..requests import TransferEndpoints
 from .common import StagingBudget, TransferRejectedError, _Context, _describe, _Refusal
+
+_T = TypeVar("_T")
 
 _SLOTS = 2  # staging slots per queue: round r+1 is packed while round r is in flight
 
@@ -310,6 +313,9 @@ class _Schedule:
     params: Mapping[str, _Param] = field(default_factory=dict)  # every plan, checked (for _written_by)
     endpoints: TransferEndpoints | None = None  # as checked (an exact copy of a subclass's)
     budget: StagingBudget | None = None  # as checked, likewise
+    layout: _Layout | None = None  # the remembered layout this schedule is an instance of
+    owners: list[torch.Tensor] = field(default_factory=list)  # the caller's buffers, as passed
+    program: object | None = None  # the transport's prepared views for this call (``transport._program``)
 
 
 class _Pool:
@@ -365,11 +371,13 @@ class _Pool:
             self.held -= free.pop(0).numel()
             if not free:
                 del self.free[key]
+            _PROGRAMS.clear()  # a kept program may view the arena released: it must not keep it alive
 
     def clear(self) -> None:
         with self.lock:
             self.free.clear()
             self.held = 0
+        _PROGRAMS.clear()
 
 
 _POOL = _Pool()
@@ -561,7 +569,10 @@ def _allocate_staging(sched: _Schedule, bound: int, spans: Sequence[_Span] | Non
                     sizes[key] = max(sizes.get(key, 0), message.nbytes)
     try:
         steps = {key: -(-size // 64) * 64 for key, size in sorted(sizes.items())}
-        arenas = {key: _POOL.take(sched.device, _SLOTS * step) for key, step in steps.items()}
+        # Taken last key first: the pool hands back the arena given last (``_recycle`` gives them
+        # in key order), so a warm call gets each queue the arena it had, and the transport's
+        # views kept for those addresses (``_PROGRAMS``) stay usable.
+        arenas = {key: _POOL.take(sched.device, _SLOTS * steps[key]) for key in reversed(list(steps))}
         # Make room first: what stays pooled plus what this call holds stays within total_bytes.
         _POOL.trim(bound - sum(_SLOTS * step for step in steps.values()))
         for key, step in steps.items():
@@ -583,7 +594,8 @@ class _Layout:
     group, this process and the element counts of its buffers (``_LAYOUTS`` keys it on them).
 
     Its messages are templates: each call gets fresh pieces (``instantiate``), so the views a
-    call binds to them never outlive it or reach another call. ``params`` holds the plans, so
+    call binds to them never outlive it or reach another call (the transport's views of a call's
+    buffers are kept apart, in ``_PROGRAMS``, only for calls on the same addresses). ``params`` holds the plans, so
     that no id in the key can be reused by another object while the layout is remembered.
     """
 
@@ -619,34 +631,60 @@ def _unbound(message: _Message) -> _Message:
     return _Message(message.parts, message.nbytes, [_Piece(p.first, p.last, p.start, p.end) for p in message.pieces])
 
 
-class _Layouts:
-    """The layouts of the last ``limit`` batches this process checked (least recently used first
-    out), under a lock: calls on different groups may run in different threads."""
+class _Kept(Generic[_T]):
+    """The last ``limit`` entries put (least recently used first out), under a lock: calls on
+    different groups may run in different threads."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.entries: OrderedDict[tuple[object, ...], _Layout] = OrderedDict()
+        self.entries: OrderedDict[tuple[object, ...], _T] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, key: tuple[object, ...]) -> _Layout | None:
+    def get(self, key: tuple[object, ...]) -> _T | None:
         with self.lock:
-            layout = self.entries.get(key)
-            if layout is not None:
+            entry = self.entries.get(key)
+            if entry is not None:
                 self.entries.move_to_end(key)
-            return layout
+            return entry
 
-    def put(self, key: tuple[object, ...], layout: _Layout) -> None:
+    def put(self, key: tuple[object, ...], entry: _T) -> None:
         with self.lock:
-            self.entries[key] = layout
+            self.entries[key] = entry
             self.entries.move_to_end(key)
             while len(self.entries) > self.limit:
                 self.entries.popitem(last=False)
+
+    def drop(self, key: tuple[object, ...]) -> None:
+        with self.lock:
+            self.entries.pop(key, None)
 
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
 
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self.entries)
 
-_LAYOUTS = _Layouts(4)
+
+_LAYOUTS: _Kept[_Layout] = _Kept(4)
 """Layouts remembered per process (``_Layout``); ``release_staging()`` forgets them. Reached as
 ``schedule._LAYOUTS``, like the pool."""
+
+
+_PROGRAMS: _Kept[object] = _Kept(4)
+"""The transport's prepared views of the last four warm calls (``transport._Program``), keyed by the
+layout and the addresses of every buffer and staging arena they view; reached as
+``schedule._PROGRAMS``.
+
+Why keep views between calls at all: building them (a view per chunk and piece, lists, tags,
+labels) costs the interpreter little alone but, on a loaded machine after each call's copies
+have gone through the caches, several milliseconds of CPU a call over four processes (issue 26,
+item 8a; docs/performance.md, "What the interpreter costs under load"). What keeps a kept view
+right: a program is used only by a call whose layout (the same object) and buffer and arena
+addresses are all the ones it was built on, and while it is kept it holds the storages it views,
+so no other allocation can take those addresses: the same address is the same memory. What
+keeps it from holding memory nobody else wants: it is dropped when any buffer it was built for
+dies (``transport._program`` registers a finalizer on each), whenever the pool releases an arena
+(``_Pool``), and by ``release_staging()``.
+"""

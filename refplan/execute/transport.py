@@ -7,7 +7,8 @@ is the transport's (a dead or stuck peer), and every wait is bounded by the call
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,8 +16,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import schedule
 from .common import _RETAINED, TransferExecutionError, _Context, _describe, _ended
-from .schedule import _SLOTS, _Local, _Message, _Piece, _Schedule, _view
+from .schedule import _SLOTS, _Message, _Piece, _Schedule, _view
 
 _ORDERED_BATCHES = False
 """Post each round as one batch in piece order even over gloo: NCCL's path, which the CPU tests
@@ -31,7 +33,7 @@ class _Round:
     index: int
     works: list[Any]
     labels: list[tuple[str, int]]  # (direction, peer) of each work
-    landing: list[tuple[_Message, _Piece, torch.Tensor | None]]
+    landing: Sequence[tuple[torch.Tensor, torch.Tensor]]  # (target box, its staged bytes), unpacked after
     buffers: list[torch.Tensor]
 
 
@@ -69,12 +71,127 @@ def _wires(sched: _Schedule, r: int, direction: str) -> list[_Wire]:
     return out
 
 
-def _pack(sched: _Schedule, message: _Message, piece: _Piece, wire: torch.Tensor) -> None:
+Pack = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+"""A staged send's copies: (its range of the staging slot, the box of the source shard) per chunk."""
+
+
+@dataclass(frozen=True)
+class _Send:
+    peer: int
+    index: int  # the piece's index in its message (its tag's low bits)
+    wire: torch.Tensor
+    tag: int
+    packs: Pack  # empty for a piece sent straight from the shard
+
+
+@dataclass(frozen=True)
+class _Posts:
+    """One round of a program: what it posts, in peer and piece order, and what it unpacks."""
+
+    receives: tuple[tuple[torch.Tensor, int, int], ...]  # (wire, peer, tag)
+    sends: tuple[_Send, ...]
+    landing: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    buffers: list[torch.Tensor]  # every wire of the round (kept alive by a failed call: ``_RETAINED``)
+    staging: frozenset[tuple[str, int]]  # (direction, peer) of the queues it stages on
+
+
+@dataclass(frozen=True)
+class _Program:
+    """A schedule's transport with every view made: the rounds' wires, packing and unpacking boxes,
+    tags and staging sets, and the local copies. Made once per warm layout and buffers
+    (``schedule._PROGRAMS`` says when one may be reused), so that a warm call posts from
+    prepared lists, as the bare replay of its schedule does (``bench._floor``)."""
+
+    rounds: tuple[_Posts, ...]
+    local: tuple[tuple[torch.Tensor, torch.Tensor, int], ...]  # (target box, source box, bytes)
+    sent: dict[int, int]
+    received: dict[int, int]
+    layout: object  # held, so that the id in its key stays this layout's while it is kept
+
+
+def _build(sched: _Schedule) -> _Program:
+    """Every view the transport of ``sched`` posts, packs and unpacks, in the order it does."""
+    rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+    posts = []
+    for r in range(rounds):
+        receives, landing, buffers = [], [], []
+        for peer, message, i, piece, wire, stage in _wires(sched, r, "receive"):
+            receives.append((wire, peer, _tag(r, i)))
+            buffers.append(wire)
+            if piece.direct is None:
+                assert stage is not None
+                for op, at in message.parts[piece.first : piece.last]:
+                    dst = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
+                    landing.append((dst, stage[at : at + op.nbytes].view(dst.dtype).view(op.shape)))
+        sends = []
+        for peer, message, i, piece, wire, _stage in _wires(sched, r, "send"):
+            packs: list[tuple[torch.Tensor, torch.Tensor]] = []
+            if piece.direct is None:
+                for o, at in message.parts[piece.first : piece.last]:
+                    src = _view(sched.sources[o.key], o.offset, o.shape, o.strides)
+                    start = at - piece.start
+                    packs.append((wire[start : start + o.nbytes].view(src.dtype).view(o.shape), src))
+            sends.append(_Send(peer, i, wire, _tag(r, i), tuple(packs)))
+            buffers.append(wire)
+        used = set()
+        for direction, queues in (("send", sched.outgoing), ("receive", sched.incoming)):
+            for peer, queue in queues.items():
+                if r < len(queue) and any(p.direct is None for p in queue[r].pieces):
+                    used.add((direction, peer))
+        posts.append(_Posts(tuple(receives), tuple(sends), tuple(landing), buffers, frozenset(used)))
+    local = tuple(
+        (_view(sched.targets[item.target], item.segment.target_offset, item.segment.shape, item.segment.target_strides),
+         _view(sched.sources[item.source], item.segment.source_offset, item.segment.shape, item.segment.source_strides),
+         item.nbytes)
+        for item in sched.local
+    )
+    return _Program(
+        tuple(posts), local,
+        {peer: sum(m.payload for m in queue) for peer, queue in sched.outgoing.items()},
+        {peer: sum(m.payload for m in queue) for peer, queue in sched.incoming.items()},
+        sched.layout,
+    )
+
+
+def _program(sched: _Schedule) -> _Program:
+    """This call's program: the one kept for the same layout and the same buffer and arena
+    addresses if there is one (``schedule._PROGRAMS`` says why that is the same memory), else a
+    new one, kept if the layout is remembered and the buffers are on the CPU.
+
+    Only CPU buffers are kept views of: a device's memory is the caller's to free at once, and
+    NCCL's batches cost one call a round anyway.
+    """
+    if isinstance(sched.program, _Program):
+        return sched.program
+    key: tuple[object, ...] | None = None
+    if sched.layout is not None and sched.device.type == "cpu":
+        key = (
+            id(sched.layout),
+            tuple(t.data_ptr() for t in sched.sources.values()),
+            tuple(t.data_ptr() for t in sched.targets.values()),
+            tuple(a.data_ptr() for a in sched.arenas),
+        )
+        kept = schedule._PROGRAMS.get(key)
+        if isinstance(kept, _Program) and kept.layout is sched.layout:
+            sched.program = kept
+            return kept
+    program = _build(sched)
+    sched.program = program
+    if key is not None:
+        try:
+            # Dropped as soon as a buffer it views dies, so that it never keeps a caller's memory.
+            for owner in sched.owners:
+                weakref.finalize(owner, schedule._PROGRAMS.drop, key)
+        except TypeError:  # a buffer that takes no weak reference: not kept
+            return program
+        schedule._PROGRAMS.put(key, program)
+    return program
+
+
+def _pack(packs: Pack) -> None:
     """Copy a staged piece's chunks from the source shards into its range of the staging slot."""
-    for o, at in message.parts[piece.first : piece.last]:
-        src = _view(sched.sources[o.key], o.offset, o.shape, o.strides)
-        start = at - piece.start
-        wire[start : start + o.nbytes].view(src.dtype).view(o.shape).copy_(src)
+    for slot, box in packs:
+        slot.copy_(box)
 
 
 Packed = frozenset[tuple[int, int, int]]
@@ -92,19 +209,20 @@ def _pack_ahead(sched: _Schedule, finished: Callable[[], bool] = lambda: False) 
     (its direct sends, and the receives every peer waits on), which the transport overlaps with
     the packing of the remaining pieces instead. Measured on the 272 MiB ``--sync`` batch,
     packing both rounds outright took about 7 ms while the two-word brief takes under 1 ms.
+    Making the program (``_program``) here, during the verdict, is part of the same overlap.
     Any failure here leaves the packing of every piece to ``_move``.
     """
-    rounds = min(_SLOTS, max((len(q) for q in sched.outgoing.values()), default=0))
     done: set[tuple[int, int, int]] = set()
     try:
+        program = _program(sched)
         with torch.no_grad():
-            for r in range(rounds):
-                for peer, message, i, piece, wire, _stage in _wires(sched, r, "send"):
-                    if piece.direct is None:
+            for r, posts in enumerate(program.rounds[:_SLOTS]):
+                for send in posts.sends:
+                    if send.packs:
                         if finished():
                             return frozenset(done)
-                        _pack(sched, message, piece, wire)
-                        done.add((r, peer, i))
+                        _pack(send.packs)
+                        done.add((r, send.peer, send.index))
     except Exception:
         return frozenset()
     return frozenset(done)
@@ -117,24 +235,11 @@ def _move(
 
     The staged sends in ``packed`` were packed already (``_pack_ahead``).
     """
-    rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
-    sent = {peer: sum(m.payload for m in queue) for peer, queue in sched.outgoing.items()}
-    received = {peer: sum(m.payload for m in queue) for peer, queue in sched.incoming.items()}
+    program = _program(sched)
+    rounds = len(program.rounds)
     local_bytes = 0
     to_global = dict(zip(ctx.members, ctx.global_ranks))
-
-    def local_copy(item: _Local) -> int:
-        seg = item.segment
-        _view(sched.targets[item.target], seg.target_offset, seg.shape, seg.target_strides).copy_(
-            _view(sched.sources[item.source], seg.source_offset, seg.shape, seg.source_strides)
-        )
-        return item.nbytes
-
     tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
-
-    def tag(r: int, i: int) -> int:
-        # Without tags (NCCL ignores them anyway) messages match in posting order.
-        return _tag(r, i) if tagged else 0
 
     def post(r: int) -> _Round:
         """Post round r: every receive, then every send.
@@ -142,57 +247,40 @@ def _move(
         Over gloo each piece carries a tag, so a send may be posted out of order: direct pieces
         (and staged ones packed during the verdict) go out at once and each other staged piece as
         soon as it is packed, overlapping the packing
-        with the transfer. NCCL matches in posting order and needs one grouped batch, so there
-        the whole round is packed first and posted in piece order. Labels for error messages are
-        (direction, peer) pairs, worded only if a wait fails: this runs once per piece.
+        with the transfer. NCCL matches in posting order and needs one grouped batch (no tags:
+        NCCL ignores them), so there the whole round is packed first and posted in piece order.
+        Labels for error messages are (direction, peer) pairs, worded only if a wait fails.
         """
-        recvs: list[tuple[torch.Tensor, int, int]] = []  # (wire, global peer, tag)
-        labels: list[tuple[str, int]] = []
-        landing: list[tuple[_Message, _Piece, torch.Tensor | None]] = []
-        buffers: list[torch.Tensor] = []
-        ready: list[tuple[torch.Tensor, int, int, tuple[str, int]]] = []  # direct, or packed during the verdict
-        staged: list[tuple[_Message, _Piece, torch.Tensor, int, int, tuple[str, int]]] = []
-        in_order: list[tuple[torch.Tensor, int, int, tuple[str, int]]] = []  # piece order, which NCCL matches by
-        for direction in ("receive", "send"):
-            receive = direction == "receive"
-            for peer, message, i, piece, wire, stage in _wires(sched, r, direction):
-                label = (direction, peer)
-                dst, t = to_global[peer], tag(r, i)
-                buffers.append(wire)
-                if receive:
-                    recvs.append((wire, dst, t))
-                    labels.append(label)
-                    landing.append((message, piece, None if piece.direct is not None else stage))
-                    continue
-                in_order.append((wire, dst, t, label))
-                if piece.direct is not None or (r, peer, i) in packed:
-                    ready.append((wire, dst, t, label))
-                else:
-                    staged.append((message, piece, wire, dst, t, label))
-
+        posts = program.rounds[r]
+        labels: list[tuple[str, int]] = [("receive", peer) for _wire, peer, _t in posts.receives]
         works: list[Any] = []
         try:
             if tagged:
                 # gloo has no batching of its own: one isend/irecv per piece costs less than a
                 # batch call per packed piece.
-                for wire, dst, t in recvs:
-                    works.append(dist.irecv(wire, dst, ctx.group, t))
-                for wire, dst, t, label in ready:
-                    works.append(dist.isend(wire, dst, ctx.group, t))
-                    labels.append(label)
-                for message, piece, wire, dst, t, label in staged:
-                    _pack(sched, message, piece, wire)
-                    works.append(dist.isend(wire, dst, ctx.group, t))
-                    labels.append(label)
+                for wire, peer, t in posts.receives:
+                    works.append(dist.irecv(wire, to_global[peer], ctx.group, t))
+                later = []
+                for send in posts.sends:
+                    if send.packs and (r, send.peer, send.index) not in packed:
+                        later.append(send)
+                        continue
+                    works.append(dist.isend(send.wire, to_global[send.peer], ctx.group, send.tag))
+                    labels.append(("send", send.peer))
+                for send in later:
+                    _pack(send.packs)
+                    works.append(dist.isend(send.wire, to_global[send.peer], ctx.group, send.tag))
+                    labels.append(("send", send.peer))
             else:
-                for message, piece, wire, _dst, _t, _label in staged:
-                    _pack(sched, message, piece, wire)
-                ops = [dist.P2POp(dist.irecv, wire, dst, ctx.group, t) for wire, dst, t in recvs]
-                ops += [dist.P2POp(dist.isend, wire, dst, ctx.group, t) for wire, dst, t, _label in in_order]
+                for send in posts.sends:
+                    if send.packs and (r, send.peer, send.index) not in packed:
+                        _pack(send.packs)
+                ops = [dist.P2POp(dist.irecv, wire, to_global[peer], ctx.group, 0) for wire, peer, _t in posts.receives]
+                ops += [dist.P2POp(dist.isend, send.wire, to_global[send.peer], ctx.group, 0) for send in posts.sends]
                 works = list(dist.batch_isend_irecv(ops)) if ops else []
-                labels += [label for _wire, _dst, _t, label in in_order]
+                labels += [("send", send.peer) for send in posts.sends]
         except Exception as exc:
-            _RETAINED.append(buffers)
+            _RETAINED.append(posts.buffers)
             # A peer that died (or closed its connection) in any round in flight can make this
             # post fail, so those rounds are named: the round being posted is only the latest.
             flying = [t.index for t, _used in in_flight]
@@ -202,7 +290,7 @@ def _move(
             raise TransferExecutionError(
                 f"{which}: posting failed; target buffers may be partly written: {_describe(exc)}"
             ) from exc
-        return _Round(r, works, labels, landing, buffers)
+        return _Round(r, works, labels, posts.landing, posts.buffers)
 
     def finish(rnd: _Round, in_flight: list[_Round]) -> None:
         # A round posted ahead waits behind earlier ones: its timeout runs from this wait.
@@ -235,28 +323,17 @@ def _move(
                     f"{which}: {what} {_ended(started, timeout)}; target buffers may be partly written: "
                     f"{_describe(exc)}"
                 ) from exc
-        for message, piece, stage in rnd.landing:
-            if stage is not None:
-                for op, at in message.parts[piece.first : piece.last]:
-                    dst = _view(sched.targets[op.key], op.offset, op.shape, op.strides)
-                    dst.copy_(stage[at : at + op.nbytes].view(dst.dtype).view(op.shape))
+        for box, staged in rnd.landing:
+            box.copy_(staged)
 
     # Post ahead as far as staging allows: round s reuses slot s % 2 of a queue, so it waits only
     # for an in-flight round of the same parity that stages on a queue that s stages on too (a
     # message sent straight from/into shards holds no slot). Any such local choice of when to
     # wait is deadlock-free: a process only waits for rounds every peer has already posted or
     # will post without waiting on anything later.
-    def staging(r: int) -> set[tuple[str, int]]:
-        used = set()
-        for direction, queues in (("send", sched.outgoing), ("receive", sched.incoming)):
-            for peer, queue in queues.items():
-                if r < len(queue) and any(p.direct is None for p in queue[r].pieces):
-                    used.add((direction, peer))
-        return used
-
-    in_flight: list[tuple[_Round, set[tuple[str, int]]]] = []
+    in_flight: list[tuple[_Round, frozenset[tuple[str, int]]]] = []
     for r in range(rounds):
-        need = staging(r)
+        need = program.rounds[r].staging
         while in_flight and (
             len(in_flight) >= _MAX_IN_FLIGHT
             or any(t.index % _SLOTS == r % _SLOTS and used & need for t, used in in_flight)
@@ -265,16 +342,18 @@ def _move(
             finish(oldest, [oldest] + [t for t, _u in in_flight])
         in_flight.append((post(r), need))
         # Local copies overlap the rounds in flight: an even share of them per round.
-        lo, hi = r * len(sched.local) // rounds, (r + 1) * len(sched.local) // rounds
-        for item in sched.local[lo:hi]:
-            local_bytes += local_copy(item)
+        lo, hi = r * len(program.local) // rounds, (r + 1) * len(program.local) // rounds
+        for box, source, nbytes in program.local[lo:hi]:
+            box.copy_(source)
+            local_bytes += nbytes
     while in_flight:
         oldest, _used = in_flight.pop(0)
         finish(oldest, [oldest] + [t for t, _u in in_flight])
     if rounds == 0:
-        for item in sched.local:
-            local_bytes += local_copy(item)
-    return rounds, local_bytes, sent, received
+        for box, source, nbytes in program.local:
+            box.copy_(source)
+            local_bytes += nbytes
+    return rounds, local_bytes, dict(program.sent), dict(program.received)
 
 
 def _drain(device: torch.device, timeout: timedelta, sched: _Schedule) -> None:
