@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from . import schedule
 from .common import _RETAINED, TransferExecutionError, _Context, _describe, _ended
-from .schedule import _SLOTS, _Message, _Piece, _Schedule, _view
+from .schedule import _SLOTS, _bind, _Message, _Piece, _Schedule, _view
 
 _ORDERED_BATCHES = False
 """Post each round as one batch in piece order even over gloo: NCCL's path, which the CPU tests
@@ -54,6 +54,7 @@ def _wires(sched: _Schedule, r: int, direction: str) -> list[_Wire]:
     The wire is the shard itself for a direct piece, else the piece's range of the slot
     (slots alternate by round parity, so round r+1 packs while round r is in flight).
     """
+    _bind(sched)
     queues = sched.outgoing if direction == "send" else sched.incoming
     out = []
     for peer in sorted(queues):
@@ -104,6 +105,7 @@ class _Program:
 
     rounds: tuple[_Posts, ...]
     local: tuple[tuple[torch.Tensor, torch.Tensor, int], ...]  # (target box, source box, bytes)
+    direct: int  # pieces sent from or received into a shard in place (``TransferStats.direct_messages``)
     sent: dict[int, int]
     received: dict[int, int]
     layout: object  # held, so that the id in its key stays this layout's while it is kept
@@ -145,8 +147,10 @@ def _build(sched: _Schedule) -> _Program:
          item.nbytes)
         for item in sched.local
     )
+    direct = sum(1 for queues in (sched.outgoing, sched.incoming) for queue in queues.values()
+                 for message in queue for piece in message.pieces if piece.direct is not None)
     return _Program(
-        tuple(posts), local,
+        tuple(posts), local, direct,
         {peer: sum(m.payload for m in queue) for peer, queue in sched.outgoing.items()},
         {peer: sum(m.payload for m in queue) for peer, queue in sched.incoming.items()},
         sched.layout,
