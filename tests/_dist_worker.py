@@ -597,9 +597,11 @@ def s_wait_order(me: int, world: int) -> dict[str, Any]:
             waited.append(self.index)
             return self.work.wait(*args)
 
-    real = dist.isend, dist.irecv
-    dist.isend = lambda *a, **k: Recorded(real[0](*a, **k))  # type: ignore[assignment]
-    dist.irecv = lambda *a, **k: Recorded(real[1](*a, **k))  # type: ignore[assignment]
+    from refplan.execute import transport
+
+    real = transport._send, transport._receive
+    transport._send = lambda *a: Recorded(real[0](*a))  # type: ignore[assignment]
+    transport._receive = lambda *a: Recorded(real[1](*a))  # type: ignore[assignment]
     shape = (256, 512)
     source = replicate(contiguous_split_map(shape, [128, 128], 0), 2)
     cols = contiguous_split_map(shape, [128] * 4, 1)
@@ -609,7 +611,7 @@ def s_wait_order(me: int, world: int) -> dict[str, Any]:
                         {"a": torch.float32, "rows": torch.bfloat16, "cols": torch.int64}, me,
                         budget=StagingBudget(1 << 16))
     finally:
-        dist.isend, dist.irecv = real
+        transport._send, transport._receive = real  # type: ignore[assignment]
     return {**out, "posted": len(posted), "waited": waited}
 
 
@@ -1464,15 +1466,17 @@ def failed_posting(me: int, world: int) -> dict[str, Any]:
     peer that dies in any of them fails the next post the same way (issue 26)."""
     plans, buffers, ends, dtypes = _two_row_rounds(me)
     if me == 0:
-        real, posted = dist.irecv, [0]
+        from refplan.execute import transport
 
-        def irecv(*args: Any, **kwargs: Any) -> Any:
+        real, posted = transport._receive, [0]
+
+        def receive(*args: Any) -> Any:
             posted[0] += 1
             if posted[0] == FAILS_AT_POST + 1:
                 raise RuntimeError("injected")
-            return real(*args, **kwargs)
+            return real(*args)
 
-        dist.irecv = irecv
+        transport._receive = receive  # type: ignore[assignment]  # where _move looks it up
     return _error_of(lambda: execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
                                                budget=StagingBudget(32), timeout=timedelta(seconds=DEAD_TIMEOUT_S)))
 

@@ -269,12 +269,15 @@ def _buffers_device(source_buffers: object, target_buffers: object) -> torch.dev
             for name, per_location in buffers.items():
                 if isinstance(per_location, Mapping):
                     for location, t in per_location.items():
-                        if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                        if not isinstance(t, torch.Tensor):
+                            continue
+                        device = t.device  # read once: each read makes a new device object
+                        if device.type == "meta":
                             raise _Refusal(
                                 f"parameter {name!r}: {side} buffer for location {location} is a meta tensor, "
                                 "which holds no data to move"
                             )
-                    devices.update(t.device for t in per_location.values() if isinstance(t, torch.Tensor))
+                        devices.add(device)
     if len(devices) > 1:
         raise _Refusal(f"this process's buffers are on several devices: {sorted(str(d) for d in devices)}")
     return devices.pop() if devices else None

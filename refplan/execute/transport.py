@@ -192,6 +192,22 @@ def _program(sched: _Schedule) -> _Program:
     return program
 
 
+def _send(group: Any, wire: torch.Tensor, peer: int, tag: int) -> Any:
+    """Post one tagged send of a checked wire to group rank ``peer`` straight on the process group.
+
+    What ``dist.isend`` ends in, without its checks of the argument's type, the group's membership
+    and a complex dtype, and its rank conversion: each warm call posts 43 messages a process on the
+    ``--sync`` batch, and the transport's Python is what a loaded machine makes dear (issue 26,
+    item 8a). Wires are uint8 views the checks made, peers group ranks of a group this process is in.
+    """
+    return group.send([wire], peer, tag)
+
+
+def _receive(group: Any, wire: torch.Tensor, peer: int, tag: int) -> Any:
+    """Post one tagged receive into a checked wire from group rank ``peer`` (as ``_send``)."""
+    return group.recv([wire], peer, tag)
+
+
 def _pack(packs: Pack) -> None:
     """Copy a staged piece's chunks from the source shards into its range of the staging slot."""
     for slot, box in packs:
@@ -244,6 +260,8 @@ def _move(
     local_bytes = 0
     to_global = dict(zip(ctx.members, ctx.global_ranks))
     tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
+    to_group = {process: rank for rank, process in enumerate(ctx.members)}
+    group: Any = ctx.group if ctx.group is not None else dist.group.WORLD
 
     def post(r: int) -> _Round:
         """Post round r: every receive, then every send.
@@ -263,17 +281,17 @@ def _move(
                 # gloo has no batching of its own: one isend/irecv per piece costs less than a
                 # batch call per packed piece.
                 for wire, peer, t in posts.receives:
-                    works.append(dist.irecv(wire, to_global[peer], ctx.group, t))
+                    works.append(_receive(group, wire, to_group[peer], t))
                 later = []
                 for send in posts.sends:
                     if send.packs and (r, send.peer, send.index) not in packed:
                         later.append(send)
                         continue
-                    works.append(dist.isend(send.wire, to_global[send.peer], ctx.group, send.tag))
+                    works.append(_send(group, send.wire, to_group[send.peer], send.tag))
                     labels.append(("send", send.peer))
                 for send in later:
                     _pack(send.packs)
-                    works.append(dist.isend(send.wire, to_global[send.peer], ctx.group, send.tag))
+                    works.append(_send(group, send.wire, to_group[send.peer], send.tag))
                     labels.append(("send", send.peer))
             else:
                 for send in posts.sends:
