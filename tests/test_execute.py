@@ -370,6 +370,24 @@ def test_the_transports_views_are_kept_only_for_the_same_buffers(dist_results: d
         assert res["kept_before_drop"] == 1 and res["after_drop"] == 0, f"{where}: a program outlived its buffers"
 
 
+def test_a_kept_program_forgotten_while_its_store_is_locked_goes_at_the_next_use() -> None:
+    """A buffer's finalizer forgets the programs made for it (``_Kept.forget``). It can run inside
+    any allocation, also while the same thread holds the store's lock (a garbage collection started
+    there): it must then neither wait for the lock (a deadlock) nor change the entries under the
+    method holding it, and the entry must still go."""
+    from refplan.execute.schedule import _Kept
+
+    kept: _Kept[int] = _Kept(2)
+    kept.put(("a",), 1)
+    kept.put(("b",), 2)
+    with kept.lock:  # as inside an allocation in ``put``
+        kept.forget(("a",))
+        assert kept.entries.get(("a",)) == 1  # left alone while the lock is held
+    assert len(kept) == 1 and kept.get(("a",)) is None and kept.get(("b",)) == 2
+    kept.forget(("b",))  # the lock free: at once
+    assert not kept.entries
+
+
 def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:
     from refplan.execute.schedule import _FREE_FACTOR
 

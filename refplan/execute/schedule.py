@@ -662,9 +662,15 @@ class _Kept(Generic[_T]):
         self.limit = limit
         self.entries: OrderedDict[tuple[object, ...], _T] = OrderedDict()
         self.lock = threading.Lock()
+        self.dead: list[tuple[object, ...]] = []  # keys forgotten while the lock was held (``forget``)
+
+    def _bury(self) -> None:
+        while self.dead:
+            self.entries.pop(self.dead.pop(), None)
 
     def get(self, key: tuple[object, ...]) -> _T | None:
         with self.lock:
+            self._bury()
             entry = self.entries.get(key)
             if entry is not None:
                 self.entries.move_to_end(key)
@@ -672,21 +678,33 @@ class _Kept(Generic[_T]):
 
     def put(self, key: tuple[object, ...], entry: _T) -> None:
         with self.lock:
+            self._bury()
             self.entries[key] = entry
             self.entries.move_to_end(key)
             while len(self.entries) > self.limit:
                 self.entries.popitem(last=False)
 
-    def drop(self, key: tuple[object, ...]) -> None:
-        with self.lock:
-            self.entries.pop(key, None)
+    def forget(self, key: tuple[object, ...]) -> None:
+        """Drop ``key`` now if the lock is free, else at the next use: a finalizer calls this, and
+        one can run inside any allocation, also while this thread holds the lock (a garbage
+        collection started there), where waiting would deadlock and popping would change the
+        entries under the method that holds it."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self.entries.pop(key, None)
+            finally:
+                self.lock.release()
+        else:
+            self.dead.append(key)
 
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
+            self.dead.clear()
 
     def __len__(self) -> int:
         with self.lock:
+            self._bury()
             return len(self.entries)
 
 
@@ -708,6 +726,7 @@ right: a program is used only by a call whose layout (the same object) and buffe
 addresses are all the ones it was built on, and while it is kept it holds the storages it views,
 so no other allocation can take those addresses: the same address is the same memory. What
 keeps it from holding memory nobody else wants: it is dropped when any buffer it was built for
-dies (``transport._program`` registers a finalizer on each), whenever the pool releases an arena
-(``_Pool``), and by ``release_staging()``.
+dies (``transport._program`` registers a finalizer on each, which ``forget``s it: at once, or at
+the next use if the lock is held then), whenever the pool releases an arena (``_Pool``), and by
+``release_staging()``.
 """

@@ -185,7 +185,7 @@ def _program(sched: _Schedule) -> _Program:
         try:
             # Dropped as soon as a buffer it views dies, so that it never keeps a caller's memory.
             for owner in sched.owners:
-                weakref.finalize(owner, schedule._PROGRAMS.drop, key)
+                weakref.finalize(owner, schedule._PROGRAMS.forget, key)
         except TypeError:  # a buffer that takes no weak reference: not kept
             return program
         schedule._PROGRAMS.put(key, program)
