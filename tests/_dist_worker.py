@@ -760,6 +760,17 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
         out["after_trim_rebuilt"] = len(builds)
         release_staging()
         out["after_release"] = len(schedule._PROGRAMS)
+        # Refused after the others packed ahead (and so made their programs): none is kept, since
+        # a refused call's arenas never return to the pool.
+        targets = dict(second.targets)
+        if me == 3:
+            targets["staged"] = {loc: t[: t.numel() - 1] for loc, t in second.targets["staged"].items()}
+        try:
+            execute_transfers(plans, second.sources, targets, ends, dtypes=dtypes, budget=budget, timeout=TIMEOUT)
+            out["refused"] = False
+        except TransferRejectedError:
+            out["refused"] = True
+        out["after_refusal"] = len(schedule._PROGRAMS)
         run(second)
         kept = len(schedule._PROGRAMS)
         del second, old

@@ -367,6 +367,7 @@ def test_the_transports_views_are_kept_only_for_the_same_buffers(dist_results: d
         assert res["kept"] >= 1 and res["after_trim"] == 0, f"{where}: a kept program outlived a released arena"
         assert res["after_trim_rebuilt"] == 4, res
         assert res["after_release"] == 0, f"{where}: release_staging() left kept programs"
+        assert res["refused"] and res["after_refusal"] == 0, f"{where}: a refused call's program was kept"
         assert res["kept_before_drop"] == 1 and res["after_drop"] == 0, f"{where}: a program outlived its buffers"
 
 

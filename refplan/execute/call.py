@@ -35,7 +35,7 @@ from .common import (
 )
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
-from .transport import _drain, _move, _pack_ahead, _Program
+from .transport import _drain, _keep, _move, _pack_ahead, _Program
 from .verdict import _exchange, _verdict_device
 
 
@@ -241,6 +241,7 @@ def _execute(
             _written_by(sched, {ctx.me}) if outcome is not False else None,
             (ctx.me,),
         )
+    _keep(sched, (sched.budget or budget).total_bytes)  # before the arenas go back: a release there drops it
     _recycle(sched, (sched.budget or budget).total_bytes)
     done = time.perf_counter()
     queues = (*sched.incoming.values(), *sched.outgoing.values())

@@ -316,6 +316,7 @@ class _Schedule:
     layout: _Layout | None = None  # the remembered layout this schedule is an instance of
     owners: list[torch.Tensor] = field(default_factory=list)  # the caller's buffers, as passed
     program: object | None = None  # the transport's prepared views for this call (``transport._program``)
+    program_key: tuple[object, ...] | None = None  # where a new program is kept if the call ends cleanly
     pending: tuple[_Span, ...] | None = None  # a remembered layout's spans, not yet bound to the pieces (``_bind``)
 
 

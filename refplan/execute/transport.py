@@ -160,36 +160,48 @@ def _build(sched: _Schedule) -> _Program:
 def _program(sched: _Schedule) -> _Program:
     """This call's program: the one kept for the same layout and the same buffer and arena
     addresses if there is one (``schedule._PROGRAMS`` says why that is the same memory), else a
-    new one, kept if the layout is remembered and the buffers are on the CPU.
+    new one, which ``_keep`` keeps once the call has finished cleanly.
 
     Only CPU buffers are kept views of: a device's memory is the caller's to free at once, and
     NCCL's batches cost one call a round anyway.
     """
     if isinstance(sched.program, _Program):
         return sched.program
-    key: tuple[object, ...] | None = None
     if sched.layout is not None and sched.device.type == "cpu":
-        key = (
+        sched.program_key = (
             id(sched.layout),
             tuple(t.data_ptr() for t in sched.sources.values()),
             tuple(t.data_ptr() for t in sched.targets.values()),
             tuple(a.data_ptr() for a in sched.arenas),
         )
-        kept = schedule._PROGRAMS.get(key)
+        kept = schedule._PROGRAMS.get(sched.program_key)
         if isinstance(kept, _Program) and kept.layout is sched.layout:
             sched.program = kept
+            sched.program_key = None  # kept already
             return kept
     program = _build(sched)
     sched.program = program
-    if key is not None:
-        try:
-            # Dropped as soon as a buffer it views dies, so that it never keeps a caller's memory.
-            for owner in sched.owners:
-                weakref.finalize(owner, schedule._PROGRAMS.forget, key)
-        except TypeError:  # a buffer that takes no weak reference: not kept
-            return program
-        schedule._PROGRAMS.put(key, program)
     return program
+
+
+def _keep(sched: _Schedule, bound: int) -> None:
+    """Keep the program a cleanly finished call made, for the next call on the same addresses.
+
+    Only here, just before its arenas go back to the pool (``schedule._recycle``, whose releases
+    drop every kept program): a refused or failed call's arenas never return to the pool, and a
+    program kept with them would hold staging that no bound counts. Not kept either if an arena is
+    too large to be pooled (above ``bound``), or a buffer takes no weak reference (its finalizer
+    is what drops the program when the buffer dies, so that it never keeps a caller's memory).
+    """
+    key, sched.program_key = sched.program_key, None
+    if key is None or not isinstance(sched.program, _Program) or any(a.numel() > bound for a in sched.arenas):
+        return
+    try:
+        for owner in sched.owners:
+            weakref.finalize(owner, schedule._PROGRAMS.forget, key)
+    except TypeError:
+        return
+    schedule._PROGRAMS.put(key, sched.program)
 
 
 def _send(group: Any, wire: torch.Tensor, peer: int, tag: int) -> Any:
