@@ -35,7 +35,7 @@ from .common import (
 )
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
-from .transport import _drain, _keep, _move, _pack_ahead, _Program
+from .transport import _drain, _keep, _move, _pack_ahead, _program
 from .verdict import _exchange, _verdict_device
 
 
@@ -258,9 +258,7 @@ def _execute(
         received_bytes=dict(sorted(received.items())),
         seconds=done - started,
         move_seconds=done - moving,
-        direct_messages=sched.program.direct if isinstance(sched.program, _Program) else sum(
-            1 for q in queues for m in q for p in m.pieces if p.direct is not None
-        ),
+        direct_messages=_program(sched).direct,  # the one ``_move`` ran
         phases=phases,
     )
 

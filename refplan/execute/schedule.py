@@ -368,12 +368,15 @@ class _Pool:
             self._trim(bound)
 
     def _trim(self, bound: int) -> None:
+        released = False
         while self.held > max(bound, 0) and self.free:
             key, free = next(iter(self.free.items()))
             self.held -= free.pop(0).numel()
             if not free:
                 del self.free[key]
-            _PROGRAMS.clear()  # a kept program may view the arena released: it must not keep it alive
+            released = True
+        if released:  # a kept program may view an arena released: it must not keep it alive
+            _PROGRAMS.clear()
 
     def clear(self) -> None:
         with self.lock:
