@@ -33,7 +33,6 @@ Why: it separates what the layout costs (the copy) from what the executor adds a
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import time
 from datetime import timedelta
@@ -48,40 +47,14 @@ def _work(runs: int, layers: int | None) -> Any:
         import torch
         import torch.distributed as dist
 
-        import refplan.execute.call as call_module
         from refplan.cli import bench
         from refplan.cli.sync import bits_of
         from refplan.execute import execute_transfers, transport
-        from refplan.planner import plan_transfers
-        from refplan.policies import POLICIES
 
-        pairs, apart = bench._raw_layouts()[bench.WHOLE_LAYOUT]
-        if layers is not None:
-            pairs = bench._model_pairs(1, 2, 2, layers=layers, hidden=1024, ffn=2752, vocab=8000)
-        dtype = torch.bfloat16
-        sources, expected = bench._marker_shards(pairs, apart, rank, dtype)
-        plans = plan_transfers(pairs, endpoints=apart, element_size=dict.fromkeys(pairs, bench.BF16),
-                               replica_policy=POLICIES["balanced"])
-        dtypes = dict.fromkeys(plans, dtype)
-
-        targets = bench._blank_targets(expected, dtype)
-        timeout = timedelta(seconds=120)
-
-        seen: dict[str, Any] = {}
-        call: Any = call_module
-        moving = call._move
-
-        def capture(ctx: Any, sched: Any, *args: Any) -> Any:
-            seen["ctx"], seen["sched"] = ctx, sched
-            return moving(ctx, sched, *args)
-
-        call._move = capture
-        try:
-            warm = execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
-        finally:
-            call._move = moving
-        sched = seen["sched"]
-        moved = copy.copy(sched)  # the executor's own schedule, for its transport alone (``move``)
+        whole = bench._warm_whole_call(rank, layers)
+        plans, apart, sources, expected, targets, dtypes, timeout = (
+            whole.plans, whole.endpoints, whole.sources, whole.expected, whole.targets, whole.dtypes, whole.timeout)
+        warm, moved, dtype = whole.stats, whole.sched, torch.bfloat16  # moved: for its transport alone (``move``)
         floor_targets = bench._blank_targets(expected, dtype)
         replays = {"messages": bench._floor(plans, apart, sources, floor_targets, dtypes, copies=False),
                    "copies": bench._floor(plans, apart, sources, floor_targets, dtypes)}
@@ -109,7 +82,7 @@ def _work(runs: int, layers: int | None) -> Any:
                     stats = execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
                     times["phases"].append(dict(stats.phases))
                 elif kind == "move":
-                    transport._move(seen["ctx"], moved, timeout)
+                    transport._move(whole.ctx, moved, timeout)
                 else:
                     replays[kind]()
                 times[kind].append(time.perf_counter() - started)

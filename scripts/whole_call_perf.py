@@ -49,47 +49,21 @@ Window = tuple[float, float, str]  # (start, end, kind), CLOCK_MONOTONIC seconds
 
 def _work(folder: str, runs: int, layers: int | None) -> Any:
     def work(rank: int, world: int) -> int:
-        import copy
-
         import torch
         import torch.distributed as dist
 
-        import refplan.execute.call as call_module
         from refplan.cli import bench
         from refplan.execute import execute_transfers, transport
-        from refplan.planner import plan_transfers
-        from refplan.policies import POLICIES
 
-        pairs, apart = bench._raw_layouts()[bench.WHOLE_LAYOUT]
-        if layers is not None:
-            pairs = bench._model_pairs(1, 2, 2, layers=layers, hidden=1024, ffn=2752, vocab=8000)
-        dtype = torch.bfloat16
-        sources, expected = bench._marker_shards(pairs, apart, rank, dtype)
-        plans = plan_transfers(pairs, endpoints=apart, element_size=dict.fromkeys(pairs, bench.BF16),
-                               replica_policy=POLICIES["balanced"])
-        dtypes = dict.fromkeys(plans, dtype)
-        targets = bench._blank_targets(expected, dtype)
-        timeout = timedelta(seconds=120)
-        seen: dict[str, Any] = {}
-        module: Any = call_module
-        moving = module._move
-
-        def capture(ctx: Any, sched: Any, *args: Any) -> Any:
-            seen["ctx"], seen["sched"] = ctx, sched
-            return moving(ctx, sched, *args)
-
-        module._move = capture
-        try:
-            warm = execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
-        finally:
-            module._move = moving
-        moved = copy.copy(seen["sched"])  # the warm call's own schedule, for its transport alone
-        floor = bench._floor(plans, apart, sources, bench._blank_targets(expected, dtype), dtypes)
-        sends, receives, out_buf, in_buf = bench._raw_buffers(warm, world)
+        whole = bench._warm_whole_call(rank, layers)
+        plans, apart, sources, expected, targets, dtypes, timeout = (
+            whole.plans, whole.endpoints, whole.sources, whole.expected, whole.targets, whole.dtypes, whole.timeout)
+        floor = bench._floor(plans, apart, sources, bench._blank_targets(expected, torch.bfloat16), dtypes)
+        sends, receives, out_buf, in_buf = bench._raw_buffers(whole.stats, world)
         calls: dict[str, Callable[[], object]] = {
             "raw": lambda: dist.all_to_all_single(out_buf, in_buf, receives, sends),
             "floor": floor,
-            "move": lambda: transport._move(seen["ctx"], moved, timeout),
+            "move": lambda: transport._move(whole.ctx, whole.sched, timeout),
             "exec": lambda: execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout),
         }
         for kind in KINDS:  # each warm once before sampling starts

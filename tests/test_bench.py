@@ -446,7 +446,7 @@ def test_the_whole_call_perf_script_charges_each_sample_to_the_call_it_fell_in()
     assert "  exec  senders    1.0 (  0.0)  receivers    0.0 (  0.0)  all    1.0" in text, text
     assert "grown most from move to exec:" in text and "+1.00  _copy_to_iter" in text, text
     assert callable(transport._move) and callable(bench._floor) and callable(bench._raw_buffers)
-    assert bench.WHOLE_LAYOUT in bench._raw_layouts()
+    assert callable(bench._warm_whole_call) and bench.WHOLE_LAYOUT in bench._raw_layouts()
 
 
 def test_the_whole_call_floor_script_replays_the_executors_schedule(capsys: pytest.CaptureFixture[str]) -> None:

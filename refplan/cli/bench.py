@@ -2495,6 +2495,62 @@ def _by_hand(
     return sends, receives, sync
 
 
+@dataclass
+class _WarmWhole:
+    """``WHOLE_LAYOUT``'s batch (or the same model at other depth) on one of its 4 processes after one
+    warm ``execute_transfers`` call: what the measuring scripts set beside raw and the floor."""
+
+    plans: dict[str, TransferPlan]
+    endpoints: TransferEndpoints
+    sources: dict[str, dict[int, Any]]
+    expected: dict[str, dict[int, Any]]
+    targets: dict[str, dict[int, Any]]
+    dtypes: dict[str, Any]
+    timeout: timedelta
+    stats: Any  # the warm call's ``TransferStats``
+    ctx: Any  # its ``_Context`` and ``_Schedule``, for its transport alone (``transport._move``)
+    sched: Any
+
+
+def _warm_whole_call(rank: int, layers: int | None = None) -> _WarmWhole:
+    """Build ``WHOLE_LAYOUT``'s batch (``layers``: the same model at that many layers) for process
+    ``rank``, plan it, and make one warm call, keeping the schedule it moved (a shallow copy, so
+    that its transport can be run again alone). Shared by ``scripts/whole_call_floor.py`` and
+    ``scripts/whole_call_perf.py``; reaches into ``execute.call`` on purpose, as ``_floor`` does."""
+    import copy
+
+    import torch
+
+    from ..execute import call as call_module
+    from ..execute import execute_transfers
+
+    pairs, apart = _raw_layouts()[WHOLE_LAYOUT]
+    if layers is not None:
+        pairs = _model_pairs(1, 2, 2, layers=layers, hidden=1024, ffn=2752, vocab=8000)
+    dtype = torch.bfloat16
+    sources, expected = _marker_shards(pairs, apart, rank, dtype)
+    plans = plan_transfers(pairs, endpoints=apart, element_size=dict.fromkeys(pairs, BF16),
+                           replica_policy=POLICIES["balanced"])
+    dtypes = dict.fromkeys(plans, dtype)
+    targets = _blank_targets(expected, dtype)
+    timeout = timedelta(seconds=120)
+    seen: dict[str, Any] = {}
+    module: Any = call_module
+    moving = module._move
+
+    def capture(ctx: Any, sched: Any, *args: Any) -> Any:
+        seen["ctx"], seen["sched"] = ctx, sched
+        return moving(ctx, sched, *args)
+
+    module._move = capture  # where ``_execute`` looks it up
+    try:
+        stats = execute_transfers(plans, sources, targets, apart, dtypes=dtypes, timeout=timeout)
+    finally:
+        module._move = moving
+    return _WarmWhole(plans, apart, sources, expected, targets, dtypes, timeout, stats, seen["ctx"],
+                      copy.copy(seen["sched"]))
+
+
 def _floor(
     plans: Mapping[str, TransferPlan], endpoints: TransferEndpoints,
     sources: Mapping[str, Mapping[int, Any]], targets: Mapping[str, Mapping[int, Any]], dtypes: Mapping[str, Any],
@@ -2528,38 +2584,18 @@ def _floor(
     sched.slots = {key: [torch.zeros_like(slot) for slot in slots] for key, slots in sched.slots.items()}
     schedule._recycle(sched, budget.total_bytes)  # its arenas back to the pool: the replay has its own
     group: Any = dist.group.WORLD
-    rounds = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
-    replay: list[tuple[list[Any], list[Any], list[Any]]] = []  # per round: receives, sends, unpacking
-    for r in range(rounds):
-        receives: list[Any] = []
-        unpacks: list[tuple[Any, Any]] = []
-        for peer, message, i, piece, wire, stage in transport._wires(sched, r, "receive"):
-            receives.append((wire, peer, transport._tag(r, i)))
-            if piece.direct is None:
-                assert stage is not None
-                for op, at in message.parts[piece.first : piece.last]:
-                    into = schedule._view(sched.targets[op.key], op.offset, op.shape, op.strides)
-                    unpacks.append((into, stage[at : at + op.nbytes].view(into.dtype).view(op.shape)))
-        sends: list[Any] = []
-        for peer, message, i, piece, wire, _stage in transport._wires(sched, r, "send"):
-            packs = []
-            if piece.direct is None:
-                for op, at in message.parts[piece.first : piece.last]:
-                    box = schedule._view(sched.sources[op.key], op.offset, op.shape, op.strides)
-                    start = at - piece.start
-                    packs.append((wire[start : start + op.nbytes].view(box.dtype).view(op.shape), box))
-            sends.append((wire, peer, transport._tag(r, i), packs))
-        replay.append((receives, sends, unpacks))
+    # The transport's own views of this schedule (``transport._build``: wires, packing and
+    # unpacking boxes, local copies), on the replay's own staging, made once and never kept.
+    program = transport._build(sched)
+    replay: list[tuple[list[Any], list[Any], list[Any]]] = [  # per round: receives, sends, unpacking
+        (list(posts.receives), [(send.wire, send.peer, send.tag, list(send.packs)) for send in posts.sends],
+         list(posts.landing))
+        for posts in program.rounds
+    ]
     if not copies:
         replay = [(receives, [(wire, peer, tag, []) for wire, peer, tag, _packs in sends], [])
                   for receives, sends, _unpacks in replay]
-    local = [] if not copies else [
-        (schedule._view(sched.targets[item.target], item.segment.target_offset, item.segment.shape,
-                        item.segment.target_strides),
-         schedule._view(sched.sources[item.source], item.segment.source_offset, item.segment.shape,
-                        item.segment.source_strides))
-        for item in sched.local
-    ]
+    local = [] if not copies else [(into, box) for into, box, _nbytes in program.local]
 
     def land(works: list[Any], unpacks: list[tuple[Any, Any]]) -> None:
         for work in reversed(works):  # last posted first, as the executor waits (transport._move)
