@@ -351,10 +351,15 @@ class _Pool:
                 del self.free[key]
             return arena
 
+    @staticmethod
+    def pools(arena: torch.Tensor, bound: int) -> bool:
+        """Whether ``give`` keeps ``arena`` (one larger than the whole bound is dropped instead)."""
+        return arena.numel() <= bound
+
     def give(self, arena: torch.Tensor, bound: int) -> None:
-        nbytes = arena.numel()
-        if nbytes > bound:
+        if not self.pools(arena, bound):
             return
+        nbytes = arena.numel()
         key = (str(arena.device), nbytes)
         with self.lock:
             self.free.setdefault(key, []).append(arena)

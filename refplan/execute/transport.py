@@ -194,7 +194,8 @@ def _keep(sched: _Schedule, bound: int) -> None:
     is what drops the program when the buffer dies, so that it never keeps a caller's memory).
     """
     key, sched.program_key = sched.program_key, None
-    if key is None or not isinstance(sched.program, _Program) or any(a.numel() > bound for a in sched.arenas):
+    pooled = all(schedule._POOL.pools(arena, bound) for arena in sched.arenas)
+    if key is None or not isinstance(sched.program, _Program) or not pooled:
         return
     try:
         for owner in sched.owners:
