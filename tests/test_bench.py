@@ -466,6 +466,33 @@ def test_the_whole_call_floor_script_replays_the_executors_schedule(capsys: pyte
     assert all(f"{phase} " in lines[5] for phase in ("checks", "verdict", "move", "outcome")), lines
 
 
+def test_the_judged_syncs_targets_are_reset_in_place_so_a_missed_element_fails() -> None:
+    """The ``--sync`` pairs write the same target tensors every run (``bench._reset_targets``
+    between them): every bit is set again in the same memory, so a call that landed nothing after
+    a run that landed everything is caught by the check, as on new blank targets."""
+    pytest.importorskip("torch")
+    import numpy as np
+    import torch
+
+    from refplan.cli import bench
+    from refplan.cli.sync import bits_of, marker_bits, tensor_from_bits
+
+    expected = {"w": {0: marker_bits((3, 4), torch.bfloat16)}, "b": {1: marker_bits((5,), torch.bfloat16)}}
+    targets = bench._blank_targets(expected, torch.bfloat16)
+    blank = {name: {loc: bits_of(t).copy() for loc, t in per.items()} for name, per in targets.items()}
+    where = {name: {loc: t.data_ptr() for loc, t in per.items()} for name, per in targets.items()}
+    for name, per in expected.items():  # a run that landed every element
+        for loc, want in per.items():
+            targets[name][loc].copy_(tensor_from_bits(want, torch.bfloat16))
+            assert np.array_equal(bits_of(targets[name][loc]), want)
+    bench._reset_targets(targets)
+    for name, per in expected.items():
+        for loc, want in per.items():
+            assert targets[name][loc].data_ptr() == where[name][loc]  # the same memory
+            assert np.array_equal(bits_of(targets[name][loc]), blank[name][loc])
+            assert not np.array_equal(bits_of(targets[name][loc]), want)
+
+
 def test_bench_times_the_executors_own_small_collectives() -> None:
     """``--sync`` sets the whole call against raw plus every small collective the executor makes
     per call (the verdict, which is also the hello, and the outcome); their sizes are its own."""
@@ -534,10 +561,17 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert targets[0]["met"] is False
     assert "beside its own schedule replayed with nothing around it (1040.0 ms, its median x1.04 raw's) x1.25" \
         in targets[0]["detail"]
+    # And the call with new target tensors every call, likewise (the judged pairs reuse theirs).
+    assert "new target tensors" not in targets[0]["detail"]
+    report.sync_whole.update(new_targets_seconds=1.4, new_targets=paired_ratios([1.4], [1.0]))
+    targets[0] = _whole_call_target(report.sync_whole)
+    assert targets[0]["met"] is False
+    assert "with new target tensors every call (1400.0 ms) x1.40 raw" in targets[0]["detail"]
     report.targets = targets
     text = format_report(report)
     assert text.count("call/by hand     median of per-run ratios x0.50") == 1
     assert text.count("call/floor       median of per-run ratios x1.25") == 1
+    assert text.count("call/raw, new targets each call  median of per-run ratios x1.40") == 1
     assert "[NOT MET] 300.0 MiB sync: the whole call <= 1.25x raw" in text
     assert "[MET] 28.0 MiB sync: the move <= 1.25x raw" in text
     assert "[MET] a warm call's fixed cost <= 5 ms" in text

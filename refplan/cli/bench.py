@@ -2309,6 +2309,17 @@ def _blank_targets(expected: Mapping[str, Mapping[int, Any]], dtype: Any) -> dic
             for name, per in expected.items()}
 
 
+def _reset_targets(targets: Mapping[str, Mapping[int, Any]]) -> None:
+    """Set every bit of ``targets`` in place, as ``_blank_targets`` made them: the same tensors
+    (a warm sync writes the same weights every step, as raw ``all_to_all_single`` writes the same
+    buffer), while an element a sync failed to land still fails the check."""
+    import torch
+
+    for per in targets.values():
+        for t in per.values():
+            t.view(torch.uint8).fill_(255)
+
+
 def _raw_buffers(stats: Any, world: int) -> tuple[list[int], list[int], Any, Any]:
     """For raw ``all_to_all_single`` of exactly the bytes an executor call moved (``stats``, its
     ``TransferStats``): bytes sent and received per process, then a receive and a send buffer."""
@@ -2627,7 +2638,10 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     exactly the same per-pair bytes, interleaved in the same processes (each after a barrier,
     the order alternating from run to run so that neither always runs on a warmer cache); every
     target element of every executor run is checked (outside the timed region). Executor calls
-    are warm (the plans were seen before, so their checks are remembered) with the outcome on."""
+    are warm (the plans were seen before, so their checks are remembered) with the outcome on,
+    and write the same target tensors every run, as raw writes one buffer and a sync loop the
+    same weights: every bit of them is set again, in place, just before each call (raw's output
+    likewise before its own), so an element a call failed to land still fails the check."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -2654,7 +2668,10 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
                 checked += want.size
         return checked
 
-    warm = execute_transfers(plans, sources, fresh(), endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
+    # The judged calls write these same targets every run (reset in place, outside the timed
+    # region): a warm sync lands in the weights it wrote the step before, and raw writes one buffer.
+    targets = fresh()
+    warm = execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
     sends, receives, out_buf, in_buf = _raw_buffers(warm, world)
     dist.all_to_all_single(out_buf, in_buf, receives, sends)  # warm, like the executor above
     # The executor's small agreements (verdict, outcome), timed alone after the pairs, so that
@@ -2707,8 +2724,12 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     collectives: list[float] = []
     checked = 0
     for i in range(runs):
-        targets = fresh()
         for which in ("executor", "raw") if i % 2 == 0 else ("raw", "executor"):
+            # Each side's destination written just before its call, so neither finds it warmer.
+            if which == "executor":
+                _reset_targets(targets)
+            else:
+                out_buf.fill_(255)
             dist.barrier()
             if which == "executor":
                 stats = execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes,
@@ -2755,9 +2776,28 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     # whole call the schedule itself costs.
     call_beside_hand, hand = beside(by_hand)
     call_beside_floor, floors = beside(floor)
+    # Last, unjudged: the judged pairs again, but with new target tensors every call, as a caller
+    # that allocates its destination each step passes them: the transport keeps its views only
+    # for buffers it has seen (``transport._program``), so such a call makes them again.
+    new_call: list[float] = []
+    new_raw: list[float] = []
+    for i in range(runs):
+        new_targets = fresh()
+        for which in ("executor", "raw") if i % 2 == 0 else ("raw", "executor"):
+            if which == "raw":
+                out_buf.fill_(255)
+            dist.barrier()
+            started = time.perf_counter()
+            if which == "executor":
+                execute_transfers(plans, sources, new_targets, endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
+                new_call.append(time.perf_counter() - started)
+            else:
+                dist.all_to_all_single(out_buf, in_buf, receives, sends)
+                new_raw.append(time.perf_counter() - started)
+        checked += check(new_targets)
     return {"call": call, "move": move, "raw": raw, "phases": phases, "collectives": collectives,
             "exchanges": exchanges, "hand": hand, "call_beside_hand": call_beside_hand,
-            "floor": floors, "call_beside_floor": call_beside_floor,
+            "floor": floors, "call_beside_floor": call_beside_floor, "new_call": new_call, "new_raw": new_raw,
             "checked": checked, "bytes": sum(sends)}
 
 
@@ -2806,8 +2846,11 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     one), and ``call_vs_hand`` the whole call against it, in pairs of their own after the judged
     ones: what the executor costs beside what a user would otherwise write. ``floor_seconds`` and
     ``call_vs_floor`` do the same for the executor's own schedule replayed with nothing around it
-    (``_floor``): what the schedule costs by itself, its copies included. Printed beside the
-    targets, never judged in their place.
+    (``_floor``): what the schedule costs by itself, its copies included. ``new_targets`` (and
+    ``new_targets_seconds``) repeat the judged pairs with new target tensors every call, where the
+    judged ones write the same tensors each run, reset in place outside the timed region, as a warm
+    sync writes the weights it wrote the step before. Printed beside the targets, never judged in
+    their place.
     """
     from .sync import run_ranks
 
@@ -2824,10 +2867,10 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     def slowest(values: list[list[float]]) -> list[float]:
         return [max(v[i] for v in values) for i in range(runs)]
 
-    calls, afters, raws, collectives, exchanges, hands, beside, floors, beside_floor = (
+    calls, afters, raws, collectives, exchanges, hands, beside, floors, beside_floor, new_calls, new_raws = (
         slowest([o.value[k] for o in outcomes])
         for k in ("call", "move", "raw", "collectives", "exchanges", "hand", "call_beside_hand", "floor",
-                  "call_beside_floor")
+                  "call_beside_floor", "new_call", "new_raw")
     )
     phases = {p: slowest([o.value["phases"][p] for o in outcomes]) for p in PHASES}
     moves = phases["move"]
@@ -2845,6 +2888,7 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
         "exchanges_seconds": statistics.median(exchanges),
         "hand_seconds": statistics.median(hands), "call_vs_hand": paired_ratios(beside, hands),
         "floor_seconds": statistics.median(floors), "call_vs_floor": paired_ratios(beside_floor, floors),
+        "new_targets_seconds": statistics.median(new_calls), "new_targets": paired_ratios(new_calls, new_raws),
         # The names these had when one verdict-sized all-gather was timed (tests/test_sync_launch.py
         # and older JSON readers use them); they now hold every small collective of a call.
         "verdict_seconds": statistics.median(collectives), "call_vs_raw_and_verdict": protocol,
@@ -2882,8 +2926,17 @@ def _whole_call_target(raw: dict[str, Any]) -> dict[str, Any]:
         "detail": (f"median of {raw['runs']} per-run ratios of the whole call: x{_fmt(ratio)} (quartiles "
                    f"x{_fmt(call.get('q1'))}-x{_fmt(call.get('q3'))}; call {raw['call_seconds'] * 1e3:.1f} ms, "
                    f"raw {raw['raw_seconds'] * 1e3:.1f} ms), {raw['checked_elements']} target elements checked"
-                   + _beside_hand(raw) + _beside_floor(raw)),
+                   + _beside_hand(raw) + _beside_floor(raw) + _on_new_targets(raw)),
     }
+
+
+def _on_new_targets(raw: dict[str, Any]) -> str:
+    """The whole call against raw with new target tensors every call, where measured: what a caller
+    that allocates its destination each step pays; printed with (a), never judged in its place."""
+    ratio = (raw.get("new_targets") or {}).get("median")
+    if ratio is None or not raw.get("new_targets_seconds"):
+        return ""
+    return f"; with new target tensors every call ({raw['new_targets_seconds'] * 1e3:.1f} ms) x{_fmt(ratio)} raw"
 
 
 def _beside_hand(raw: dict[str, Any]) -> str:
@@ -2966,8 +3019,8 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
     """One executor-against-raw comparison: medians, per-run ratios, and the call by phase."""
     lines = ["", (
         f"executor vs raw all_to_all_single ({raw['layout']}, {raw['policy']}, "
-        f"{_mib(raw['network_bytes'])} MiB over the network, {raw['runs']} warm calls side by side with raw in the "
-        f"same processes, slowest process of each, outcome agreement on; {raw['checked_elements']} target "
+        f"{_mib(raw['network_bytes'])} MiB over the network, {raw['runs']} warm calls on the same target tensors "
+        f"side by side with raw in the same processes, slowest process of each, outcome agreement on; {raw['checked_elements']} target "
         "elements checked):"
     ), (
         f"  median  whole call {raw['call_seconds'] * 1e3:.1f} ms, move {raw['move_seconds'] * 1e3:.1f} ms, "
@@ -3007,6 +3060,14 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
                 f"x{_fmt(ratios.get('q1'))}-x{_fmt(ratios.get('q3'))}; {name} {raw[seconds_key] * 1e3:.1f} ms: "
                 + what.format(runs=raw["runs"]) + ")"
             )
+    fresh = raw.get("new_targets")
+    if fresh and raw.get("new_targets_seconds"):
+        lines.append(
+            f"  call/raw, new targets each call  median of per-run ratios x{_fmt(fresh.get('median'))} (quartiles "
+            f"x{_fmt(fresh.get('q1'))}-x{_fmt(fresh.get('q3'))}; call {raw['new_targets_seconds'] * 1e3:.1f} ms: the "
+            f"judged pairs again with new target tensors every call, where the judged ones reuse theirs; "
+            f"{raw['runs']} more pairs, last)"
+        )
     bare = raw.get("exchanges_seconds")
     if bare:
         lines.append(
