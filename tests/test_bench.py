@@ -567,6 +567,15 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     targets[0] = _whole_call_target(report.sync_whole)
     assert targets[0]["met"] is False
     assert "with new target tensors every call (1400.0 ms) x1.40 raw" in targets[0]["detail"]
+    # The load each was measured at, where recorded; a busy machine is said to be one.
+    assert "load average" not in targets[0]["detail"]
+    report.sync_whole.update(load_before=0.42, load_after=1.37)
+    report.sync_fixed.update(load_before=1.5, load_after=None)
+    targets[0], targets[2] = _whole_call_target(report.sync_whole), _fixed_target(report.sync_fixed)
+    assert targets[0]["detail"].endswith("; load average 0.42 at its start (1.37 at its end)")
+    assert targets[2]["detail"].endswith("; load average 1.50 at its start (None at its end), not below 1: "
+                                         "the machine was busy, the targets are stated for an idle one")
+    assert targets[2]["met"] is True  # printed beside the verdict, never changing it
     report.targets = targets
     text = format_report(report)
     assert text.count("call/by hand     median of per-run ratios x0.50") == 1

@@ -55,6 +55,7 @@ import gc
 import itertools
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -2859,7 +2860,9 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     def work(rank: int, _world: int) -> dict[str, Any]:
         return _raw_worker(pairs, endpoints, runs, rank)
 
+    load_before = _load_average()
     outcomes = run_ranks(work, 4, backend="gloo", timeout=timedelta(seconds=300), deadline_s=1200)
+    load_after = _load_average()
     failed = [o for o in outcomes if not o.ok]
     if failed:
         raise AffineTransferError(f"--sync raw comparison: process {failed[0].rank} failed: {failed[0].error}")
@@ -2894,7 +2897,30 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
         "verdict_seconds": statistics.median(collectives), "call_vs_raw_and_verdict": protocol,
         "checked_elements": sum(o.value["checked"] for o in outcomes),
         "network_bytes": sum(o.value["bytes"] for o in outcomes),
+        "load_before": load_before, "load_after": load_after,
     }
+
+
+def _load_average() -> float | None:
+    """The machine's one-minute load average (None where the platform has none): printed with each
+    executor target, since they are judged on a machine otherwise idle (load below 1)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _load_text(raw: dict[str, Any]) -> str:
+    """Where the load was recorded: the one-minute load average before the measurement started
+    (what says whether the machine was otherwise idle) and after it (its own four processes raise
+    it), and a warning when the first is not below 1, the condition the targets are stated for."""
+    before, after = raw.get("load_before"), raw.get("load_after")
+    if before is None:
+        return ""
+    text = f"; load average {before:.2f} at its start ({after if after is None else f'{after:.2f}'} at its end)"
+    if before >= 1:
+        text += ", not below 1: the machine was busy, the targets are stated for an idle one"
+    return text
 
 
 def _fmt(x: float | None) -> str:
@@ -2912,7 +2938,7 @@ def _raw_target(raw: dict[str, Any]) -> dict[str, Any]:
                    f"(quartiles x{_fmt(move.get('q1'))}-x{_fmt(move.get('q3'))}, best-of-{raw['runs']} "
                    f"x{_fmt(move.get('best'))}; move {raw['move_seconds'] * 1e3:.1f} ms, raw "
                    f"{raw['raw_seconds'] * 1e3:.1f} ms; whole call x{_fmt(raw['call_ratio'])}), "
-                   f"{raw['checked_elements']} target elements checked"),
+                   f"{raw['checked_elements']} target elements checked" + _load_text(raw)),
     }
 
 
@@ -2926,7 +2952,7 @@ def _whole_call_target(raw: dict[str, Any]) -> dict[str, Any]:
         "detail": (f"median of {raw['runs']} per-run ratios of the whole call: x{_fmt(ratio)} (quartiles "
                    f"x{_fmt(call.get('q1'))}-x{_fmt(call.get('q3'))}; call {raw['call_seconds'] * 1e3:.1f} ms, "
                    f"raw {raw['raw_seconds'] * 1e3:.1f} ms), {raw['checked_elements']} target elements checked"
-                   + _beside_hand(raw) + _beside_floor(raw) + _on_new_targets(raw)),
+                   + _beside_hand(raw) + _beside_floor(raw) + _on_new_targets(raw) + _load_text(raw)),
     }
 
 
@@ -2976,7 +3002,7 @@ def _fixed_target(raw: dict[str, Any]) -> dict[str, Any]:
         "detail": (f"median whole call {seconds * 1e3:.2f} ms moving {raw['network_bytes']} bytes ("
                    + ", ".join(f"{p} {phases.get(p, 0.0) * 1e3:.2f}" for p in PHASES)
                    + f" ms); its small collectives alone {raw['collectives_seconds'] * 1e3:.2f} ms, "
-                   f"raw all_to_all_single {raw['raw_seconds'] * 1e3:.2f} ms{floor}"),
+                   f"raw all_to_all_single {raw['raw_seconds'] * 1e3:.2f} ms{floor}" + _load_text(raw)),
     }
 
 
@@ -3020,8 +3046,8 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
     lines = ["", (
         f"executor vs raw all_to_all_single ({raw['layout']}, {raw['policy']}, "
         f"{_mib(raw['network_bytes'])} MiB over the network, {raw['runs']} warm calls on the same target tensors "
-        f"side by side with raw in the same processes, slowest process of each, outcome agreement on; {raw['checked_elements']} target "
-        "elements checked):"
+        f"side by side with raw in the same processes, slowest process of each, outcome agreement on; "
+        f"{raw['checked_elements']} target elements checked):"
     ), (
         f"  median  whole call {raw['call_seconds'] * 1e3:.1f} ms, move {raw['move_seconds'] * 1e3:.1f} ms, "
         f"raw {raw['raw_seconds'] * 1e3:.1f} ms"
