@@ -493,6 +493,35 @@ def test_the_judged_syncs_targets_are_reset_in_place_so_a_missed_element_fails()
             assert not np.array_equal(bits_of(targets[name][loc]), want)
 
 
+def test_other_processes_cpu_is_the_machines_busy_time_less_our_own() -> None:
+    """``bench._cpu_reading`` counts this process's CPU (and its reaped children's) in its own part
+    and in the machine's busy part alike, so ``bench._others_cores`` leaves it out; what is left,
+    per second of wall time, is what other processes used."""
+    import subprocess
+    import sys
+    import time
+
+    from refplan.cli import bench
+
+    before = bench._cpu_reading()
+    if before is None:
+        pytest.skip("no /proc/stat here")
+    start = time.process_time()
+    while time.process_time() - start < 0.3:  # 0.3 s of our own CPU
+        pass
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass"], check=True)  # and 0.3 s of a child's
+    after = bench._cpu_reading()
+    assert after is not None
+    own = after[1] - before[1]
+    assert own >= 0.55, own
+    assert after[0] - before[0] >= own - 0.05  # the machine was busy at least while we were (10 ms ticks)
+    # What is left over is others' use per second of wall time, never below zero.
+    assert bench._others_cores((10.0, 4.0, 100.0), (13.0, 5.0, 102.0)) == pytest.approx(1.0)
+    assert bench._others_cores((10.0, 4.0, 100.0), (10.5, 4.6, 101.0)) == 0.0
+    assert bench._others_cores(None, after) is None and bench._others_cores(after, after) is None
+
+
 def test_bench_times_the_executors_own_small_collectives() -> None:
     """``--sync`` sets the whole call against raw plus every small collective the executor makes
     per call (the verdict, which is also the hello, and the outcome); their sizes are its own."""
@@ -569,12 +598,13 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert "with new target tensors every call (1400.0 ms) x1.40 raw" in targets[0]["detail"]
     # The load each was measured at, where recorded; a busy machine is said to be one.
     assert "load average" not in targets[0]["detail"]
-    report.sync_whole.update(load_before=0.42, load_after=1.37)
-    report.sync_fixed.update(load_before=1.5, load_after=None)
+    report.sync_whole.update(load_before=1.42, others_cores=0.06, cores=2)
+    report.sync_fixed.update(load_before=None, others_cores=0.66, cores=2)
     targets[0], targets[2] = _whole_call_target(report.sync_whole), _fixed_target(report.sync_fixed)
-    assert targets[0]["detail"].endswith("; load average 0.42 at its start (1.37 at its end)")
-    assert targets[2]["detail"].endswith("; load average 1.50 at its start (None at its end), not below 1: "
-                                         "the machine was busy, the targets are stated for an idle one")
+    assert targets[0]["detail"].endswith(
+        "; other processes used 0.06 of 2 cores during it, load average 1.42 at its start")
+    assert targets[2]["detail"].endswith("; other processes used 0.66 of 2 cores during it: the machine was busy, "
+                                         "the targets are stated for an idle one (load below 1)")
     assert targets[2]["met"] is True  # printed beside the verdict, never changing it
     report.targets = targets
     text = format_report(report)

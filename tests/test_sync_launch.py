@@ -159,7 +159,7 @@ def test_bench_sync_compares_with_raw_all_to_all() -> None:
     # And the judged pairs again on new target tensors every call, likewise checked.
     assert raw["new_targets_seconds"] > 0 and raw["new_targets"]["median"] > 0
     # The load average before and after, as the machine reports it (Linux always does).
-    assert raw["load_before"] is not None and raw["load_before"] >= 0 and raw["load_after"] >= 0
+    assert raw["load_before"] is not None and raw["load_before"] >= 0 and raw["others_cores"] >= 0
 
 
 def test_the_floor_replays_the_executors_schedule_and_needs_its_copies() -> None:

@@ -2427,11 +2427,13 @@ FIXED_LAYOUT = "one 64x64 bf16 parameter, rows -> columns (procs 0-1 -> 2-3)"
 RAW_RUNS = 31
 """Pairs (executor, raw) that ``--sync`` times at least: on 2 shared cores a single pair can be
 off by 2x either way, so the judged ratio is a median over many pairs."""
-WHOLE_RUNS = 21
-"""Pairs on ``WHOLE_LAYOUT``: each moves more than 256 MiB, so fewer than ``RAW_RUNS``. Not fewer than
-this: here one pair's ratio spreads by about 0.15 (standard deviation; quartiles ~x1.15-x1.35), so a
-median of 9 pairs moved by ~0.06 from one run of the bench to the next, as much as (a)'s margin;
-21 pairs halve that spread's effect for ~7 s more."""
+WHOLE_RUNS = 41
+"""Pairs on ``WHOLE_LAYOUT`` (each moves more than 256 MiB). Here one pair's ratio spreads by
+0.15-0.25 (standard deviation; quartiles as wide as x1.12-x1.47 in one launch of 2026-12-04), so the
+median of n pairs has a standard error of about 1.25 x that / sqrt(n): 0.04-0.07 at 21 pairs, as
+much as (a)'s margin over its floor, 0.03-0.05 at 41. A median of 9 pairs moved by ~0.06 from one
+run of the bench to the next. 41 pairs cost about 25 s more than 21 (every set of pairs of this
+layout, judged or printed beside, has this many)."""
 
 
 def _raw_layouts() -> dict[str, tuple[Pairs, TransferEndpoints]]:
@@ -2860,9 +2862,9 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     def work(rank: int, _world: int) -> dict[str, Any]:
         return _raw_worker(pairs, endpoints, runs, rank)
 
-    load_before = _load_average()
+    load_before, machine_before = _load_average(), _cpu_reading()
     outcomes = run_ranks(work, 4, backend="gloo", timeout=timedelta(seconds=300), deadline_s=1200)
-    load_after = _load_average()
+    others = _others_cores(machine_before, _cpu_reading())
     failed = [o for o in outcomes if not o.ok]
     if failed:
         raise AffineTransferError(f"--sync raw comparison: process {failed[0].rank} failed: {failed[0].error}")
@@ -2897,29 +2899,65 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
         "verdict_seconds": statistics.median(collectives), "call_vs_raw_and_verdict": protocol,
         "checked_elements": sum(o.value["checked"] for o in outcomes),
         "network_bytes": sum(o.value["bytes"] for o in outcomes),
-        "load_before": load_before, "load_after": load_after,
+        "load_before": load_before, "others_cores": others, "cores": os.cpu_count(),
     }
 
 
 def _load_average() -> float | None:
-    """The machine's one-minute load average (None where the platform has none): printed with each
-    executor target, since they are judged on a machine otherwise idle (load below 1)."""
+    """The machine's one-minute load average (None where the platform has none)."""
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
 
 
+def _cpu_reading() -> tuple[float, float, float] | None:
+    """(CPU seconds the whole machine has been busy, CPU seconds of this process and its reaped
+    children, monotonic seconds); None where ``/proc/stat`` cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:9]]
+        # user, nice, system, idle, iowait, irq, softirq, steal: all but idle and iowait are busy.
+        busy = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    own = os.times()
+    return busy, own.user + own.system + own.children_user + own.children_system, time.monotonic()
+
+
+def _others_cores(before: tuple[float, float, float] | None, after: tuple[float, float, float] | None) -> float | None:
+    """Cores' worth of CPU that processes other than this one and its measured children used
+    between two ``_cpu_reading``s: whether the machine was otherwise idle *during* a measurement.
+
+    Why not the load average alone: it is a one-minute moving average, so each of the bench's own
+    measurements leaves it above 1 for the next one on this 2-core machine while nothing else
+    runs; this reads what else ran. Measured here: 0.06 cores during the 272 MiB measurement with
+    nothing else running, 0.66 with one ``yes > /dev/null`` beside it."""
+    if before is None or after is None or after[2] <= before[2]:
+        return None
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / (after[2] - before[2]))
+
+
+_BUSY_CORES = 0.5
+"""Other processes' CPU (in cores) above which a measurement is printed as taken on a busy machine
+(the targets are stated for an idle one: load below 1)."""
+
+
 def _load_text(raw: dict[str, Any]) -> str:
-    """Where the load was recorded: the one-minute load average before the measurement started
-    (what says whether the machine was otherwise idle) and after it (its own four processes raise
-    it), and a warning when the first is not below 1, the condition the targets are stated for."""
-    before, after = raw.get("load_before"), raw.get("load_after")
-    if before is None:
+    """Where the load was recorded: what other processes used during the measurement
+    (``_others_cores``) and the load average at its start, with a warning when others used at
+    least ``_BUSY_CORES``. Printed beside each target, never changing its verdict."""
+    others, before = raw.get("others_cores"), raw.get("load_before")
+    parts = []
+    if others is not None:
+        parts.append(f"other processes used {others:.2f} of {raw.get('cores')} cores during it")
+    if before is not None:
+        parts.append(f"load average {before:.2f} at its start")
+    if not parts:
         return ""
-    text = f"; load average {before:.2f} at its start ({after if after is None else f'{after:.2f}'} at its end)"
-    if before >= 1:
-        text += ", not below 1: the machine was busy, the targets are stated for an idle one"
+    text = "; " + ", ".join(parts)
+    if others is not None and others >= _BUSY_CORES:
+        text += ": the machine was busy, the targets are stated for an idle one (load below 1)"
     return text
 
 
