@@ -875,6 +875,42 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_views_during_verdict(me: int, world: int) -> dict[str, Any]:
+    """Every process that moves anything makes its transport's views while the verdict is in
+    flight (``transport._pack_ahead``), the receivers too, so that none makes them between the
+    verdict and its first posts: calls on new buffers (whose views cannot be kept ones) make them
+    there, once each, and land exactly. Processes 0-1 send row blocks that processes 2-3 receive as
+    column blocks (strided on the senders, so they stage; contiguous on the receivers)."""
+    from refplan.execute import call, transport
+
+    shape = (256, 512)
+    pairs = {"w": (contiguous_split_map(shape, [256, 256], 1), contiguous_split_map(shape, [128, 128], 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 2, 1: 3})
+    builds: list[str] = []
+    during = [False]
+    real_build, real_ahead = transport._build, call._pack_ahead
+
+    def build(sched: Any) -> Any:
+        builds.append("verdict" if during[0] else "move")
+        return real_build(sched)
+
+    def ahead(sched: Any, finished: Any) -> Any:
+        during[0] = True
+        try:
+            return real_ahead(sched, finished)
+        finally:
+            during[0] = False
+
+    transport._build, call._pack_ahead = build, ahead  # type: ignore[assignment]
+    try:
+        first = run_exact(pairs, ends, dtypes, me)
+        second = run_exact(pairs, ends, dtypes, me)  # new plans and buffers: nothing kept applies
+    finally:
+        transport._build, call._pack_ahead = real_build, real_ahead  # type: ignore[assignment]
+    return {"first": first, "second": second, "builds": builds}
+
+
 def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
     """Process 3 never posts its messages: the others must fail within the timeout, not hang.
 
@@ -926,6 +962,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("small_chunks_together", s_small_chunks_together),
     ("layout_reuse", s_layout_reuse),
     ("program_reuse", s_program_reuse),
+    ("views_during_verdict", s_views_during_verdict),
     ("stuck_peer", s_stuck_peer),
 ]
 

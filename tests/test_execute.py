@@ -325,6 +325,18 @@ def test_first_rounds_are_packed_while_the_verdict_is_in_flight(dist_results: di
         assert res["refused"]["ahead"] == ([] if rank == 3 else [2]), "only processes that accepted pack ahead"
 
 
+def test_every_process_that_moves_makes_its_views_while_the_verdict_is_in_flight(
+    dist_results: dict[str, list[Any]],
+) -> None:
+    per_process = scenario(dist_results, "views_during_verdict")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["first"], f"views made during the verdict, process {rank}")
+        assert_exact(res["second"], f"views made during the verdict again, process {rank}")
+        # Senders (0-1) and receivers (2-3) alike: once per call, never after the verdict.
+        assert res["builds"] == ["verdict", "verdict"], f"process {rank}: {res['builds']}"
+    assert [bool(r["first"]["sent"]) for r in per_process] == [True, True, False, False], per_process
+
+
 def test_small_chunks_share_one_message_between_large_ones(dist_results: dict[str, list[Any]]) -> None:
     per_process = scenario(dist_results, "small_chunks_together")
     for rank, res in enumerate(per_process):

@@ -201,7 +201,11 @@ def _execute(
         reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
     if call is not None and call.poisoned and reason is None:
         reason = _CONCURRENT_TEXT
-    ahead = None if reason is not None or not sched.outgoing else partial(_pack_ahead, sched)
+    # While the verdict is in flight: senders pack their first rounds, and every process that
+    # moves anything makes its transport's views (``_pack_ahead``), which a receiver would
+    # otherwise make once the verdict is in, before posting the receives every sender waits on.
+    moves = sched.outgoing or sched.incoming or sched.local
+    ahead = None if reason is not None or not moves else partial(_pack_ahead, sched)
     mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
     phases: dict[str, float] = {"checks": time.perf_counter() - started}
     packed, sched.most_rounds = _exchange(

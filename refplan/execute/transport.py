@@ -242,8 +242,11 @@ def _pack_ahead(sched: _Schedule, finished: Callable[[], bool] = lambda: False) 
     (its direct sends, and the receives every peer waits on), which the transport overlaps with
     the packing of the remaining pieces instead. Measured on the 272 MiB ``--sync`` batch,
     packing both rounds outright took about 7 ms while the two-word brief takes under 1 ms.
-    Making the program (``_program``) here, during the verdict, is part of the same overlap.
-    Any failure here leaves the packing of every piece to ``_move``.
+    Making the program (``_program``) here, during the verdict, is part of the same overlap, and
+    the whole of it on a process that only receives (or copies locally): its views of the wires
+    and unpacking boxes, made anew whenever its buffers are not the ones its kept views were made
+    for (0.4-0.6 ms on a receiver of the 272 MiB ``--sync`` batch). Any failure here leaves the
+    packing of every piece, and the program, to ``_move``.
     """
     done: set[tuple[int, int, int]] = set()
     try:
