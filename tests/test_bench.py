@@ -515,7 +515,9 @@ def test_other_processes_cpu_is_the_machines_busy_time_less_our_own() -> None:
     assert after is not None
     own = after[1] - before[1]
     assert own >= 0.55, own
-    assert after[0] - before[0] >= own - 0.05  # the machine was busy at least while we were (10 ms ticks)
+    # The machine was busy at least while we were: /proc/stat samples ticks (10 ms) where our own
+    # time is exact, so they agree to a few ticks on a steady spin.
+    assert after[0] - before[0] >= own - 0.15
     # What is left over is others' use per second of wall time, never below zero.
     assert bench._others_cores((10.0, 4.0, 100.0), (13.0, 5.0, 102.0)) == pytest.approx(1.0)
     assert bench._others_cores((10.0, 4.0, 100.0), (10.5, 4.6, 101.0)) == 0.0
