@@ -2932,7 +2932,9 @@ def _others_cores(before: tuple[float, float, float] | None, after: tuple[float,
     Why not the load average alone: it is a one-minute moving average, so each of the bench's own
     measurements leaves it above 1 for the next one on this 2-core machine while nothing else
     runs; this reads what else ran. Measured here: 0.06 cores during the 272 MiB measurement with
-    nothing else running, 0.66 with one ``yes > /dev/null`` beside it."""
+    nothing else running, 0.66 with one ``yes > /dev/null`` beside it. ``/proc/stat`` counts clock
+    ticks where our own times are exact, so it reads a few hundredths of a core either way
+    (negative readings are shown as 0), far below the 0.5 at which a run is called busy."""
     if before is None or after is None or after[2] <= before[2]:
         return None
     return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / (after[2] - before[2]))
