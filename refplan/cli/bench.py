@@ -2756,48 +2756,45 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
             started = time.perf_counter()
             timed()
             into.append(time.perf_counter() - started)
-    def beside(other: Callable[[], None]) -> tuple[list[float], list[float]]:
-        """The executor's call and ``other``, in pairs of their own, the order alternating."""
+    def beside(other: Callable[[], None], *, before_other: Callable[[], object] | None = None,
+               new_targets: bool = False) -> tuple[list[float], list[float], int]:
+        """The executor's call and ``other``, in pairs of their own, the order alternating;
+        ``before_other`` runs before each ``other``, outside the timed region. With
+        ``new_targets`` each pair's call lands in new target tensors, checked after the pair
+        (the elements checked are returned third)."""
         mine: list[float] = []
         theirs: list[float] = []
+        landed = 0
         for i in range(runs):
+            into = fresh() if new_targets else targets
             for which in ("executor", "other") if i % 2 == 0 else ("other", "executor"):
+                if which == "other" and before_other is not None:
+                    before_other()
                 dist.barrier()
                 started = time.perf_counter()
                 if which == "executor":
-                    execute_transfers(plans, sources, targets, endpoints, dtypes=dtypes,
+                    execute_transfers(plans, sources, into, endpoints, dtypes=dtypes,
                                       timeout=timedelta(seconds=120))
                     mine.append(time.perf_counter() - started)
                 else:
                     other()
                     theirs.append(time.perf_counter() - started)
-        return mine, theirs
+            if new_targets:
+                landed += check(into)
+        return mine, theirs, landed
 
     # The same calls beside a sync written by hand (``_by_hand``), after the judged pairs: what the
     # executor costs against what a user would otherwise write, its copies included; then beside
     # the executor's own schedule replayed with nothing around it (``_floor``): how much of the
     # whole call the schedule itself costs.
-    call_beside_hand, hand = beside(by_hand)
-    call_beside_floor, floors = beside(floor)
+    call_beside_hand, hand, _ = beside(by_hand)
+    call_beside_floor, floors, _ = beside(floor)
     # Last, unjudged: the judged pairs again, but with new target tensors every call, as a caller
     # that allocates its destination each step passes them: the transport keeps its views only
     # for buffers it has seen (``transport._program``), so such a call makes them again.
-    new_call: list[float] = []
-    new_raw: list[float] = []
-    for i in range(runs):
-        new_targets = fresh()
-        for which in ("executor", "raw") if i % 2 == 0 else ("raw", "executor"):
-            if which == "raw":
-                out_buf.fill_(255)
-            dist.barrier()
-            started = time.perf_counter()
-            if which == "executor":
-                execute_transfers(plans, sources, new_targets, endpoints, dtypes=dtypes, timeout=timedelta(seconds=120))
-                new_call.append(time.perf_counter() - started)
-            else:
-                dist.all_to_all_single(out_buf, in_buf, receives, sends)
-                new_raw.append(time.perf_counter() - started)
-        checked += check(new_targets)
+    new_call, new_raw, landed = beside(lambda: dist.all_to_all_single(out_buf, in_buf, receives, sends),
+                                       before_other=lambda: out_buf.fill_(255), new_targets=True)
+    checked += landed
     return {"call": call, "move": move, "raw": raw, "phases": phases, "collectives": collectives,
             "exchanges": exchanges, "hand": hand, "call_beside_hand": call_beside_hand,
             "floor": floors, "call_beside_floor": call_beside_floor, "new_call": new_call, "new_raw": new_raw,
