@@ -642,6 +642,23 @@ def s_free_chunks(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def _ring_batch(
+    *, strided: bool
+) -> tuple[Pairs, dict[str, torch.dtype], TransferEndpoints, StagingBudget, dict[str, TransferPlan]]:
+    """The batch of the reuse scenarios: around a ring of 4 processes, a parameter whose chunks
+    travel free (rows to rows), one staged on the receiver (rows to columns) and, with
+    ``strided``, one staged on the sender (columns to rows); a budget that makes several rounds."""
+    shape = (1024, 256)
+    rows = contiguous_split_map(shape, [256] * 4, 0)
+    cols = contiguous_split_map(shape, [64] * 4, 1)
+    pairs: Pairs = {"free": (rows, rows), "staged": (rows, cols)}
+    if strided:
+        pairs["strided"] = (cols, rows)
+    dtypes = dict.fromkeys(pairs, torch.float32)
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    return pairs, dtypes, ends, StagingBudget(1 << 17), plan(pairs, ends, dtypes, "balanced")
+
+
 def s_layout_reuse(me: int, world: int) -> dict[str, Any]:
     """The same plan objects called again with new buffers (other addresses, other contents):
     the second call reuses this process's layout (no queues built) and binds its direct pieces
@@ -650,14 +667,7 @@ def s_layout_reuse(me: int, world: int) -> dict[str, Any]:
     the calls, so a piece still bound to them would send wrong data or land in the wrong place."""
     from refplan.execute import checks
 
-    shape = (1024, 256)
-    rows = contiguous_split_map(shape, [256] * 4, 0)
-    cols = contiguous_split_map(shape, [64] * 4, 1)
-    pairs = {"free": (rows, rows), "staged": (rows, cols)}
-    dtypes = dict.fromkeys(pairs, torch.float32)
-    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
-    budget = StagingBudget(1 << 17)
-    plans = plan(pairs, ends, dtypes, "balanced")
+    pairs, dtypes, ends, budget, plans = _ring_batch(strided=False)
     built: list[int] = []
     real = checks._build_queues
 
@@ -699,14 +709,7 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
 
     from refplan.execute import release_staging, schedule, transport
 
-    shape = (1024, 256)
-    rows = contiguous_split_map(shape, [256] * 4, 0)
-    cols = contiguous_split_map(shape, [64] * 4, 1)
-    pairs = {"free": (rows, rows), "staged": (rows, cols), "strided": (cols, rows)}
-    dtypes = dict.fromkeys(pairs, torch.float32)
-    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
-    budget = StagingBudget(1 << 17)
-    plans = plan(pairs, ends, dtypes, "balanced")
+    pairs, dtypes, ends, budget, plans = _ring_batch(strided=True)
     builds: list[int] = []
     real = transport._build
 
