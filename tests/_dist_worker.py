@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
@@ -695,6 +696,44 @@ def s_layout_reuse(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class _Programs:
+    """The strided ring batch (``_ring_batch``), a call on it, and the programs the transport made."""
+
+    pairs: Pairs
+    dtypes: dict[str, torch.dtype]
+    ends: TransferEndpoints
+    budget: StagingBudget
+    plans: dict[str, TransferPlan]
+    builds: list[int]
+
+    def run(self, buffers: Buffers) -> None:
+        execute_transfers(self.plans, buffers.sources, buffers.targets, self.ends, dtypes=self.dtypes,
+                          budget=self.budget, timeout=TIMEOUT)
+
+
+@contextmanager
+def _counting_programs() -> Iterator[_Programs]:
+    """``_Programs`` with ``transport._build`` counted, between two ``release_staging()``."""
+    from refplan.execute import release_staging, transport
+
+    pairs, dtypes, ends, budget, plans = _ring_batch(strided=True)
+    builds: list[int] = []
+    real = transport._build
+
+    def counting(sched: Any) -> Any:
+        builds.append(1)
+        return real(sched)
+
+    release_staging()
+    transport._build = counting  # type: ignore[assignment]  # where _program looks it up
+    try:
+        yield _Programs(pairs, dtypes, ends, budget, plans, builds)
+    finally:
+        transport._build = real  # type: ignore[assignment]
+        release_staging()
+
+
 def s_program_reuse(me: int, world: int) -> dict[str, Any]:
     """The transport's views kept between warm calls (``transport._program``): made once for the
     same buffers, made again for anything else, never kept past what they view.
@@ -707,19 +746,7 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
     ``release_staging()`` and once a buffer they view is dropped."""
     import gc
 
-    from refplan.execute import release_staging, schedule, transport
-
-    pairs, dtypes, ends, budget, plans = _ring_batch(strided=True)
-    builds: list[int] = []
-    real = transport._build
-
-    def counting(sched: Any) -> Any:
-        builds.append(1)
-        return real(sched)
-
-    def run(buffers: Buffers) -> None:
-        execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes, budget=budget,
-                          timeout=TIMEOUT)
+    from refplan.execute import release_staging, schedule
 
     def reset(targets: dict[str, dict[int, torch.Tensor]]) -> None:
         for per in targets.values():
@@ -729,10 +756,9 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
     def untouched(views: list[torch.Tensor]) -> bool:
         return all(bool((v == -7.0).all()) for v in views)
 
-    release_staging()
-    transport._build = counting  # type: ignore[assignment]  # where _program looks it up
     out: dict[str, Any] = {}
-    try:
+    with _counting_programs() as p:
+        pairs, dtypes, ends, builds, run = p.pairs, p.dtypes, p.ends, p.builds, p.run
         first = make_buffers(pairs, ends, me, dtypes)
         run(first)
         out["first"] = verdict(first)
@@ -769,7 +795,8 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
         if me == 3:
             targets["staged"] = {loc: t[: t.numel() - 1] for loc, t in second.targets["staged"].items()}
         try:
-            execute_transfers(plans, second.sources, targets, ends, dtypes=dtypes, budget=budget, timeout=TIMEOUT)
+            execute_transfers(p.plans, second.sources, targets, ends, dtypes=dtypes, budget=p.budget,
+                                  timeout=TIMEOUT)
             out["refused"] = False
         except TransferRejectedError:
             out["refused"] = True
@@ -779,9 +806,6 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
         del second, old
         gc.collect()
         out["kept_before_drop"], out["after_drop"] = kept, len(schedule._PROGRAMS)
-    finally:
-        transport._build = real  # type: ignore[assignment]
-        release_staging()
     return out
 
 
@@ -878,6 +902,95 @@ def s_pack_ahead(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+_POOL_BYTES = 64 << 20
+"""One allocation for every buffer of a process in ``s_program_moved_storage``: above glibc's
+largest mmap threshold (32 MiB), so it is mapped on its own and unmapped when freed."""
+
+_MAPPED: list[Any] = []  # memory mapped by ``_map_at``: never unmapped while this process runs
+
+
+def _map_at(address: int, nbytes: int) -> torch.Tensor | None:
+    """``nbytes`` of new anonymous memory at exactly ``address`` (which must be free: mapped with
+    ``MAP_FIXED_NOREPLACE``, so nothing mapped there is ever replaced) as a float32 tensor, or
+    None where that cannot be done here (another OS, another allocator that kept the range)."""
+    import ctypes
+    import mmap
+
+    page = address & ~(mmap.PAGESIZE - 1)
+    length = -(-(address - page + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        map_fixed_noreplace = 0x100000
+        got = libc.mmap(page, length, mmap.PROT_READ | mmap.PROT_WRITE,
+                        mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | map_fixed_noreplace, -1, 0)
+    except (AttributeError, OSError):
+        return None
+    if got != page:
+        return None
+    memory = (ctypes.c_float * (nbytes // 4)).from_address(address)
+    _MAPPED.append(memory)
+    return torch.from_numpy(np.ctypeslib.as_array(memory))
+
+
+def _into(buffers: Buffers, pool: torch.Tensor) -> None:
+    """Move every shard of ``buffers`` into ``pool``, one after the other (64-element aligned),
+    in the same order for any ``buffers`` of the same batch: two such pools at one address give
+    every shard the same address."""
+    at = 0
+    for table in (buffers.sources, buffers.targets):
+        for name in sorted(table):
+            for loc in sorted(table[name]):
+                shard = table[name][loc]
+                view = pool[at : at + shard.numel()].view(shard.shape)
+                view.copy_(shard)
+                table[name][loc] = view
+                at += -(-shard.numel() // 64) * 64
+
+
+def _addresses_of(buffers: Buffers) -> list[int]:
+    """Every shard's address, in the order ``_into`` lays them out."""
+    return [t.data_ptr() for table in (buffers.sources, buffers.targets) for name in sorted(table)
+            for _loc, t in sorted(table[name].items())]
+
+
+def s_program_moved_storage(me: int, world: int) -> dict[str, Any]:
+    """A kept program whose views' storage gave its memory back (``resize_(0)``, as FSDP frees a
+    parameter while its tensor lives) and was then given memory elsewhere, and a later call whose
+    buffers sit exactly where the old ones were: its addresses match the kept program's key, but
+    the kept views now address the old storage's new memory. The call must make new views and
+    land in its own buffers, leaving the old storage's memory alone (before the fix every process
+    returned normally with none of its targets written, and the senders sent the old storage's
+    contents; with the old storage left empty, every process crashed)."""
+    with _counting_programs() as p:
+        pairs, dtypes, ends, builds, run = p.pairs, p.dtypes, p.ends, p.builds, p.run
+        first = make_buffers(pairs, ends, me, dtypes)
+        old = torch.empty(_POOL_BYTES // 4, dtype=torch.float32)
+        _into(first, old)
+        run(first)
+        run(first)
+        out: dict[str, Any] = {"builds_warm": len(builds)}
+        second = make_buffers(pairs, ends, me, dtypes)
+        address = old.data_ptr()
+        where = _addresses_of(first)
+        old.untyped_storage().resize_(0)  # the first buffers' memory is freed; their tensors live on
+        pool = _map_at(address, _POOL_BYTES)
+        out["placed"] = pool is not None
+        if pool is None:
+            return out
+        _into(second, pool)
+        old.untyped_storage().resize_(_POOL_BYTES)  # the old storage's memory is now elsewhere
+        old.copy_(torch.arange(old.numel(), dtype=torch.float32))  # every element its own value
+        before = old.clone()
+        out["same_addresses"] = where == _addresses_of(second)
+        run(second)
+        out["second"], out["builds_second"] = verdict(second), len(builds)
+        out["old_untouched"] = bool(torch.equal(old, before))
+    return out
+
+
 def s_views_during_verdict(me: int, world: int) -> dict[str, Any]:
     """Every process that moves anything makes its transport's views while the verdict is in
     flight (``transport._pack_ahead``), the receivers too, so that none makes them between the
@@ -965,6 +1078,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("small_chunks_together", s_small_chunks_together),
     ("layout_reuse", s_layout_reuse),
     ("program_reuse", s_program_reuse),
+    ("program_moved_storage", s_program_moved_storage),
     ("views_during_verdict", s_views_during_verdict),
     ("stuck_peer", s_stuck_peer),
 ]

@@ -383,6 +383,41 @@ def test_the_transports_views_are_kept_only_for_the_same_buffers(dist_results: d
         assert res["kept_before_drop"] == 1 and res["after_drop"] == 0, f"{where}: a program outlived its buffers"
 
 
+def test_a_kept_program_whose_storage_moved_is_not_used_for_buffers_at_its_old_address(
+    dist_results: dict[str, list[Any]],
+) -> None:
+    """Kept views hold their storage, but a storage can give its memory back while held
+    (``resize_``), and a new allocation can then take that address: a call on buffers there must
+    make new views, land in its own buffers and leave the old storage's memory alone
+    (``s_program_moved_storage``; before, every process returned normally with no target written)."""
+    per_process = scenario(dist_results, "program_moved_storage")
+    if not all(res["placed"] for res in per_process):
+        pytest.skip("new memory could not be mapped at a freed buffer's address here (needs Linux, glibc)")
+    for rank, res in enumerate(per_process):
+        where = f"process {rank}"
+        assert res["builds_warm"] == 1, f"{where}: the same buffers made {res['builds_warm']} programs"
+        assert res["same_addresses"], f"{where}: the new buffers are not where the old ones were"
+        assert_exact(res["second"], f"new buffers at the old addresses, {where}")
+        assert res["old_untouched"], f"{where}: a call wrote into the memory of a storage it was not given"
+        assert res["builds_second"] == 2, f"{where}: the kept program was used for other memory"
+
+
+def test_a_program_reads_where_its_views_are_now() -> None:
+    """``_Program.still_at`` reads its views' addresses as they are now: after their storage is
+    freed (``resize_(0)``) or moved, they no longer match the addresses they were made at."""
+    from refplan.execute.transport import _Program
+
+    pool = torch.empty(1 << 16)
+    views = (pool[64:128], pool[256:512])
+    made_at = tuple(v.data_ptr() for v in views)
+    program = _Program((), (), 0, {}, {}, None, views)
+    assert program.still_at(made_at)
+    pool.untyped_storage().resize_(0)
+    assert not program.still_at(made_at)
+    pool.untyped_storage().resize_(4 << 16)
+    assert not program.still_at(made_at) or pool.data_ptr() == made_at[0] - 64 * 4
+
+
 def test_a_kept_program_forgotten_while_its_store_is_locked_goes_at_the_next_use() -> None:
     """A buffer's finalizer forgets the programs made for it (``_Kept.forget``). It can run inside
     any allocation, also while the same thread holds the store's lock (a garbage collection started

@@ -732,8 +732,12 @@ labels) costs the interpreter little alone but, on a loaded machine after each c
 have gone through the caches, several milliseconds of CPU a call over four processes (issue 26,
 item 8a; docs/performance.md, "What the interpreter costs under load"). What keeps a kept view
 right: a program is used only by a call whose layout (the same object) and buffer and arena
-addresses are all the ones it was built on, and while it is kept it holds the storages it views,
-so no other allocation can take those addresses: the same address is the same memory. What
+addresses are all the ones it was built on *and* whose own views still address exactly those
+(``_Program.still_at``, read from the views as they are now). Holding the storages it views is
+not enough: a storage can give its memory back while held (``untyped_storage().resize_(0)``, as
+FSDP frees a parameter), another allocation can then take that address, and the held views follow
+their storage wherever it is given memory next — a call on buffers at the old address would have
+written into (and sent from) the old storage's memory and returned normally. What
 keeps it from holding memory nobody else wants: it is dropped when any buffer it was built for
 dies (``transport._program`` registers a finalizer on each, which ``forget``s it: at once, or at
 the next use if the lock is held then), whenever the pool releases an arena (``_Pool``), and by

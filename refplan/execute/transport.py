@@ -109,6 +109,14 @@ class _Program:
     sent: dict[int, int]
     received: dict[int, int]
     layout: object  # held, so that the id in its key stays this layout's while it is kept
+    bases: tuple[torch.Tensor, ...] = ()  # the buffers' views and arenas it was made from, in key order
+
+    def still_at(self, addresses: tuple[int, ...]) -> bool:
+        """Whether the memory this program's views address now is at ``addresses`` (a call's
+        buffers and arenas, in key order): read from its own views, since a storage it holds
+        can give its memory back while held (``untyped_storage().resize_``), after which another
+        allocation can take that address and the views follow the storage elsewhere."""
+        return _addresses(self.bases) == addresses
 
 
 def _build(sched: _Schedule) -> _Program:
@@ -154,7 +162,16 @@ def _build(sched: _Schedule) -> _Program:
         {peer: sum(m.payload for m in queue) for peer, queue in sched.outgoing.items()},
         {peer: sum(m.payload for m in queue) for peer, queue in sched.incoming.items()},
         sched.layout,
+        (*sched.sources.values(), *sched.targets.values(), *sched.arenas),
     )
+
+
+def _addresses(tensors: Sequence[torch.Tensor]) -> tuple[int, ...] | None:
+    """The address of each of ``tensors`` now, or None if one cannot be read."""
+    try:
+        return tuple(t.data_ptr() for t in tensors)
+    except RuntimeError:
+        return None
 
 
 def _program(sched: _Schedule) -> _Program:
@@ -168,17 +185,17 @@ def _program(sched: _Schedule) -> _Program:
     if isinstance(sched.program, _Program):
         return sched.program
     if sched.layout is not None and sched.device.type == "cpu":
-        sched.program_key = (
-            id(sched.layout),
-            tuple(t.data_ptr() for t in sched.sources.values()),
-            tuple(t.data_ptr() for t in sched.targets.values()),
-            tuple(a.data_ptr() for a in sched.arenas),
-        )
-        kept = schedule._PROGRAMS.get(sched.program_key)
-        if isinstance(kept, _Program) and kept.layout is sched.layout:
-            sched.program = kept
-            sched.program_key = None  # kept already
-            return kept
+        addresses = _addresses((*sched.sources.values(), *sched.targets.values(), *sched.arenas))
+        if addresses is not None:
+            sched.program_key = (id(sched.layout), addresses)
+            kept = schedule._PROGRAMS.get(sched.program_key)
+            if isinstance(kept, _Program) and kept.layout is sched.layout and kept.still_at(addresses):
+                sched.program = kept
+                sched.program_key = None  # kept already
+                return kept
+            # A program kept for these addresses whose views now address other memory (a storage
+            # it holds was resized, and this call's buffers were allocated where it was) is never
+            # used; the one made now replaces it when this call finishes cleanly (``_keep``).
     program = _build(sched)
     sched.program = program
     return program
