@@ -337,7 +337,19 @@ def s_rejections(me: int, world: int) -> dict[str, Any]:
         call["plans"] = {**plans, "rows": replace(p, segments=tuple(bad))}
         call["maps"] = pairs
 
+    def no_time(b: Buffers, call: dict[str, Any]) -> None:
+        call["timeout"] = timedelta(0)
+
+    def centuries(b: Buffers, call: dict[str, Any]) -> None:
+        call["timeout"] = timedelta(days=10**5)  # a gloo wait of this never returned
+
+    def seconds_as_int(b: Buffers, call: dict[str, Any]) -> None:
+        call["timeout"] = 30
+
     case("short_target", short_target, 1)
+    case("timeout_zero", no_time, 2)
+    case("timeout_centuries", centuries, 3)
+    case("timeout_not_timedelta", seconds_as_int, None)
     case("wrong_dtype", wrong_dtype, 2)
     case("unbound_location", unbound, 3)
     case("differing_plan", other_plan, 0)

@@ -140,6 +140,10 @@ def test_tight_budget_same_result_and_one_element_floor(dist_results: dict[str, 
     ("case", "needles"),
     [
         ("short_target", ("process 1:", "holds 47 elements")),
+        ("timeout_zero", ("process 2: timeout must be between 1 ms and 365 days, not 0:00:00",)),
+        ("timeout_centuries", ("process 3: timeout must be between 1 ms and 365 days, not 100000 days",)),
+        ("timeout_not_timedelta", ("process 0: timeout must be a datetime.timedelta, not int",
+                                   "process 3: timeout must be a datetime.timedelta, not int")),
         ("wrong_dtype", ("process 2:", "dtype torch.float64")),
         ("unbound_location", ("process 3:", "location 9, which endpoints do not bind")),
         ("differing_plan", ("disagree about the transfer schedule",)),
@@ -151,7 +155,7 @@ def test_tight_budget_same_result_and_one_element_floor(dist_results: dict[str, 
 def test_rejections_are_collective(dist_results: dict[str, list[Any]], case: str, needles: tuple[str, ...]) -> None:
     per_process = scenario(dist_results, "rejections")
     assert_same_rejection([r[case] for r in per_process], *needles)
-    if case in ("short_target", "wrong_dtype", "unbound_location", "aliasing"):
+    if case in ("short_target", "wrong_dtype", "unbound_location", "aliasing", "timeout_zero", "timeout_centuries"):
         faulty = int(needles[0].split()[1].rstrip(":"))
         assert all(r[case]["processes"] == (faulty,) for r in per_process)
 
@@ -638,6 +642,20 @@ def test_single_process_rejections_leave_targets_untouched() -> None:
     meta = {0: torch.empty(8, device="meta"), 1: torch.empty(8, device="meta")}
     assert "target buffer for location 0 is a meta tensor, which holds no data" in rejected(target_buffers=meta)
     assert "cannot stage one element" in rejected(budget=StagingBudget(3))
+    # Timeouts every layer below can count: whole milliseconds, far below gloo's clock overflow.
+    assert "not -1 day, 23:59:59" in rejected(timeout=timedelta(seconds=-1))
+    assert "not 0:00:00.000999" in rejected(timeout=timedelta(microseconds=999))
+    assert "not 999999999 days" in rejected(timeout=timedelta.max)
+    assert "not float" in rejected(timeout=30.0)
+
+    class Shifty(timedelta):  # a subclass is read once, through timedelta's own fields
+        def total_seconds(self) -> float:
+            return -1.0
+
+    landed = {0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+    execute_transfer(plan, sources, landed, endpoints, dtype=torch.float32, timeout=Shifty(seconds=5))
+    full = torch.arange(16.0).view(4, 4)
+    assert torch.equal(landed[0], full[:, :2].reshape(-1)) and torch.equal(landed[1], full[:, 2:].reshape(-1))
     assert "positive ints" in rejected(budget=StagingBudget(8, total_bytes=0))
     assert "endpoint_ranks" in rejected(endpoint_ranks="local")
     with pytest.raises(TransferRejectedError, match="not initialized"):

@@ -72,6 +72,8 @@ from .call import execute_transfer, execute_transfers, release_staging
 from .checks import schedule_digest
 from .common import (
     DEFAULT_TIMEOUT,
+    MAX_TIMEOUT,
+    MIN_TIMEOUT,
     EndpointRanks,
     StagingBudget,
     TransferExecutionError,
@@ -85,6 +87,8 @@ from .verdict import _VERDICT_WORDS as _VERDICT_WORDS
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "MAX_TIMEOUT",
+    "MIN_TIMEOUT",
     "Chunk",
     "EndpointRanks",
     "StagingBudget",

@@ -28,6 +28,7 @@ from .common import (
     TransferExecutionError,
     TransferRejectedError,
     TransferStats,
+    _checked_timeout,
     _Context,
     _context,
     _describe,
@@ -120,6 +121,10 @@ def execute_transfers(
     ``torch.distributed`` initialized (and no ``group``) this is a single process: every endpoint
     must be process 0.
 
+    ``timeout`` bounds every wait of the call (the verdict, each round, the outcome); it is checked
+    like the other arguments, a ``timedelta`` from ``MIN_TIMEOUT`` (1 ms: the transports count whole
+    milliseconds) to ``MAX_TIMEOUT`` (365 days: gloo's clock arithmetic overflows for centuries).
+
     Raises ``TransferRejectedError`` on every process, before any byte moves, if any process's
     checks fail or the processes disagree about the schedule; ``TransferExecutionError`` if the
     transport fails or a round exceeds ``timeout`` afterwards. With ``outcome`` (the default)
@@ -167,11 +172,15 @@ def _execute(
     sched = _Schedule()
     holds: torch.device | None = None
     try:
+        timeout = _checked_timeout(timeout)
+    except _Refusal as exc:  # refused like any other argument, so this process's verdict goes out
+        reason, timeout = str(exc), DEFAULT_TIMEOUT  # under the default: the others wait at most that
+    try:
         holds = _buffers_device(source_buffers, target_buffers)
     except _Refusal as exc:
-        reason = str(exc)
+        reason = reason or str(exc)
     except Exception as exc:
-        reason = f"unexpected {_describe(exc)} while checking buffers"
+        reason = reason or f"unexpected {_describe(exc)} while checking buffers"
     try:
         verdict_device = _verdict_device(ctx, holds) if ctx.collective else torch.device("cpu")
     except Exception as exc:  # CUDA unusable here; the verdict goes out on CPU and may not match

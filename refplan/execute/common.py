@@ -23,6 +23,31 @@ EndpointRanks = Literal["global", "group"]
 DEFAULT_TIMEOUT = timedelta(seconds=300)
 """How long one exchange (the verdict, or one round) may wait before it becomes an error."""
 
+MIN_TIMEOUT = timedelta(milliseconds=1)
+MAX_TIMEOUT = timedelta(days=365)
+"""The timeouts a call accepts (``_checked_timeout``). Why a floor: gloo and the store count whole
+milliseconds, so less is no time at all (every wait fails at once, and a timed-out gloo wait closes
+every connection of the group). Why a ceiling: gloo turns a wait's timeout into an absolute time
+in nanoseconds of the system clock, which overflows for a timeout of about 234 years or more (and
+``timedelta.max``) — measured here: a wait of 10^5 days on a finished all-gather never returned,
+one of ``timedelta.max`` failed at once. A year is far below that and above any real sync."""
+
+
+def _checked_timeout(value: object) -> timedelta:
+    """``value`` as an exact ``timedelta`` within [``MIN_TIMEOUT``, ``MAX_TIMEOUT``], else a refusal
+    naming what was given. Read once, through ``timedelta``'s own addition (C-level fields), so that
+    a subclass cannot answer each later use differently."""
+    if not isinstance(value, timedelta):
+        raise _Refusal(f"timeout must be a datetime.timedelta, not {type(value).__name__}")
+    exact = timedelta.__add__(timedelta(0), value)
+    if not MIN_TIMEOUT <= exact <= MAX_TIMEOUT:
+        raise _Refusal(
+            f"timeout must be between {MIN_TIMEOUT // timedelta(milliseconds=1)} ms and {MAX_TIMEOUT.days} days, "
+            f"not {exact}: gloo and the store count whole milliseconds, and a timeout of centuries overflows "
+            "their clocks"
+        )
+    return exact
+
 
 _RETAINED: list[object] = []
 """Staging (and work handles) of transfers that failed after the verdict.
