@@ -346,7 +346,25 @@ def s_rejections(me: int, world: int) -> dict[str, Any]:
     def seconds_as_int(b: Buffers, call: dict[str, Any]) -> None:
         call["timeout"] = 30
 
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = init_device_mesh("cpu", (world,))  # on every process: making a mesh is collective
+
+    def dtensor_target(b: Buffers, call: dict[str, Any]) -> None:
+        shard = DTensor.from_local(b.targets["rows"][1], mesh, [Shard(0)], run_check=False)
+        call["target_buffers"] = {**b.targets, "rows": {1: shard}}
+
+    def wrapper_target(b: Buffers, call: dict[str, Any]) -> None:
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        local = b.targets["cols"][2]
+        wrapped = TwoTensor(local.clone(), local.clone())
+        call["target_buffers"] = {**b.targets, "cols": {**b.targets["cols"], 2: wrapped}}
+
     case("short_target", short_target, 1)
+    case("dtensor_target", dtensor_target, 1)
+    case("wrapper_target", wrapper_target, 2)
     case("timeout_zero", no_time, 2)
     case("timeout_centuries", centuries, 3)
     case("timeout_not_timedelta", seconds_as_int, None)

@@ -140,6 +140,9 @@ def test_tight_budget_same_result_and_one_element_floor(dist_results: dict[str, 
     ("case", "needles"),
     [
         ("short_target", ("process 1:", "holds 47 elements")),
+        ("dtensor_target", ("process 1:", "target buffer for location 1 is a DTensor", "pass DTensor.to_local()")),
+        ("wrapper_target", ("process 2:", "target buffer for location 2 is a TwoTensor",
+                            "a tensor subclass with no storage of its own")),
         ("timeout_zero", ("process 2: timeout must be between 1 ms and 365 days, not 0:00:00",)),
         ("timeout_centuries", ("process 3: timeout must be between 1 ms and 365 days, not 100000 days",)),
         ("timeout_not_timedelta", ("process 0: timeout must be a datetime.timedelta, not int",
@@ -155,7 +158,8 @@ def test_tight_budget_same_result_and_one_element_floor(dist_results: dict[str, 
 def test_rejections_are_collective(dist_results: dict[str, list[Any]], case: str, needles: tuple[str, ...]) -> None:
     per_process = scenario(dist_results, "rejections")
     assert_same_rejection([r[case] for r in per_process], *needles)
-    if case in ("short_target", "wrong_dtype", "unbound_location", "aliasing", "timeout_zero", "timeout_centuries"):
+    if case in ("short_target", "wrong_dtype", "unbound_location", "aliasing", "timeout_zero", "timeout_centuries",
+                "dtensor_target", "wrapper_target"):
         faulty = int(needles[0].split()[1].rstrip(":"))
         assert all(r[case]["processes"] == (faulty,) for r in per_process)
 
@@ -642,6 +646,20 @@ def test_single_process_rejections_leave_targets_untouched() -> None:
     meta = {0: torch.empty(8, device="meta"), 1: torch.empty(8, device="meta")}
     assert "target buffer for location 0 is a meta tensor, which holds no data" in rejected(target_buffers=meta)
     assert "cannot stage one element" in rejected(budget=StagingBudget(3))
+    # A tensor subclass whose data lives in other tensors: its address is not its data's.
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    wrapped = TwoTensor(torch.full((8,), -1.0), torch.full((8,), -1.0))
+    assert "is a TwoTensor, a tensor subclass with no storage of its own" in rejected(
+        target_buffers={0: wrapped, 1: targets[1]})
+    assert torch.equal(wrapped.a, torch.full((8,), -1.0)) and torch.equal(wrapped.b, torch.full((8,), -1.0))
+
+    class Plain(torch.Tensor):  # a subclass over its own storage is a tensor like any other
+        pass
+
+    mine = {0: torch.full((8,), -1.0).as_subclass(Plain), 1: torch.full((8,), -1.0)}
+    execute_transfer(plan, sources, mine, endpoints, dtype=torch.float32)
+    assert torch.equal(mine[0].as_subclass(torch.Tensor), torch.arange(16.0).view(4, 4)[:, :2].reshape(-1))
     # Timeouts every layer below can count: whole milliseconds, far below gloo's clock overflow.
     assert "not -1 day, 23:59:59" in rejected(timeout=timedelta(seconds=-1))
     assert "not 0:00:00.000999" in rejected(timeout=timedelta(microseconds=999))

@@ -283,11 +283,42 @@ def _buffers_device(source_buffers: object, target_buffers: object) -> torch.dev
     return devices.pop() if devices else None
 
 
+def _no_storage_of_its_own(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a subclass whose data lives in other tensors (a DTensor, a wrapper such
+    as a float8 training tensor): its ``data_ptr()`` is 0 or the address of one of the tensors it
+    wraps, so the transport, which reads and writes addresses, would move bytes that are not the
+    tensor's (measured: a wrapper of two tensors as a receiver's target came back with its two
+    halves different, the call returning normally; a DTensor was refused as "overlapping" its
+    source). A plain tensor or ``nn.Parameter`` is never one, and costs one type test."""
+    kind = type(tensor)
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
+        return False
+    try:
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+        if is_traceable_wrapper_subclass(tensor):
+            return True
+    except ImportError:  # pragma: no cover - every torch this supports has it
+        pass
+    try:
+        tensor.untyped_storage().data_ptr()
+    except Exception:
+        return True
+    return False
+
+
 def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: torch.dtype) -> torch.Tensor:
     """The buffer as a flat carrier view (same bytes, an integer type of the same width)."""
     where = f"parameter {name!r}: {side} buffer for location {location}"
     if not isinstance(tensor, torch.Tensor):
         raise _Refusal(f"{where} is a {type(tensor).__name__}, not a torch.Tensor")
+    if _no_storage_of_its_own(tensor):
+        kind = type(tensor).__name__
+        if kind == "DTensor":
+            raise _Refusal(f"{where} is a DTensor, whose data lives in its local shard: pass DTensor.to_local() "
+                           "(the shard this process holds, as the maps describe it)")
+        raise _Refusal(f"{where} is a {kind}, a tensor subclass with no storage of its own (its data lives "
+                       "in the tensors it wraps): pass a plain tensor")
     if tensor.dtype != dtype:
         raise _Refusal(f"{where} has dtype {tensor.dtype}, the transfer is declared {dtype}")
     if tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
