@@ -187,7 +187,7 @@ def _program(sched: _Schedule) -> _Program:
     if sched.layout is not None and sched.device.type == "cpu":
         addresses = _addresses((*sched.sources.values(), *sched.targets.values(), *sched.arenas))
         if addresses is not None:
-            sched.program_key = (id(sched.layout), addresses)
+            sched.program_key = (id(sched.layout), len(sched.sources), len(sched.targets), addresses)
             kept = schedule._PROGRAMS.get(sched.program_key)
             if isinstance(kept, _Program) and kept.layout is sched.layout and kept.still_at(addresses):
                 sched.program = kept
