@@ -33,22 +33,6 @@ in nanoseconds of the system clock, which overflows for a timeout of about 234 y
 one of ``timedelta.max`` failed at once. A year is far below that and above any real sync."""
 
 
-def _checked_timeout(value: object) -> timedelta:
-    """``value`` as an exact ``timedelta`` within [``MIN_TIMEOUT``, ``MAX_TIMEOUT``], else a refusal
-    naming what was given. Read once, through ``timedelta``'s own addition (C-level fields), so that
-    a subclass cannot answer each later use differently."""
-    if not isinstance(value, timedelta):
-        raise _Refusal(f"timeout must be a datetime.timedelta, not {type(value).__name__}")
-    exact = timedelta.__add__(timedelta(0), value)
-    if not MIN_TIMEOUT <= exact <= MAX_TIMEOUT:
-        raise _Refusal(
-            f"timeout must be between {MIN_TIMEOUT // timedelta(milliseconds=1)} ms and {MAX_TIMEOUT.days} days, "
-            f"not {exact}: gloo and the store count whole milliseconds, and a timeout of centuries overflows "
-            "their clocks"
-        )
-    return exact
-
-
 _RETAINED: list[object] = []
 """Staging (and work handles) of transfers that failed after the verdict.
 
@@ -238,6 +222,22 @@ class _Refusal(Exception):
 
 
 _describe = describe_exception
+
+
+def _checked_timeout(value: object) -> timedelta:
+    """``value`` as an exact ``timedelta`` within [``MIN_TIMEOUT``, ``MAX_TIMEOUT``], else a refusal
+    naming what was given. Read once, through ``timedelta``'s own addition (C-level fields), so that
+    a subclass cannot answer each later use differently."""
+    if not isinstance(value, timedelta):
+        raise _Refusal(f"timeout must be a datetime.timedelta, not {type(value).__name__}")
+    exact = timedelta.__add__(timedelta(0), value)
+    if not MIN_TIMEOUT <= exact <= MAX_TIMEOUT:
+        raise _Refusal(
+            f"timeout must be between {MIN_TIMEOUT // timedelta(milliseconds=1)} ms and {MAX_TIMEOUT.days} days, "
+            f"not {exact}: gloo and the store count whole milliseconds, and a timeout of centuries overflows "
+            "their clocks"
+        )
+    return exact
 
 
 def _ended(started: float, limit: timedelta) -> str:
