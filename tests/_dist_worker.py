@@ -839,6 +839,54 @@ def s_program_reuse(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_program_finalizers(me: int, world: int) -> dict[str, Any]:
+    """A kept program registers a finalizer on each buffer it views (so that it goes when one
+    dies); those finalizers must go with the program. Two loops a training job runs: one over six
+    staging budgets (six layouts, more than are kept) on the same buffers, one on the same sources
+    with new targets each call. ``registered``: finalizers that forget a program, counted in the
+    interpreter's registry after each block of calls; ``kept``: those the kept programs hold.
+    Before, every program ever kept left one on each buffer it viewed until that buffer died: +6 a
+    call here, without bound."""
+    import gc
+    import weakref
+
+    from refplan.execute import schedule
+
+    def registered() -> int:
+        gc.collect()
+        return sum(1 for info in list(weakref.finalize._registry.values())  # type: ignore[attr-defined]
+                   if info.func == schedule._PROGRAMS.forget)
+
+    def kept() -> int:
+        return sum(len(p.detachers) for p in list(schedule._PROGRAMS.entries.values()))
+
+    out: dict[str, Any] = {}
+    with _counting_programs() as p:
+        buffers = make_buffers(p.pairs, p.ends, me, p.dtypes)
+        budgets = [StagingBudget(1 << k) for k in range(14, 20)]
+        counts, exact = [], True
+        for _block in range(4):
+            for budget in budgets:
+                execute_transfers(p.plans, buffers.sources, buffers.targets, p.ends, dtypes=p.dtypes,
+                                  budget=budget, timeout=TIMEOUT)
+                exact = exact and verdict(buffers)["exact"]
+            counts.append((registered(), kept(), len(schedule._PROGRAMS)))
+        out["budgets"], out["budgets_exact"], out["budgets_builds"] = counts, exact, len(p.builds)
+        counts = []
+        for _block in range(4):
+            for _ in range(6):
+                fresh = make_buffers(p.pairs, p.ends, me, p.dtypes)
+                execute_transfers(p.plans, buffers.sources, fresh.targets, p.ends, dtypes=p.dtypes,
+                                  budget=p.budget, timeout=TIMEOUT)
+                exact = exact and verdict(fresh)["exact"]  # its sources hold what ``buffers``' do
+                del fresh
+            counts.append((registered(), kept(), len(schedule._PROGRAMS)))
+        out["fresh"], out["fresh_exact"] = counts, exact
+        schedule._PROGRAMS.clear()
+        out["after_clear"] = registered()
+    return out
+
+
 def s_small_chunks_together(me: int, world: int) -> dict[str, Any]:
     """Small chunks interleaved with large ones (parameters alternate in name order) still share
     one staged piece: each queue carries 3 large chunks as messages of their own and its 2
@@ -1109,6 +1157,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("layout_reuse", s_layout_reuse),
     ("program_reuse", s_program_reuse),
     ("program_moved_storage", s_program_moved_storage),
+    ("program_finalizers", s_program_finalizers),
     ("views_during_verdict", s_views_during_verdict),
     ("stuck_peer", s_stuck_peer),
 ]

@@ -391,6 +391,22 @@ def test_the_transports_views_are_kept_only_for_the_same_buffers(dist_results: d
         assert res["kept_before_drop"] == 1 and res["after_drop"] == 0, f"{where}: a program outlived its buffers"
 
 
+def test_a_kept_programs_finalizers_go_with_it(dist_results: dict[str, list[Any]]) -> None:
+    """A kept program's finalizers (one on each buffer it views) are detached when it is let go:
+    a loop over more layouts than are kept, or with new targets each call, holds only the kept
+    programs' finalizers (``s_program_finalizers``; before, +6 a call, without bound)."""
+    per_process = scenario(dist_results, "program_finalizers")
+    for rank, res in enumerate(per_process):
+        where = f"process {rank}"
+        assert res["budgets_exact"] and res["fresh_exact"], f"{where}: a target differs"
+        assert res["budgets_builds"] == 24, f"{where}: six layouts cycled through four kept programs: {res}"
+        for loop in ("budgets", "fresh"):
+            for registered, kept, _programs in res[loop]:
+                assert registered == kept, f"{where}, {loop}: {registered} finalizers, {kept} held by kept programs"
+        assert [c[2] for c in res["budgets"]] == [4] * 4 and [c[1] for c in res["budgets"]] == [24] * 4, res
+        assert res["after_clear"] == 0, f"{where}: finalizers outlived the programs cleared"
+
+
 def test_a_kept_program_whose_storage_moved_is_not_used_for_buffers_at_its_old_address(
     dist_results: dict[str, list[Any]],
 ) -> None:
@@ -442,6 +458,33 @@ def test_a_kept_program_forgotten_while_its_store_is_locked_goes_at_the_next_use
     assert len(kept) == 1 and kept.get(("a",)) is None and kept.get(("b",)) == 2
     kept.forget(("b",))  # the lock free: at once
     assert not kept.entries
+
+
+def test_every_entry_a_store_lets_go_is_dropped_once() -> None:
+    """``_Kept``'s ``drop`` sees each entry it lets go exactly once, whichever way: evicted, replaced
+    under its key, forgotten at once or at the next use, cleared; never one it still holds (the
+    transport's programs detach their finalizers there)."""
+    from refplan.execute.schedule import _Kept
+
+    dropped: list[str] = []
+    kept: _Kept[str] = _Kept(2, dropped.append)
+    kept.put(("a",), "a1")
+    kept.put(("b",), "b1")
+    kept.put(("a",), "a1")  # the same entry again: not let go
+    assert dropped == []
+    kept.put(("a",), "a2")  # replaced
+    kept.put(("c",), "c1")  # evicts b, the least recently used
+    assert dropped == ["a1", "b1"]
+    kept.forget(("a",))
+    assert dropped == ["a1", "b1", "a2"]
+    with kept.lock:
+        kept.forget(("c",))
+        assert dropped == ["a1", "b1", "a2"]  # not under the lock
+    assert kept.get(("c",)) is None and dropped == ["a1", "b1", "a2", "c1"]
+    kept.put(("d",), "d1")
+    kept.put(("e",), "e1")
+    kept.clear()
+    assert sorted(dropped[4:]) == ["d1", "e1"] and not kept.entries
 
 
 def test_free_chunks_take_no_staging_and_a_bounded_share_of_a_message() -> None:

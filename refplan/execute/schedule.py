@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import torch
 
@@ -665,33 +665,54 @@ def _unbound(message: _Message) -> _Message:
 
 class _Kept(Generic[_T]):
     """The last ``limit`` entries put (least recently used first out), under a lock: calls on
-    different groups may run in different threads."""
+    different groups may run in different threads.
 
-    def __init__(self, limit: int) -> None:
+    ``drop`` is called with every entry let go (evicted, replaced, forgotten or cleared), after the
+    lock is released: what an entry registered elsewhere for its own sake (the transport's
+    programs register a finalizer on each buffer they view) must go with it, or it outlives the
+    entry and grows with every entry ever made.
+    """
+
+    def __init__(self, limit: int, drop: Callable[[_T], None] | None = None) -> None:
         self.limit = limit
+        self.drop = drop
         self.entries: OrderedDict[tuple[object, ...], _T] = OrderedDict()
         self.lock = threading.Lock()
         self.dead: list[tuple[object, ...]] = []  # keys forgotten while the lock was held (``forget``)
 
-    def _bury(self) -> None:
+    def _bury(self, gone: list[_T]) -> None:
         while self.dead:
-            self.entries.pop(self.dead.pop(), None)
+            entry = self.entries.pop(self.dead.pop(), None)
+            if entry is not None:
+                gone.append(entry)
+
+    def _let_go(self, gone: list[_T]) -> None:
+        if self.drop is not None:
+            for entry in gone:
+                self.drop(entry)
 
     def get(self, key: tuple[object, ...]) -> _T | None:
+        gone: list[_T] = []
         with self.lock:
-            self._bury()
+            self._bury(gone)
             entry = self.entries.get(key)
             if entry is not None:
                 self.entries.move_to_end(key)
-            return entry
+        self._let_go(gone)
+        return entry
 
     def put(self, key: tuple[object, ...], entry: _T) -> None:
+        gone: list[_T] = []
         with self.lock:
-            self._bury()
+            self._bury(gone)
+            replaced = self.entries.get(key)
+            if replaced is not None and replaced is not entry:
+                gone.append(replaced)
             self.entries[key] = entry
             self.entries.move_to_end(key)
             while len(self.entries) > self.limit:
-                self.entries.popitem(last=False)
+                gone.append(self.entries.popitem(last=False)[1])
+        self._let_go(gone)
 
     def forget(self, key: tuple[object, ...]) -> None:
         """Drop ``key`` now if the lock is free, else at the next use: a finalizer calls this, and
@@ -700,21 +721,28 @@ class _Kept(Generic[_T]):
         entries under the method that holds it."""
         if self.lock.acquire(blocking=False):
             try:
-                self.entries.pop(key, None)
+                entry = self.entries.pop(key, None)
             finally:
                 self.lock.release()
+            if entry is not None:
+                self._let_go([entry])
         else:
             self.dead.append(key)
 
     def clear(self) -> None:
         with self.lock:
+            gone = list(self.entries.values())
             self.entries.clear()
             self.dead.clear()
+        self._let_go(gone)
 
     def __len__(self) -> int:
+        gone: list[_T] = []
         with self.lock:
-            self._bury()
-            return len(self.entries)
+            self._bury(gone)
+            count = len(self.entries)
+        self._let_go(gone)
+        return count
 
 
 _LAYOUTS: _Kept[_Layout] = _Kept(4)
@@ -722,7 +750,21 @@ _LAYOUTS: _Kept[_Layout] = _Kept(4)
 ``schedule._LAYOUTS``, like the pool."""
 
 
-_PROGRAMS: _Kept[object] = _Kept(4)
+class _Watched(Protocol):
+    """A kept entry that registered finalizers on the buffers it views (``transport._Program``)."""
+
+    @property
+    def detachers(self) -> list[Callable[[], object]]: ...
+
+
+def _unwatch(entry: _Watched) -> None:
+    """Detach the finalizers a program let go of registered: they exist only to forget it."""
+    detachers, entry.detachers[:] = list(entry.detachers), []
+    for detach in detachers:
+        detach()
+
+
+_PROGRAMS: _Kept[_Watched] = _Kept(4, _unwatch)
 """The transport's prepared views of the last four warm calls (``transport._Program``), keyed by the
 layout and the addresses of every buffer and staging arena they view; reached as
 ``schedule._PROGRAMS``.
@@ -741,5 +783,8 @@ written into (and sent from) the old storage's memory and returned normally. Wha
 keeps it from holding memory nobody else wants: it is dropped when any buffer it was built for
 dies (``transport._program`` registers a finalizer on each, which ``forget``s it: at once, or at
 the next use if the lock is held then), whenever the pool releases an arena (``_Pool``), and by
-``release_staging()``.
+``release_staging()``; and whenever it is let go, its finalizers are detached (``_unwatch``), so
+that only the kept programs' finalizers exist: before, every program ever kept left one on each
+buffer it viewed until that buffer died, so a loop over more layouts or buffers than are kept
+grew the finalizer registry by a buffer's worth a call, without bound.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -110,6 +110,7 @@ class _Program:
     received: dict[int, int]
     layout: object  # held, so that the id in its key stays this layout's while it is kept
     bases: tuple[torch.Tensor, ...] = ()  # the buffers' views and arenas it was made from, in key order
+    detachers: list[Callable[[], object]] = field(default_factory=list)  # its finalizers' (``_keep``)
 
     def still_at(self, addresses: tuple[int, ...]) -> bool:
         """Whether the memory this program's views address now is at ``addresses`` (a call's
@@ -214,12 +215,14 @@ def _keep(sched: _Schedule, bound: int) -> None:
     pooled = all(schedule._POOL.pools(arena, bound) for arena in sched.arenas)
     if key is None or not isinstance(sched.program, _Program) or not pooled:
         return
+    program = sched.program
     try:
         for owner in sched.owners:
-            weakref.finalize(owner, schedule._PROGRAMS.forget, key)
+            program.detachers.append(weakref.finalize(owner, schedule._PROGRAMS.forget, key).detach)
     except TypeError:
+        schedule._unwatch(program)  # the finalizers registered before the one refused
         return
-    schedule._PROGRAMS.put(key, sched.program)
+    schedule._PROGRAMS.put(key, program)
 
 
 def _send(group: Any, wire: torch.Tensor, peer: int, tag: int) -> Any:
