@@ -153,6 +153,27 @@ def test_bench_table_and_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
 
 
+@pytest.mark.parametrize(("option", "value", "said"), [
+    ("--alpha", "nan", "--alpha must be finite and >= 0 (seconds per message), got nan"),
+    ("--alpha", "inf", "--alpha must be finite and >= 0 (seconds per message), got inf"),
+    ("--beta", "inf", "--beta must be finite and > 0 (bytes per second), got inf"),
+    ("--sync-runs", "0", "--sync-runs must be at least 1, got 0"),
+    ("--repeat", "-2", "--repeat must be at least 1, got -2"),
+    ("--min-split-bytes", "-1", "--min-split-bytes must be >= 0, got -1"),
+])
+def test_bench_names_each_bad_option_before_running(
+    option: str, value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: ``--alpha nan`` ended in a bare ``ValueError`` traceback, ``--beta inf`` and
+    ``--sync-runs 0`` (read as 1) were taken; one line, exit 2, the option and its value named."""
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    code = run_bench_cli(parser.parse_args(["--scenario", "uneven", "--no-peer", option, value]))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip() == f"refplan bench: bad input: {said}", err
+
+
 def test_bench_is_deterministic_in_bytes() -> None:
     first = run_bench([uneven_scenario()], repeat=1, peer=False, oracle=False)
     second = run_bench([uneven_scenario()], repeat=1, peer=False, oracle=False)

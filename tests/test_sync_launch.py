@@ -74,6 +74,31 @@ def test_sync_tiny_budget_is_refused_at_once_in_one_line(capfd: pytest.CaptureFi
     assert "TransferRejectedError" in err and "max_chunks" in err
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e12", "0.0001"])
+def test_sync_timeout_outside_what_the_executor_takes_is_bad_input(
+    value: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``--timeout`` is the store's, the group's and every call's: outside 1 ms .. 365 days it is
+    refused before anything starts (before: ``1e12`` and ``inf`` an ``OverflowError`` inside the
+    launch, ``nan`` a ``ValueError``, ``0.0001`` four processes started only to be refused)."""
+    code = run_sync_cli(_sync_args("--nproc", "2", "--timeout", value))
+    err = capfd.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "bad input: --timeout must be from 0.001 to" in err and "365 days" in err, err
+
+
+def _says_hello(rank: int, world: int) -> int:
+    return rank
+
+
+def test_the_launcher_takes_the_longest_timeout() -> None:
+    """A year (``execute.MAX_TIMEOUT``) is a legal ``--timeout``; the launcher's deadline (twice
+    it) overflowed ``select``'s millisecond C int: "cannot launch: OverflowError"."""
+    outcomes = run_ranks(_says_hello, 2, timeout=timedelta(days=365))
+    assert [(o.ok, o.value) for o in outcomes] == [(True, 0), (True, 1)], outcomes
+
+
 def test_job_rank_reads_the_torchrun_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
         monkeypatch.delenv(key, raising=False)

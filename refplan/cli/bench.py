@@ -3245,6 +3245,22 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync-runs", type=int, default=5, help="runs per policy for --sync (median reported)")
 
 
+def _bad_options(repeat: int, sync_runs: int, alpha: float, beta: float, min_split_bytes: int) -> list[str]:
+    """Each numeric option out of its range, named with its value. Why finite: ``--alpha nan``
+    ended in a bare ``ValueError`` traceback from the cost model, and ``--beta inf`` was taken (a
+    network that moves any bytes in no time models nothing); ``--sync-runs 0`` was silently read
+    as 1."""
+    counts = (("--repeat", repeat), ("--sync-runs", sync_runs))
+    bad = [f"{name} must be at least 1, got {value}" for name, value in counts if value < 1]
+    if not (math.isfinite(alpha) and alpha >= 0):
+        bad.append(f"--alpha must be finite and >= 0 (seconds per message), got {alpha}")
+    if not (math.isfinite(beta) and beta > 0):
+        bad.append(f"--beta must be finite and > 0 (bytes per second), got {beta}")
+    if min_split_bytes < 0:
+        bad.append(f"--min-split-bytes must be >= 0, got {min_split_bytes}")
+    return bad
+
+
 def run_bench_cli(args: argparse.Namespace) -> int:
     """``refplan bench``: run, print the table (or JSON). Exit 0; 2 on bad options."""
     quick = bool(getattr(args, "quick", False))
@@ -3254,9 +3270,9 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         print(f"refplan bench: unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
         return 2
     repeat = args.repeat if getattr(args, "repeat", None) is not None else (1 if quick else 3)
-    if repeat < 1 or args.beta <= 0 or args.alpha < 0 or args.min_split_bytes < 0:
-        print("refplan bench: --repeat must be >= 1, --beta > 0, --alpha and --min-split-bytes >= 0",
-              file=sys.stderr)
+    bad = _bad_options(repeat, int(getattr(args, "sync_runs", 5)), args.alpha, args.beta, args.min_split_bytes)
+    if bad:
+        print(f"refplan bench: bad input: {'; '.join(bad)}", file=sys.stderr)
         return 2
     distinct = bool(getattr(args, "distinct", False))
     if distinct and not getattr(args, "scenario", None):
@@ -3279,7 +3295,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         e2e=not getattr(args, "no_e2e", False), replicate=replicate,
     )
     if getattr(args, "sync", False):
-        runs = max(1, int(getattr(args, "sync_runs", 5)))
+        runs = int(getattr(args, "sync_runs", 5))
         report.sync_whole = run_sync_raw(max(runs, WHOLE_RUNS), WHOLE_LAYOUT)
         report.targets.append(_whole_call_target(report.sync_whole))
         report.sync_raw = run_sync_raw(max(runs, RAW_RUNS))

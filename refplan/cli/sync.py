@@ -304,7 +304,9 @@ def run_ranks(
         for rank, (reader, proc) in pending.items():
             by_object[reader] = rank
             by_object[proc.sentinel] = rank
-        for ready in wait(list(by_object), timeout=left):
+        # At most an hour a wait: select() takes its timeout in milliseconds as a C int, and the
+        # deadline of a long --timeout (twice it, plus a minute) does not fit one.
+        for ready in wait(list(by_object), timeout=min(left, 3600.0)):
             rank = by_object[ready]
             if rank not in pending:
                 continue
@@ -537,11 +539,23 @@ def _config(args: argparse.Namespace, world: int | None = None) -> SyncConfig:
         raise InvalidMapError(f"--nproc must be at least 1, got {cfg.nproc}")
     if cfg.budget_bytes < 1:
         raise InvalidMapError(f"--budget-bytes must be positive, got {cfg.budget_bytes}")
-    if cfg.timeout_s <= 0:
-        raise InvalidMapError(f"--timeout must be positive, got {cfg.timeout_s}")
+    _check_timeout(cfg.timeout_s)
     if cfg.dtype not in DTYPES or cfg.policy not in POLICIES:
         raise InvalidMapError(f"unknown dtype {cfg.dtype!r} or policy {cfg.policy!r}")
     return cfg
+
+
+def _check_timeout(seconds: float) -> None:
+    """``--timeout`` within what the executor accepts (``execute.MIN_TIMEOUT`` to ``MAX_TIMEOUT``),
+    checked before anything is launched: the same value is the store's and the process group's
+    timeout, and before this check ``inf`` or ``1e12`` failed inside the launch (an
+    ``OverflowError`` reported as "cannot launch"), ``nan`` as a ``ValueError``, and ``1e-4``
+    launched every process only for each call to be refused there."""
+    from ..execute import MAX_TIMEOUT, MIN_TIMEOUT  # imports torch: only once the arguments parsed
+
+    low, high = MIN_TIMEOUT.total_seconds(), MAX_TIMEOUT.total_seconds()
+    if not low <= seconds <= high:  # also false for nan
+        raise InvalidMapError(f"--timeout must be from {low:g} to {high:g} seconds (365 days), got {seconds}")
 
 
 def _first_line(text: str | None) -> str:
