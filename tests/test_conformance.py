@@ -205,6 +205,52 @@ def test_cmd_planner_crashing_is_an_error(cases: list[Case]) -> None:
     assert report.summary_line().endswith("1 errors")
 
 
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie not yet reaped by whoever adopted it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+def test_a_cmd_planner_that_runs_past_its_timeout_leaves_nothing_running(
+    cases: list[Case], tmp_path: Path
+) -> None:
+    """The timed-out case's command is killed with everything it started. Before, only the shell
+    was killed (dash forks the command): every timed-out case left its planner running, through
+    the corpus and after the run."""
+    import time
+
+    pidfile = tmp_path / "pid"
+    report = run_conformance(f"cmd:sleep 60 & echo $! > {pidfile}; wait", select_cases(cases, "rules/R0-*"),
+                             timeout=1.0)
+    assert [r.verdict for r in report.results] == ["error"]
+    assert "ran past 1 s" in report.results[0].reason
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid), f"the timed-out planner's child {pid} is still running"
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 1e12, 0.0, -1.0])
+def test_a_cmd_planner_timeout_out_of_range_is_bad_input(
+    timeout: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: nan, inf and 1e12 made every case an error of the planner ("adapter raised
+    OverflowError"), 0 and -1 every case "ran past 0 s"; a verdict against the planner for our input."""
+    with pytest.raises(ValueError, match=r"--timeout must be above 0 and at most .* \(365 days\)"):
+        make_adapter("cmd:true", timeout=timeout)
+    parser = argparse.ArgumentParser()
+    add_conformance_arguments(parser)
+    code = run_conformance_cli(parser.parse_args(["--planner", "cmd:true", "--case", "rules/R0-*",
+                                                  "--timeout", str(timeout)]))
+    err = capsys.readouterr().err
+    assert code == 2 and "--timeout must be above 0" in err and len(err.strip().splitlines()) == 1, err
+
+
 class _Bare(Adapter):
     """A planner with no optional features that accepts everything as refplan plans it."""
 

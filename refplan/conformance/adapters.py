@@ -41,6 +41,7 @@ import importlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -354,6 +355,47 @@ class ModuleAdapter(FunctionAdapter):
         super().__init__(target, name=spec)
 
 
+MAX_COMMAND_SECONDS = 365 * 86400.0
+"""The longest ``cmd:`` timeout taken: far above any planner, far below where the clock
+arithmetic of a wait overflows."""
+
+
+def _run_command(command: str, text: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` through the shell with ``text`` on stdin, in a session of its own, and kill
+    that whole session if it runs past ``timeout`` or the run is interrupted.
+
+    Why a session: ``subprocess.run`` kills only the shell on a timeout, and the shell (dash here)
+    forks the command rather than replacing itself, so a planner that hung kept running after its
+    case was reported as timed out: one orphan a case, through the whole corpus and after the run.
+    """
+    proc = subprocess.Popen(
+        command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(text, timeout=timeout)
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt: nothing of the command may stay behind
+        _kill_session(proc)
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL every process of ``proc``'s session (its own process group), then reap ``proc`` and
+    close its pipes (waiting at most 5 s for them: a process that left the session may hold them).
+    A command that finished is left alone, with whatever it started: only a timed-out or
+    interrupted one is the harness's to stop."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=5)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    proc.wait()
+
+
 class CommandAdapter(Adapter):
     """``cmd:<command>``: one process per case, JSON in on stdin, JSON out on stdout."""
 
@@ -365,17 +407,19 @@ class CommandAdapter(Adapter):
             command = command[1:-1]
         if not command:
             raise ValueError("planner 'cmd:': the command is empty")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_COMMAND_SECONDS:
+            # also refuses nan: before, nan, inf or 1e12 made every case an "error" of the planner
+            # ("adapter raised OverflowError"), and 0 or -1 every case "ran past 0 s"
+            raise ValueError(f"planner 'cmd:{command}': --timeout must be above 0 and at most "
+                             f"{MAX_COMMAND_SECONDS:g} seconds (365 days), got {timeout!r}")
         self.command = command
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self.name = f"cmd:{command}"
 
     def plan(self, case: Case) -> Outcome:
         text = json.dumps(case.input_doc(), separators=(",", ":"))
         try:
-            done = subprocess.run(
-                self.command, shell=True, input=text, capture_output=True, text=True, timeout=self.timeout,
-                check=False,
-            )
+            done = _run_command(self.command, text, self.timeout)
         except subprocess.TimeoutExpired:
             return Outcome("error", message=f"the command ran past {self.timeout:g} s")
         except OSError as exc:
