@@ -251,6 +251,15 @@ def test_a_cmd_planner_timeout_out_of_range_is_bad_input(
     assert code == 2 and "--timeout must be above 0" in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_an_empty_case_directory_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: "no case matches None"."""
+    parser = argparse.ArgumentParser()
+    add_conformance_arguments(parser)
+    code = run_conformance_cli(parser.parse_args(["--cases", str(tmp_path)]))
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"refplan conformance: {tmp_path}: holds no case (no *.json file)", err
+
+
 class _Bare(Adapter):
     """A planner with no optional features that accepts everything as refplan plans it."""
 

@@ -998,7 +998,10 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
             return reference.exit_code
         selected = select_cases(cases, args.case)
         if not selected:
-            print(f"{prog}: no case matches {args.case}", file=sys.stderr)
+            if args.case:
+                print(f"{prog}: no case matches {args.case}", file=sys.stderr)
+            else:  # an empty directory: "no case matches None" said nothing of where it looked
+                print(f"{prog}: {args.cases}: holds no case (no *.json file)", file=sys.stderr)
             return 2
         progress = Progress(prog, len(selected), quiet=quiet or args.json)
         done = 0
