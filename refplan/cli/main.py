@@ -135,7 +135,8 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     plan.add_argument("maps", help="maps batch file (refplan.maps/1)")
     plan.add_argument("-o", "--output", help="plans file to write (default: stdout)")
     plan.add_argument("--policy", choices=sorted(POLICIES), default="balanced", help=_POLICY_HELP)
-    plan.add_argument("--endpoints", help="JSON {source: {loc: proc}, target: {loc: proc}}; overrides the maps file")
+    plan.add_argument("--endpoints", metavar="FILE",
+                      help="a JSON file {source: {loc: proc}, target: {loc: proc}}; overrides the maps file's")
     plan.add_argument("--element-size", type=int,
                       help="bytes per element for every parameter; overrides the maps file")
     plan.add_argument("--min-split-bytes", type=int, help="smallest part of a split (default 8 MiB)")
