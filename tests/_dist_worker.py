@@ -887,6 +887,38 @@ def s_program_finalizers(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_agreement_keys(me: int, world: int) -> dict[str, Any]:
+    """The store's keys of finished agreements are deleted, also after refused calls: 20 calls,
+    then 20 refused by one process in turn (a refusing process is quick, so it is usually the
+    first to arrive at the brief's agreement), then 4 more. ``left``: keys of agreements older
+    than the last two still in the store (before, about 0.9 a refused call, kept for good)."""
+    from refplan.execute import agree
+
+    with _counting_programs() as p:
+        buffers = make_buffers(p.pairs, p.ends, me, p.dtypes)
+        for _ in range(20):
+            p.run(buffers)
+        refused = 0
+        for i in range(20):
+            targets = dict(buffers.targets)
+            if me == i % world:
+                targets["staged"] = {loc: t[: t.numel() - 1] for loc, t in buffers.targets["staged"].items()}
+            try:
+                execute_transfers(p.plans, buffers.sources, targets, p.ends, dtypes=p.dtypes, budget=p.budget,
+                                  timeout=TIMEOUT)
+            except TransferRejectedError:
+                refused += 1
+        for _ in range(4):
+            p.run(buffers)
+        link = agree.link_of(dist.group.WORLD)
+        if link is None:
+            return {"linked": False}
+        left = [seq for seq in range(1, link.seq - 1) for suffix in ("v", "n", "d")
+                if link.store.check([f"{link.prefix}/{seq}/{suffix}"])]
+        return {"linked": True, "refused": refused, "agreements": link.seq, "left": left,
+                "exact": verdict(buffers)["exact"]}
+
+
 def s_small_chunks_together(me: int, world: int) -> dict[str, Any]:
     """Small chunks interleaved with large ones (parameters alternate in name order) still share
     one staged piece: each queue carries 3 large chunks as messages of their own and its 2
@@ -1158,6 +1190,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("program_reuse", s_program_reuse),
     ("program_moved_storage", s_program_moved_storage),
     ("program_finalizers", s_program_finalizers),
+    ("agreement_keys", s_agreement_keys),
     ("views_during_verdict", s_views_during_verdict),
     ("stuck_peer", s_stuck_peer),
 ]

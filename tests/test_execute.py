@@ -407,6 +407,18 @@ def test_a_kept_programs_finalizers_go_with_it(dist_results: dict[str, list[Any]
         assert res["after_clear"] == 0, f"{where}: finalizers outlived the programs cleared"
 
 
+def test_the_store_keeps_no_keys_of_old_agreements_after_refusals(dist_results: dict[str, list[Any]]) -> None:
+    """Agreements through the store delete the keys of agreement ``seq - 2`` at the first arrival
+    of ``seq``, settled or not (``s_agreement_keys``; before, a refusing first arrival skipped it
+    and its keys stayed in the store for good)."""
+    per_process = scenario(dist_results, "agreement_keys")
+    for rank, res in enumerate(per_process):
+        assert res["linked"], f"process {rank}: the world group does not agree through its store here"
+        assert res["refused"] == 20 and res["exact"], res
+        assert res["agreements"] >= 44, res  # at least the brief of each of the 44 calls
+        assert res["left"] == [], f"process {rank}: keys of old agreements left in the store: {res['left']}"
+
+
 def test_a_kept_program_whose_storage_moved_is_not_used_for_buffers_at_its_old_address(
     dist_results: dict[str, list[Any]],
 ) -> None:
