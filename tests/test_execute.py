@@ -39,7 +39,7 @@ from refplan.execute import (
     schedule_digest,
 )
 from refplan.files import MapsBatch, dump_maps
-from refplan.planner import plan_transfer
+from refplan.planner import plan_transfer, plan_transfers
 
 # One launch per worker: with `pytest -n 2 --dist loadgroup` this file stays on one worker.
 pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("execute")]
@@ -921,7 +921,7 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     run()
     run()
     assert len(checked) == 1, "the same plan objects were checked twice"
-    (entry,) = checks._CHECKED.values()
+    (entry,) = checks._CHECKED.entries.values()
     assert entry[3] == schedule_digest({ex.SINGLE: plan}, endpoints, StagingBudget(), {ex.SINGLE: torch.float32})
     run(budget=StagingBudget(1 << 12))
     assert len(checked) == 2, "another budget reused the first budget's checks"
@@ -939,6 +939,44 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     assert len(checked) == before + 2, "a plan with a mutable segment list was remembered"
     ex.release_staging()
     assert not checks._CHECKED
+
+
+def test_remembered_checks_hold_under_calls_from_two_threads() -> None:
+    """Calls on different groups may run in different threads (here: single-process calls, which
+    use no group). Two threads each cycle over six batches, so the remembered checks (four) evict
+    on every call; the interpreter switches threads as often as it can. Before, the eviction raced
+    (two threads deleting the same oldest key): about one call in 100 here was refused with
+    "unexpected KeyError" or "dictionary changed size during iteration"."""
+    import sys
+    import threading
+
+    m = contiguous_split_map((8,), [8], 0)
+    ends = TransferEndpoints({0: 0}, {0: 0})
+    refused: list[str] = []
+
+    def worker() -> None:
+        batches = [plan_transfers({"w": (m, m)}, endpoints=ends, element_size={"w": 4}) for _ in range(6)]
+        source, target = torch.arange(8.0), torch.zeros(8)
+        for i in range(600):
+            try:
+                execute_transfers(batches[i % 6], {"w": {0: source}}, {"w": {0: target}}, ends,
+                                  dtypes={"w": torch.float32})
+            except TransferRejectedError as exc:
+                refused.append(str(exc))
+        if not torch.equal(target, source):
+            refused.append("a target differs")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert refused == [], f"{len(refused)} calls refused, e.g. {refused[0][:200]}"
 
 
 def test_layouts_are_remembered_per_buffer_sizes_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -476,11 +476,17 @@ def _layout_key(batch: tuple[object, ...] | None, ctx: _Context, sched: _Schedul
     )
 
 
-_CHECKED: dict[tuple[object, ...], tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = {}
-"""Batches whose global checks passed, with their limits and digest, keyed by ``_batch_key``."""
-
-
 _CHECKED_LIMIT = 4
+
+
+_CHECKED: schedule._Kept[tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = (
+    schedule._Kept(_CHECKED_LIMIT)
+)
+"""Batches whose global checks passed, with their limits and digest, keyed by ``_batch_key``; the
+last ``_CHECKED_LIMIT`` put, under a lock, like the layouts and programs. Why the lock: calls on
+different groups may run in different threads, and the plain dict this was raced in its eviction
+(two threads deleting the same oldest key): one call in about 200 of two threads' cycling over six
+batches was refused on its own with "unexpected KeyError" naming the key."""
 
 
 def _batch_key(ctx: _Context, args: _Arguments, dtypes: object, mode: str) -> tuple[object, ...] | None:
@@ -538,9 +544,7 @@ def _remember(
         )
     except Exception:
         return None
-    while len(_CHECKED) >= _CHECKED_LIMIT:
-        del _CHECKED[next(iter(_CHECKED))]
-    _CHECKED[key] = (tuple(p.plan for p in params.values()), params, limits, digest)
+    _CHECKED.put(key, (tuple(p.plan for p in params.values()), params, limits, digest))
     return digest
 
 
