@@ -919,6 +919,32 @@ def s_agreement_keys(me: int, world: int) -> dict[str, Any]:
                 "exact": verdict(buffers)["exact"]}
 
 
+def s_outcome_long_timeout(me: int, world: int) -> dict[str, Any]:
+    """The longest timeout a call takes (``MAX_TIMEOUT``, a year) on a schedule of 512 rounds, on
+    a group that agrees by its all-reduce (as one of more than 16 processes does; here the store
+    link is hidden). The outcome's wait is the timeout for each round plus one: before, 187 245
+    days, past gloo's clock arithmetic, so the finished all-reduce's wait failed at once and every
+    process raised that targets may be partly written after a sync that moved everything."""
+    from refplan.execute import MAX_TIMEOUT, TransferExecutionError, agree
+
+    shape = (512, 512)
+    pairs = {"w": (contiguous_split_map(shape, [128] * 4, 1), contiguous_split_map(shape, [128] * 4, 0))}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({i: i for i in range(4)}, {i: (i + 1) % 4 for i in range(4)})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    real = agree.link_of
+    agree.link_of = lambda group: None  # type: ignore[assignment]  # where verdict and outcome look it up
+    try:
+        stats = execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                  budget=StagingBudget(1 << 8), timeout=MAX_TIMEOUT)
+        return {"raised": None, "rounds": stats.rounds, **verdict(buffers)}
+    except TransferExecutionError as exc:
+        return {"raised": str(exc)[:300], **verdict(buffers)}
+    finally:
+        agree.link_of = real  # type: ignore[assignment]
+
+
 def s_small_chunks_together(me: int, world: int) -> dict[str, Any]:
     """Small chunks interleaved with large ones (parameters alternate in name order) still share
     one staged piece: each queue carries 3 large chunks as messages of their own and its 2
@@ -1191,6 +1217,7 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("program_moved_storage", s_program_moved_storage),
     ("program_finalizers", s_program_finalizers),
     ("agreement_keys", s_agreement_keys),
+    ("outcome_long_timeout", s_outcome_long_timeout),
     ("views_during_verdict", s_views_during_verdict),
     ("stuck_peer", s_stuck_peer),
 ]

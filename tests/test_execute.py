@@ -419,6 +419,17 @@ def test_the_store_keeps_no_keys_of_old_agreements_after_refusals(dist_results: 
         assert res["left"] == [], f"process {rank}: keys of old agreements left in the store: {res['left']}"
 
 
+def test_the_outcome_waits_at_most_the_longest_timeout(dist_results: dict[str, list[Any]]) -> None:
+    """A year's timeout on 512 rounds over the all-reduce path (``s_outcome_long_timeout``): the
+    outcome's wait is capped at ``MAX_TIMEOUT``; before, every process raised at once after a
+    sync that had moved everything."""
+    per_process = scenario(dist_results, "outcome_long_timeout")
+    for rank, res in enumerate(per_process):
+        assert res["raised"] is None, f"process {rank}: {res['raised']}"
+        assert res["rounds"] >= 235, res  # enough rounds that a year each overflows gloo's clock
+        assert_exact(res, f"process {rank}")
+
+
 def test_a_kept_program_whose_storage_moved_is_not_used_for_buffers_at_its_old_address(
     dist_results: dict[str, list[Any]],
 ) -> None:

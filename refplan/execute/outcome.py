@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from . import agree
-from .common import TransferExecutionError, _Context, _describe, _ended
+from .common import MAX_TIMEOUT, TransferExecutionError, _Context, _describe, _ended
 from .schedule import _Schedule
 from .verdict import _gather
 
@@ -76,11 +76,15 @@ def _outcome(
 
     Without it, a process with no traffic to a dead or stuck peer returned normally while the
     peer's targets were partly written. The wait is bounded by ``timeout`` for each round of the
-    longest schedule (each of its rounds may wait that long) plus one; if the agreement itself
-    fails (a dead peer), nobody can know who failed, so every target of the batch is named.
+    longest schedule (each of its rounds may wait that long) plus one, at most ``MAX_TIMEOUT``;
+    if the agreement itself fails (a dead peer), nobody can know who failed, so every target of
+    the batch is named.
     """
     own = str(failure) if failure is not None else "this process finished its part"
-    started, limit = time.monotonic(), timeout * (1 + sched.most_rounds)
+    # Capped at the longest timeout a call takes: a product of a long (legal) timeout and many
+    # rounds went past what gloo's clock arithmetic holds, and a finished all-reduce's wait then
+    # failed at once ("Operation timed out!" with 365 days and 512 rounds), on every process.
+    started, limit = time.monotonic(), min(timeout * (1 + sched.most_rounds), MAX_TIMEOUT)
     try:
         link = agree.link_of(ctx.group if ctx.group is not None else dist.group.WORLD)
         if link is not None:
