@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from math import prod
 from operator import add, gt, sub
+from typing import Any
 
 import numpy as np
 
@@ -123,20 +124,35 @@ def intersections(
         small = _small_intersections(target, regions, work)
         if small is not None:
             return small
-    boxes = [f.box for f in frames] + [r.box for r in regions]
-    first_region = len(frames)
-    pairs = overlapping_pair_array(boxes, work, groups=[0] * first_region + [1] * len(regions))
+    # Beyond one leaf of boxes, pairs are found between *distinct* target boxes and the regions,
+    # then given to every frame of that box: a box replicated over k target locations (a
+    # broadcast) was k boxes to the k-d query, which cannot split identical boxes and compared all
+    # k of them pairwise in each leaf (k = 1024: 2.6 s; k = 4096: refused by max_pair_checks).
+    # Up to one leaf (``limits.LEAF`` boxes) the query is on the frames' own boxes, as it always
+    # was: the replicated slab path (``planner._slab_layout``) charges exactly what it charges
+    # there. Without repeated boxes both are the same query on the same boxes.
+    distinct: dict[Box, int] = {}
+    of_frame = np.fromiter((distinct.setdefault(f.box, len(distinct)) for f in frames), dtype=np.int64,
+                           count=len(frames))
+    if len(frames) + len(regions) <= limits.LEAF:
+        distinct = {}
+        of_frame = np.arange(len(frames), dtype=np.int64)
+        boxes = [f.box for f in frames] + [r.box for r in regions]
+    else:
+        boxes = [*distinct, *(r.box for r in regions)]
+    first_region = len(boxes) - len(regions)
+    found = overlapping_pair_array(boxes, work, groups=[0] * first_region + [1] * len(regions))
+    i, j = _per_frame(found, of_frame, first_region)  # frame index, box index (a region's)
     origins, extents = box_arrays(boxes)
     ends = origins + extents
-    i = pairs[:, 0]
-    j = pairs[:, 1]
-    lo = np.maximum(origins[i], origins[j])
-    part_extent = np.minimum(ends[i], ends[j]) - lo
+    f_origins, f_ends = origins[of_frame], ends[of_frame]
+    lo = np.maximum(f_origins[i], origins[j])
+    part_extent = np.minimum(f_ends[i], ends[j]) - lo
     # Coordinates are at most 2**62 (frames.MAX_COORDINATE) and a part lies inside F, whose volume
     # is at most 2**62 too, so neither the products nor the per-frame sums below overflow int64.
-    received = np.zeros(first_region, dtype=np.int64)
+    received = np.zeros(len(frames), dtype=np.int64)
     np.add.at(received, i, np.prod(part_extent, axis=1))
-    short = np.flatnonzero(received != np.prod(extents[:first_region], axis=1))
+    short = np.flatnonzero(received != np.prod(extents[of_frame], axis=1))
     if short.size:
         frame = frames[int(short[0])]
         got = int(received[short[0]])
@@ -156,6 +172,21 @@ def intersections(
     ):
         append(Intersection(frames[f], regions[r], Box(tuple(o), tuple(e))))
     return out
+
+
+def _per_frame(
+    pairs: np.ndarray[Any, np.dtype[np.int64]], of_frame: np.ndarray[Any, np.dtype[np.int64]], distinct: int
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
+    """(frame, region box) index pairs from (distinct box, region box) ones: each frame gets every
+    pair of its box, frames in order and, within one, the pairs in the order found. Linear in
+    the output."""
+    by_box = pairs[np.argsort(pairs[:, 0], kind="stable")]
+    counts = np.bincount(by_box[:, 0], minlength=distinct)
+    starts = np.cumsum(counts) - counts
+    per_frame = counts[of_frame]
+    frame = np.repeat(np.arange(len(of_frame), dtype=np.int64), per_frame)
+    within = np.arange(len(frame), dtype=np.int64) - np.repeat(np.cumsum(per_frame) - per_frame, per_frame)
+    return frame, by_box[np.repeat(starts[of_frame], per_frame) + within, 1]
 
 
 def _small_intersections(
