@@ -154,3 +154,23 @@ def test_make_request_of_the_same_fields_is_equal() -> None:
                          request.shape, request.target_offset, request.target_strides, request.candidates,
                          request.candidate_processes, request.bytes, request.candidate_nodes, request.target_node)
     assert type(made) is ReplicaRequest and made == request and hash(made) == hash(request)
+
+
+def test_the_general_path_makes_uniform_requests_too() -> None:
+    """A region held by more locations than the slab path takes (40 replicas, beyond one k-d
+    leaf): the general path's requests keep the holders' locations and one read address, and
+    make their candidates on demand, equal to those it made eagerly before (a region held by k
+    locations and read by k frames made k² candidates: 4 096 of each, 16.7 M and 5 s)."""
+    from refplan.maps import replicated_map
+
+    source = replicated_map((80, 4), 40)
+    target = contiguous_split_map((80, 4), [2] * 40, 0)
+    requests = collect_requests({"w": (target, source)}, element_size=2)
+    assert len(requests) == 40 and all(type(r) is _UniformRequest for r in requests)
+    for r in requests:
+        assert "candidates" not in r.__dict__ and holder_locations(r) == tuple(range(40))
+        offset = r.logical_origin[0] * 4
+        assert r.candidates == tuple(ReplicaCandidate(h, offset, (4, 1)) for h in range(40))
+        assert r == _plain(r) and hash(r) == hash(_plain(r))
+    plans = plan_transfers({"w": (target, source)}, element_size=2)
+    assert len(plans["w"].segments) == 40
