@@ -37,7 +37,7 @@ from typing import Any
 from . import limits
 from .box import Box, WorkCounter, overlapping_pairs
 from .errors import InvalidReplicaPolicyError
-from .limits import PlanBudget
+from .limits import PlanBudget, as_budget
 from .maps import describe
 from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest, _new_candidate, uniform_read
 
@@ -171,7 +171,7 @@ def check_answers(
     twins of a layout against that layout's one set of requests (element sizes, the per-parameter
     segment count and every message go by this name).
     """
-    budget = budget or PlanBudget()
+    budget = as_budget(budget, "budget")
     if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
         raise InvalidReplicaPolicyError(
             f"replica policy returned a {type(answers).__name__}; expected a sequence of {len(requests)} answers"

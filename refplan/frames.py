@@ -47,7 +47,7 @@ from .box import (
     volume,
 )
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from .limits import MAX_COORDINATE, PlanBudget
+from .limits import MAX_COORDINATE, PlanBudget, as_budget
 from .maps import AffinePiece, MapContent, ParamAffineMap, piece_arrays
 
 __all__ = [
@@ -419,7 +419,7 @@ def normalize(
     ``side`` is "source" or "target" and only changes messages. Raises the rule's error class with
     a message naming the parameter, side, location, piece and box.
     """
-    budget = budget or PlanBudget()
+    budget = as_budget(budget, "budget")
     small = _small_normalize(param_map, side, parameter, budget)
     if small is not None:
         result, charged = small

@@ -75,6 +75,18 @@ class PlanBudget:
                 )
 
 
+def as_budget(value: object, name: str = "limits") -> PlanBudget:
+    """``value`` as a planning budget: ``None`` is the default one, a ``PlanBudget`` itself, and
+    anything else a ``TypeError`` naming the argument. Before, a string or a dict ended in a bare
+    ``AttributeError`` deep inside planning, and a falsy value (``0``, ``{}``) silently planned with
+    the default budget."""
+    if value is None:
+        return PlanBudget()
+    if not isinstance(value, PlanBudget):
+        raise TypeError(f"{name} must be a PlanBudget or None, got {type(value).__name__} {str(value)[:40]!r}")
+    return value
+
+
 MAX_COORDINATE = 1 << 62
 """Largest logical or shard numel, offset, extent or stride the planner and the oracle reason
 about: coordinates travel through int64 numpy arrays, and this bound keeps every sum of two of

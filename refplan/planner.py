@@ -25,7 +25,7 @@ from .box import row_major_strides
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
 from .frames import NormalizedMap, normalize, pair_budget, plain_logical
-from .limits import PlanBudget
+from .limits import PlanBudget, as_budget
 from .maps import MapContent, ParamAffineMap, SlabFacts, SlabSpan, _Unknown
 from .plan import (
     TransferPlan,
@@ -902,7 +902,7 @@ def collect_requests(
     """
     with cycle_collection_paused():
         prepared, _sizes, _floor = _prepare_batch(
-            pairs, limits or PlanBudget(), endpoints, element_size, process_node, None
+            pairs, as_budget(limits), endpoints, element_size, process_node, None
         )
         return [r if r.parameter == p.name else _renamed(r, p.name) for p in prepared for r in p.requests or ()]
 
@@ -929,8 +929,8 @@ def plan_transfers(
     (``InvalidMapError``, ``UnsupportedLayoutError``, ``InvalidReplicaPolicyError`` — its
     subclass ``PolicyRaisedError`` when the policy itself raised — ``AffineTransferError`` for
     budgets) without returning any plan when anything is wrong. Bad arguments (a non-positive or
-    missing ``element_size``, a negative or non-int ``min_split_bytes``) are ``ValueError`` /
-    ``TypeError``: no map or policy is at fault.
+    missing ``element_size``, a negative or non-int ``min_split_bytes``, ``limits`` that is not a
+    ``PlanBudget``) are ``ValueError`` / ``TypeError``: no map or policy is at fault.
 
     Work is done once per distinct (target, source) layout of the batch and reused for every
     parameter with the same content (see ``_Layout``): two parameters whose layouts and answers
@@ -940,7 +940,7 @@ def plan_transfers(
         # The work happens in a function so that its intermediates (frames, intersections,
         # requests and their copies, answers) are freed when it returns, while collection is still
         # paused: the collection that follows then sees only the plans, not everything built.
-        return _plan_batch(pairs, limits or PlanBudget(), endpoints, element_size, replica_policy,
+        return _plan_batch(pairs, as_budget(limits), endpoints, element_size, replica_policy,
                            min_split_bytes, process_node)
 
 

@@ -282,3 +282,25 @@ def test_balanced_is_never_worse_than_lpt_on_the_bench_scenarios() -> None:
         a = _busiest(plan_transfers(s.pairs, replica_policy=balanced, **kwargs), s.endpoints, s.element_size)
         b = _busiest(plan_transfers(s.pairs, replica_policy=lpt, **kwargs), s.endpoints, s.element_size)
         assert a <= b, f"{name}: balanced's busiest sender moves {a}, lpt's {b}"
+
+
+@pytest.mark.parametrize("bad", ["x", 5, 0, {}, {"max_pair_checks": 3}, 1.5])
+def test_a_budget_that_is_not_a_plan_budget_is_a_type_error(bad: object) -> None:
+    """Before: a string, an int or a dict as ``limits`` ended in a bare ``AttributeError`` deep
+    inside planning, and a falsy one (``0``, ``{}``) planned silently with the default budget."""
+    from refplan.frames import normalize
+
+    target = contiguous_split_map((8, 8), [2, 2, 2, 2], 1)
+    source = contiguous_split_map((8, 8), [4, 4], 0)
+    said = rf"must be a PlanBudget or None, got {type(bad).__name__}"
+    with pytest.raises(TypeError, match="limits " + said):
+        plan_transfers({"w": (target, source)}, bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limits " + said):
+        plan_transfer(target, source, bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limits " + said):
+        collect_requests({"w": (target, source)}, bad)  # type: ignore[arg-type]
+    requests = collect_requests({"w": (target, source)})
+    with pytest.raises(TypeError, match="budget " + said):
+        check_answers(requests, [r.candidates[0].source_rank for r in requests], budget=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="budget " + said):
+        normalize(source, "source", "w", bad)  # type: ignore[arg-type]
