@@ -131,14 +131,13 @@ def intersections(
     # Up to one leaf (``limits.LEAF`` boxes) the query is on the frames' own boxes, as it always
     # was: the replicated slab path (``planner._slab_layout``) charges exactly what it charges
     # there. Without repeated boxes both are the same query on the same boxes.
-    distinct: dict[Box, int] = {}
-    of_frame = np.fromiter((distinct.setdefault(f.box, len(distinct)) for f in frames), dtype=np.int64,
-                           count=len(frames))
     if len(frames) + len(regions) <= limits.LEAF:
-        distinct = {}
         of_frame = np.arange(len(frames), dtype=np.int64)
         boxes = [f.box for f in frames] + [r.box for r in regions]
     else:
+        distinct: dict[Box, int] = {}
+        of_frame = np.fromiter((distinct.setdefault(f.box, len(distinct)) for f in frames), dtype=np.int64,
+                               count=len(frames))
         boxes = [*distinct, *(r.box for r in regions)]
     first_region = len(boxes) - len(regions)
     found = overlapping_pair_array(boxes, work, groups=[0] * first_region + [1] * len(regions))
