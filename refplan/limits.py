@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from .errors import AffineTransferError
 
@@ -85,6 +86,19 @@ def as_budget(value: object, name: str = "limits") -> PlanBudget:
     if not isinstance(value, PlanBudget):
         raise TypeError(f"{name} must be a PlanBudget or None, got {type(value).__name__} {str(value)[:40]!r}")
     return value
+
+
+MIN_TIMEOUT = timedelta(milliseconds=1)
+MAX_TIMEOUT = timedelta(days=365)
+"""The timeouts the executor accepts (``execute.common._checked_timeout``), and the bounds of every
+other timeout the library takes from a user (``refplan sync --timeout``, a ``cmd:`` planner's).
+Why a floor: gloo and the store count whole milliseconds, so less is no time at all (every wait
+fails at once, and a timed-out gloo wait closes every connection of the group). Why a ceiling:
+gloo turns a wait's timeout into an absolute time in nanoseconds of the system clock, which
+overflows for a timeout of about 234 years or more (and ``timedelta.max``) — measured here: a wait
+of 10^5 days on a finished all-gather never returned, one of ``timedelta.max`` failed at once. A
+year is far below that and above any real sync. Here, not in the executor, so that the command
+line checks them without importing torch."""
 
 
 MAX_COORDINATE = 1 << 62

@@ -41,6 +41,7 @@ import numpy as np
 from .._progress import Progress
 from ..box import volume
 from ..errors import AffineTransferError, InvalidMapError, describe_exception
+from ..limits import MAX_TIMEOUT, MIN_TIMEOUT
 from ..maps import ParamAffineMap
 from ..policies import POLICIES
 from ..requests import TransferEndpoints
@@ -546,13 +547,11 @@ def _config(args: argparse.Namespace, world: int | None = None) -> SyncConfig:
 
 
 def _check_timeout(seconds: float) -> None:
-    """``--timeout`` within what the executor accepts (``execute.MIN_TIMEOUT`` to ``MAX_TIMEOUT``),
+    """``--timeout`` within what the executor accepts (``limits.MIN_TIMEOUT`` to ``MAX_TIMEOUT``),
     checked before anything is launched: the same value is the store's and the process group's
     timeout, and before this check ``inf`` or ``1e12`` failed inside the launch (an
     ``OverflowError`` reported as "cannot launch"), ``nan`` as a ``ValueError``, and ``1e-4``
     launched every process only for each call to be refused there."""
-    from ..execute import MAX_TIMEOUT, MIN_TIMEOUT  # imports torch: only once the arguments parsed
-
     low, high = MIN_TIMEOUT.total_seconds(), MAX_TIMEOUT.total_seconds()
     if not low <= seconds <= high:  # also false for nan
         raise InvalidMapError(f"--timeout must be from {low:g} to {high:g} seconds (365 days), got {seconds}")

@@ -49,7 +49,7 @@ from typing import Any
 
 from ..errors import AffineTransferError
 from ..formats import PLANS_FORMAT
-from ..limits import PlanBudget
+from ..limits import MAX_TIMEOUT, PlanBudget
 from .base import Adapter, Outcome
 from .corpus import ERROR_CLASSES, FEATURES, Case
 
@@ -355,11 +355,6 @@ class ModuleAdapter(FunctionAdapter):
         super().__init__(target, name=spec)
 
 
-MAX_COMMAND_SECONDS = 365 * 86400.0
-"""The longest ``cmd:`` timeout taken: far above any planner, far below where the clock
-arithmetic of a wait overflows."""
-
-
 def _run_command(command: str, text: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run ``command`` through the shell with ``text`` on stdin, in a session of its own, and kill
     that whole session if it runs past ``timeout`` or the run is interrupted.
@@ -407,11 +402,12 @@ class CommandAdapter(Adapter):
             command = command[1:-1]
         if not command:
             raise ValueError("planner 'cmd:': the command is empty")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_COMMAND_SECONDS:
+        longest = MAX_TIMEOUT.total_seconds()
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= longest:
             # also refuses nan: before, nan, inf or 1e12 made every case an "error" of the planner
             # ("adapter raised OverflowError"), and 0 or -1 every case "ran past 0 s"
             raise ValueError(f"planner 'cmd:{command}': --timeout must be above 0 and at most "
-                             f"{MAX_COMMAND_SECONDS:g} seconds (365 days), got {timeout!r}")
+                             f"{longest:g} seconds (365 days), got {timeout!r}")
         self.command = command
         self.timeout = float(timeout)
         self.name = f"cmd:{command}"

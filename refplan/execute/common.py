@@ -16,22 +16,14 @@ from typing import Literal
 import torch.distributed as dist
 
 from ..errors import AffineTransferError, describe_exception
+from ..limits import MAX_TIMEOUT as MAX_TIMEOUT  # the bounds of ``_checked_timeout`` (why: there)
+from ..limits import MIN_TIMEOUT as MIN_TIMEOUT
 
 EndpointRanks = Literal["global", "group"]
 
 
 DEFAULT_TIMEOUT = timedelta(seconds=300)
 """How long one exchange (the verdict, or one round) may wait before it becomes an error."""
-
-MIN_TIMEOUT = timedelta(milliseconds=1)
-MAX_TIMEOUT = timedelta(days=365)
-"""The timeouts a call accepts (``_checked_timeout``). Why a floor: gloo and the store count whole
-milliseconds, so less is no time at all (every wait fails at once, and a timed-out gloo wait closes
-every connection of the group). Why a ceiling: gloo turns a wait's timeout into an absolute time
-in nanoseconds of the system clock, which overflows for a timeout of about 234 years or more (and
-``timedelta.max``) — measured here: a wait of 10^5 days on a finished all-gather never returned,
-one of ``timedelta.max`` failed at once. A year is far below that and above any real sync."""
-
 
 _RETAINED: list[object] = []
 """Staging (and work handles) of transfers that failed after the verdict.
