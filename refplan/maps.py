@@ -496,13 +496,21 @@ weak reference made in C. Fewer long-lived objects per map also means less work 
 cyclic collector, which runs while users build their maps."""
 
 
-def _forget(gone: _Entry) -> None:
+_BUILT: _WeakTable = {}
+"""The contents the builders made, by builder key, held weakly as ``_CONTENTS`` is (``_file_built``)."""
+
+
+def _forget(gone: _Entry, _built: _WeakTable = _BUILT) -> None:
+    """Drop a dead content's entries. It reads no module global when called: contents can die
+    while the interpreter shuts down, after this module's globals were set to ``None``, and the
+    lookup then printed "Exception ignored in: <function _forget ...>" for each at exit. So the
+    builders' table is bound as a default, when the module is made."""
     table = gone.table
     if table.get(gone.key) is gone:  # not a newer entry made after this one died
         del table[gone.key]
     built = gone.built
-    if built is not None and _BUILT.get(built) is gone:
-        del _BUILT[built]
+    if built is not None and _built.get(built) is gone:
+        del _built[built]
 
 
 def _recall(table: _WeakTable, key: tuple[Any, ...]) -> MapContent | None:
@@ -829,9 +837,6 @@ def _file_built(key: tuple[Any, ...], entry: _Entry, content: MapContent) -> Non
         _BUILT[key] = entry
     else:
         _keep(_BUILT, key, content)
-
-
-_BUILT: _WeakTable = {}
 
 
 def _remembered(key: tuple[Any, ...]) -> ParamAffineMap | None:

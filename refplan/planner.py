@@ -38,6 +38,7 @@ from .plan import (
 )
 from .policies import balanced, first_holder, from_selector, lpt
 from .policies.simple import ROW_FORMS, HolderKey, request_load, uses_processes
+from .policies.split_balanced import made_by_split_balanced
 from .regions import Intersection, check_target_cover, intersections, source_regions
 from .requests import (
     ReplicaAnswer,
@@ -721,9 +722,12 @@ def _for_policy(
     its answers are checked against. refplan's own ``balanced``, ``lpt`` and ``first_holder``
     read the requests and nothing else, and none of them reads a parameter name: they get the
     requests themselves, twins sharing their layout's objects, and answer exactly as they would
-    on the copies (tested), without a copy per request.
+    on the copies (tested), without a copy per request. So does every ``split_balanced_policy``
+    (``made_by_split_balanced``): a copy of a uniform request makes a candidate per holder, k²
+    for a region held by k locations and read by k pieces.
     """
-    if any(policy is known for known in _READ_ONLY_POLICIES):  # identity: a policy's __eq__ is its own
+    # identity: a policy's __eq__ is its own
+    if any(policy is known for known in _READ_ONLY_POLICIES) or made_by_split_balanced(policy):
         return tuple(requests)
     return tuple(map(_renamed, requests, names))
 

@@ -449,13 +449,13 @@ class _Poison:
 
 @pytest.mark.parametrize("scenario", ["llama-sync", "moe-gather-64", "uneven"])
 def test_read_only_policies_answer_the_shared_requests_as_they_answer_named_copies(scenario: str) -> None:
-    """``balanced``, ``lpt`` and ``first_holder`` get the layout's shared requests, not copies: their
-    answers must equal the answers to copies named for each parameter, and to copies whose
-    name is unusable (so no answer can depend on a name)."""
+    """``balanced``, ``lpt``, ``first_holder`` and every ``split_balanced_policy`` get the layout's
+    shared requests, not copies: their answers must equal the answers to copies named for each
+    parameter, and to copies whose name is unusable (so no answer can depend on a name)."""
     from refplan import planner
     from refplan.cli.bench import SCENARIOS
     from refplan.limits import PlanBudget
-    from refplan.policies import balanced, first_holder, lpt
+    from refplan.policies import balanced, first_holder, lpt, split_balanced, split_balanced_policy
 
     s = SCENARIOS[scenario]()
     prepared, _sizes, _floor = planner._prepare_batch(
@@ -464,7 +464,7 @@ def test_read_only_policies_answer_the_shared_requests_as_they_answer_named_copi
     requests = [r for p in prepared for r in p.requests]
     names = [p.name for p in prepared for _ in p.requests]
     poisoned = [planner._renamed(r, _Poison()) for r in requests]  # type: ignore[arg-type]
-    for policy in (balanced, lpt, first_holder):
+    for policy in (balanced, lpt, first_holder, split_balanced, split_balanced_policy(min_split_bytes=64)):
         handed = planner._for_policy(policy, requests, names)
         assert all(a is b for a, b in zip(handed, requests)), "read-only policies get no copies"
         named = tuple(map(planner._renamed, requests, names))

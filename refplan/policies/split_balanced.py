@@ -3,15 +3,21 @@
 It prices every candidate path with the α-β model (``policies.cost``), places single-holder
 load first, then assigns and levels the movable requests by estimated sync time, splitting a
 request along one axis only where each part keeps at least ``min_split_bytes``.
+
+Requests that share their holders (and processes, nodes and target) share one priced candidate
+list (``_Group``): a region held by k locations and read by k target pieces is priced k times, not
+k² (4 096 x 4 096: 17.5 s before, most of it making, scanning and indexing 16.7 M candidates).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from heapq import heapify, heappop, heappush
 from itertools import pairwise
 
 from ..check import DEFAULT_MIN_SPLIT_BYTES
-from ..requests import ReplicaAnswer, ReplicaPart, ReplicaPolicy, ReplicaRequest
+from ..requests import ReplicaAnswer, ReplicaPart, ReplicaPolicy, ReplicaRequest, holder_locations
 from .cost import DEFAULT_ALPHA, DEFAULT_BETA, CostModel, LinkCost
 from .simple import request_load, uses_processes
 
@@ -37,21 +43,155 @@ class _Candidate:
         self.rank = rank
 
 
+_HEAP_FROM = 64
+"""Step 2 finds the cheapest candidate of a group with at least this many candidates through
+``_Cheapest`` (kept ordered by sender time across requests) instead of pricing every candidate
+for each request: the same choice either way (tests hold the two equal), O(log k) per request
+instead of O(k)."""
+
+
+_SHARE_GROUPS = True
+"""Requests with the same holders (and processes, nodes, target) share one ``_Group``. Tests turn
+it off to hold the shared groups to one group per request: the levelling's edges read through
+a group are then each request's own, as they were listed before groups."""
+
+
+class _Group:
+    """The priced candidates that every request with the same holders, candidate processes and
+    nodes, and target process and node shares, and what the levelling reads of them.
+
+    Worked out once per group: its candidates, its local copy (the lowest location in the
+    target's own process), the nearest candidate on each unit (lowest path rank, then location:
+    where a part that moves to that unit goes) and the set of its units."""
+
+    __slots__ = ("cands", "cheapest", "local", "nearest", "units")
+
+    def __init__(self, cands: list[_Candidate]) -> None:
+        self.cands = cands
+        local = [c.location for c in cands if c.rank == 0]
+        self.local = min(local) if local else None
+        nearest: dict[int, int] = {}
+        for k, c in enumerate(cands):
+            b = nearest.get(c.unit)
+            if b is None or (c.rank, c.location) < (cands[b].rank, cands[b].location):
+                nearest[c.unit] = k
+        self.nearest = nearest
+        self.units = sorted(nearest)
+        self.cheapest: list[tuple[int, LinkCost, _Cheapest]] | None = None  # per path rank, made on first use
+
+
+def _priced(
+    holders: tuple[int, ...], processes: tuple[int | None, ...], nodes: tuple[int | None, ...] | None,
+    target_process: int | None, target_node: int | None, by_process: bool, links: dict[str, LinkCost],
+) -> list[_Candidate]:
+    """A request's candidates as the policy prices them: per holder, its unit (process, or its
+    location when load is counted per location), its location and its path's cost and rank."""
+    if not by_process:
+        network = links["network"]
+        return [_Candidate(loc, loc, network, 2) for loc in holders]
+    out: list[_Candidate] = []
+    for k, loc in enumerate(holders):
+        proc = processes[k]
+        assert proc is not None  # by_process: every candidate's process is known (``uses_processes``)
+        if proc == target_process:
+            kind = "process"
+        elif nodes is not None and target_node is not None and nodes[k] == target_node:
+            kind = "node"
+        else:
+            kind = "network"
+        out.append(_Candidate(proc, loc, links[kind], _PATH_RANK[kind]))
+    return out
+
+
+class _Cheapest:
+    """The candidates of one path kind of a group, kept in order of their sender's time.
+
+    Why: step 2 places requests one by one on the candidate after which its sender's time is
+    least; with thousands of candidates shared by thousands of requests, pricing all of them for
+    each request is k². Here candidates wait in buckets by the sender time they had when last
+    seen (each bucket a heap by location), and the bucket values in a heap. Sender times only
+    grow in step 2, so a candidate whose sender has taken load since is found stale when its
+    bucket comes up, and moved to its current time's bucket: lazily, as in a priority queue with
+    decrease-key done by re-insertion.
+
+    ``best(s)`` is exact: the least ``(time + s, location)`` over the kind's candidates, where
+    ``time + s`` is the float the scan computes. Two sender times an ulp apart can round to the
+    same sum, so after the least time it also looks at the next ones while their sum is equal.
+    """
+
+    __slots__ = ("buckets", "egress", "values")
+
+    def __init__(self, cands: list[_Candidate], ks: list[int], egress: dict[int, float]) -> None:
+        self.egress = egress
+        buckets: dict[float, list[tuple[int, int, int]]] = {}
+        for k in ks:
+            c = cands[k]
+            buckets.setdefault(egress.get(c.unit, 0.0), []).append((c.location, k, c.unit))
+        for bucket in buckets.values():
+            heapify(bucket)
+        self.buckets = buckets
+        self.values = list(buckets)
+        heapify(self.values)
+
+    def _settled(self, value: float) -> list[tuple[int, int, int]] | None:
+        """The bucket of ``value`` with its stale candidates moved on; ``None`` (and gone) if empty."""
+        buckets = self.buckets
+        bucket = buckets[value]
+        egress = self.egress
+        while bucket and egress.get(bucket[0][2], 0.0) != value:
+            entry = heappop(bucket)
+            now = egress.get(entry[2], 0.0)  # > value: sender times only grow in step 2
+            there = buckets.get(now)
+            if there is None:
+                buckets[now] = [entry]
+                heappush(self.values, now)
+            else:
+                heappush(there, entry)
+        if bucket:
+            return bucket
+        del buckets[value]
+        return None
+
+    def best(self, seconds: float) -> tuple[float, int, int]:
+        """(sender time after ``seconds`` more, location, candidate index) of the cheapest."""
+        values = self.values
+        found: tuple[float, int, int] | None = None
+        passed: list[float] = []
+        while values:
+            value = values[0]
+            bucket = self._settled(value)
+            if bucket is None:
+                heappop(values)
+                continue
+            total = value + seconds
+            if found is not None and total != found[0]:
+                break  # sums never fall as times grow: no later bucket can tie
+            location, k, _unit = bucket[0]
+            if found is None or location < found[1]:
+                found = (total, location, k)
+            passed.append(heappop(values))
+        for value in passed:
+            heappush(values, value)
+        assert found is not None  # a group's kind has at least one candidate
+        return found
+
+
 class _Movable:
     """A request with several remote candidates: its slices along one axis, and its parts.
 
     ``parts`` are ``[slices, candidate index]`` in axis order; they tile the request's extent on
     ``axis``. Every part of a split is at least ``min_slices`` slices (``min_split_bytes``).
     ``receiver`` is the lane its bytes arrive on (the target process, or ``-1 - location``).
+    ``cands`` are its group's (shared, never changed).
     """
 
-    __slots__ = ("axis", "cands", "index", "min_slices", "parts", "receiver", "size", "slice_bytes", "slices")
+    __slots__ = ("axis", "cands", "group", "index", "min_slices", "parts", "receiver", "size", "slice_bytes",
+                 "slices")
 
-    def __init__(
-        self, index: int, request: ReplicaRequest, cands: list[_Candidate], receiver: int, min_split: int
-    ) -> None:
+    def __init__(self, index: int, request: ReplicaRequest, group: _Group, receiver: int, min_split: int) -> None:
         self.index = index
-        self.cands = cands
+        self.group = group
+        self.cands = group.cands
         self.receiver = receiver
         self.size = request_load(request)
         shape = request.shape
@@ -63,6 +203,31 @@ class _Movable:
 
     def seconds(self, slices: int, k: int) -> float:
         return self.cands[k].link.seconds(slices * self.slice_bytes)
+
+    def first_choice(self, egress: dict[int, float]) -> int:
+        """Step 2: the candidate after which its sender's time is least, then the cheaper path,
+        then the lowest location (a scan, or ``_Cheapest`` for a large group: the same one)."""
+        cands = self.cands
+        if len(cands) < _HEAP_FROM:
+            return min(
+                range(len(cands)),
+                key=lambda k: (egress.get(cands[k].unit, 0.0) + self.seconds(self.slices, k), cands[k].rank,
+                               cands[k].location),
+            )
+        group = self.group
+        if group.cheapest is None:
+            by_rank: dict[int, list[int]] = {}
+            for k, c in enumerate(cands):
+                by_rank.setdefault(c.rank, []).append(k)
+            group.cheapest = [
+                (rank, cands[ks[0]].link, _Cheapest(cands, ks, egress)) for rank, ks in sorted(by_rank.items())
+            ]
+        nbytes = self.slices * self.slice_bytes
+        return min(
+            (total, rank, location, k)
+            for rank, link, cheapest in group.cheapest
+            for total, location, k in (cheapest.best(link.seconds(nbytes)),)
+        )[3]
 
 
 class _Lanes:
@@ -130,43 +295,47 @@ def split_balanced_policy(
         answers: list[ReplicaAnswer] = [0] * len(requests)
         lanes = _Lanes()
         movable: list[_Movable] = []
+        # One group per distinct (holders, processes, nodes, target process, target node): found
+        # by the identities of those objects first (the planner hands refplan's own policies its
+        # shared holder tuples, so a group's requests repeat one object), by value otherwise.
+        # Each entry holds its objects, so no id is reused while the call lasts.
+        by_value: dict[tuple[object, ...], _Group] = {}
+        by_object: dict[tuple[int, ...], tuple[_Group, tuple[object, ...]]] = {}
         for i, r in enumerate(requests):
-            cands: list[_Candidate] = []
-            for k, c in enumerate(r.candidates):
-                proc = r.candidate_processes[k]
-                if by_process and proc is not None:
-                    if proc == r.target_process:
-                        kind = "process"
-                    elif r.candidate_nodes is not None and r.target_node is not None and (
-                        r.candidate_nodes[k] == r.target_node
-                    ):
-                        kind = "node"
-                    else:
-                        kind = "network"
-                    cands.append(_Candidate(proc, c.source_rank, links[kind], _PATH_RANK[kind]))
-                else:
-                    cands.append(_Candidate(c.source_rank, c.source_rank, links["network"], 2))
+            holders = holder_locations(r)
+            key: tuple[object, ...] = (
+                (holders, r.candidate_processes, r.candidate_nodes, r.target_process, r.target_node)
+                if by_process else (holders,)
+            )
+            if not _SHARE_GROUPS:
+                key = (*key, i)
+            ids = tuple(map(id, key))
+            entry = by_object.get(ids)
+            if entry is None:
+                group = by_value.get(key)
+                if group is None:
+                    group = by_value[key] = _Group(_priced(
+                        holders, r.candidate_processes, r.candidate_nodes, r.target_process, r.target_node,
+                        by_process, links,
+                    ))
+                by_object[ids] = (group, key)
+            else:
+                group = entry[0]
             receiver = r.target_process if by_process and r.target_process is not None else -1 - r.target_location
-            local = [c.location for c in cands if c.rank == 0]
-            if local:
-                answers[i] = min(local)
-            elif len(cands) == 1:
-                only = cands[0]
+            if group.local is not None:
+                answers[i] = group.local
+            elif len(group.cands) == 1:
+                only = group.cands[0]
                 answers[i] = only.location
                 lanes.add(only.unit, receiver, only.link.seconds(request_load(r)))
             else:
-                movable.append(_Movable(i, r, cands, receiver, min_split_bytes))
+                movable.append(_Movable(i, r, group, receiver, min_split_bytes))
         if not movable:
             return answers
         movable.sort(key=lambda m: (-m.size, m.index))
         egress = lanes.egress
         for m in movable:
-            best = min(
-                range(len(m.cands)),
-                key=lambda k: (
-                    egress.get(m.cands[k].unit, 0.0) + m.seconds(m.slices, k), m.cands[k].rank, m.cands[k].location,
-                ),
-            )
+            best = m.first_choice(egress)
             m.parts = [[m.slices, best]]
             lanes.add(m.cands[best].unit, m.receiver, m.seconds(m.slices, best))
         whole = [(m.index, m.cands[m.parts[0][1]].location) for m in movable]
@@ -184,7 +353,24 @@ def split_balanced_policy(
 
     policy.__name__ = "split_balanced"
     policy.__qualname__ = "split_balanced"
+    made, table = id(policy), _MADE  # the callback reads no global: it may run at shutdown
+    table[made] = weakref.ref(policy, lambda _ref: table.pop(made, None))
     return policy
+
+
+_MADE: dict[int, weakref.ref[ReplicaPolicy]] = {}
+"""Every policy ``split_balanced_policy`` made that is still alive, by id (``made_by_split_balanced``)."""
+
+
+def made_by_split_balanced(policy: object) -> bool:
+    """Whether ``policy`` is one ``split_balanced_policy`` made (by identity, never ``==``).
+
+    Why: such a policy reads its requests and nothing else (no parameter name, no field it
+    forces), so the planner may hand it the layouts' shared request objects instead of a copy
+    per request (``planner._for_policy``); a copy of a request held by k locations makes its k
+    candidates, k² for k such requests."""
+    ref = _MADE.get(id(policy))
+    return ref is not None and ref() is policy
 
 
 class _Mover:
@@ -196,13 +382,17 @@ class _Mover:
     directly. A move is taken only if every sender it touches ends below the busiest sender's
     old time and no receiver ends above the current sync time: the sorted vector of sender
     times falls lexicographically, so the loop ends, and the sync time never rises.
+
+    ``on[u][g]``: the requests of group ``g`` with a part on sender ``u``. There is an edge
+    u → v wherever one of them has a holder on v; the edges are read through the groups, never
+    listed one by one (k requests over k shared holders would be k² of them).
     """
 
     def __init__(self, movable: list[_Movable], lanes: _Lanes, network: LinkCost) -> None:
         self.movable = movable
         self.lanes = lanes
         self.network = network
-        self.edges: dict[int, dict[int, set[int]]] = {}
+        self.on: dict[int, dict[_Group, set[int]]] = {}
         self.work = 0
         for pos in range(len(movable)):
             self._index(pos, add=True)
@@ -211,26 +401,28 @@ class _Mover:
         m = self.movable[pos]
         for _count, k in m.parts:
             u = m.cands[k].unit
-            out = self.edges.setdefault(u, {})
-            for c in m.cands:
-                if c.unit != u:
-                    bucket = out.setdefault(c.unit, set())
-                    if add:
-                        bucket.add(pos)
-                    else:
-                        bucket.discard(pos)
+            if add:
+                self.on.setdefault(u, {}).setdefault(m.group, set()).add(pos)
+                continue
+            held = self.on.get(u, {}).get(m.group)
+            if held is not None:
+                held.discard(pos)
+                if not held:
+                    del self.on[u][m.group]
 
     def _hop(
         self, u: int, v: int, want: float, changed: dict[int, list[list[int]]]
     ) -> tuple[int, list[list[int]]] | None:
         """The request part on ``u`` that best carries ``want`` bytes to ``v``: (pos, its new parts)."""
         best: tuple[float, int, int, int, int, int] | None = None  # (miss, cut?, pos, part, cand, slices)
-        for pos in sorted(self.edges.get(u, {}).get(v, ())):
+        here: set[int] = set()
+        for group, held in self.on.get(u, {}).items():
+            if v in group.nearest:
+                here |= held
+        for pos in sorted(here):
             m = self.movable[pos]
             current = changed.get(pos, m.parts)
-            k2 = min(
-                (k for k, c in enumerate(m.cands) if c.unit == v), key=lambda k: (m.cands[k].rank, m.cands[k].location)
-            )
+            k2 = m.group.nearest[v]
             for j, (count, k) in enumerate(current):
                 if m.cands[k].unit != u:
                     continue
@@ -287,12 +479,20 @@ class _Mover:
         parent: dict[int, int] = {busiest: busiest}
         depth = {busiest: 0}
         queue = [busiest]
+        # Breadth first, each new sender's parent the first one in queue order with an edge to
+        # it, met in sorted order. A group's units are all reached from the first sender that
+        # has one of its requests, so each group is opened once per search.
+        opened: set[_Group] = set()
         for u in queue:
-            for v in sorted(self.edges.get(u, {})):
-                if v not in parent and self.edges[u][v]:
-                    parent[v] = u
-                    depth[v] = depth[u] + 1
-                    queue.append(v)
+            fresh: set[int] = set()
+            for group in self.on.get(u, {}):
+                if group not in opened:
+                    opened.add(group)
+                    fresh.update(v for v in group.units if v not in parent)
+            for v in sorted(fresh):
+                parent[v] = u
+                depth[v] = depth[u] + 1
+                queue.append(v)
         targets = sorted((egress.get(w, 0.0), depth[w], w) for w in parent if w != busiest)
         for low, _depth, w in targets:
             if low >= top or self.work > _LEVEL_WORK:
