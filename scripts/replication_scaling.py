@@ -6,7 +6,11 @@ them, so there is nothing to time beside. Each row builds its maps from the desc
 names, then plans (and, where said, verifies) — what a user pays for that layout. Run it against
 another checkout with ``PYTHONPATH=<checkout>`` to time the code before a change in the same way.
 
-    .venv/bin/python scripts/replication_scaling.py [--quick]
+    .venv/bin/python scripts/replication_scaling.py [--quick] [--scenario NAME ...]
+
+``--scenario`` also plans named bench scenarios with ``split_balanced`` (maps built once, before
+timing; median of 3): its grouping of shared holders is felt there too (docs/performance.md,
+"split_balanced at large replication").
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ def _timed(what: str, run: Callable[[], object]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the smaller sizes only")
-    quick = parser.parse_args().quick
+    parser.add_argument("--scenario", action="append", default=[], metavar="NAME",
+                        help="also plan this bench scenario with split_balanced (repeatable)")
+    args = parser.parse_args()
+    quick = args.quick
     print(f"refplan from {os.path.dirname(refplan.__file__)}; load average {os.getloadavg()[0]:.2f}")
     from torch.distributed.tensor import Replicate
 
@@ -54,6 +61,19 @@ def main() -> None:
                lambda name=name: plan_transfers(
                    {"w": (contiguous_split_map((4 * k, 8), [4] * k, 0), replicated_map((4 * k, 8), k))},
                    replica_policy=POLICIES[name], element_size=2))
+    if args.scenario:
+        from refplan.cli.bench import SCENARIOS
+
+        for name in args.scenario:
+            s = SCENARIOS[name]()
+            times = []
+            for _ in range(3):
+                started = time.perf_counter()
+                plan_transfers(s.pairs, endpoints=s.endpoints, element_size=s.element_size,
+                               process_node=s.process_node, replica_policy=POLICIES["split_balanced"])
+                times.append(time.perf_counter() - started)
+            print(f"  bench scenario {name}, planned with split_balanced: {sorted(times)[1]:.2f} s (median of 3)",
+                  flush=True)
 
 
 if __name__ == "__main__":
