@@ -16,10 +16,11 @@ oracle all read it, so it must not pull any of them in.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from .errors import AffineTransferError
 
@@ -37,6 +38,7 @@ __all__ = [
     "STREAM_PLANS_BYTES",
     "STREAM_REMEMBER_PLANS",
     "PlanBudget",
+    "element_sizes",
     "fast_paths",
 ]
 
@@ -45,6 +47,52 @@ MAX_ELEMENT_SIZE = 1 << 16
 """The largest element size taken, in bytes per element, by the library (``plan_transfers``) and
 by files and ``--element-size`` alike: the widest dtype torch has is 16 bytes, and a size past
 this bound is a mistake (10**23 was accepted) that would only turn into absurd byte counts."""
+
+
+def element_sizes(
+    names: list[str], element_size: Mapping[str, int] | int | None
+) -> dict[str, int] | None:
+    """Bytes per element by parameter name, checked: ``None`` (sizes unknown), or one for each of
+    ``names``. One ``int`` is every parameter's size, as one integer is in a maps file
+    (``"element_size": 2``): the library takes what the files take. Shared by the planner and
+    the reports of ``analysis``, so a size the planner takes the reports take too, and a bad
+    one gets the same error from both (``ValueError``/``TypeError`` naming the parameter)."""
+    if element_size is None:
+        return None
+    if type(element_size) is int:  # bool excluded: True is not a byte count
+        if element_size <= 0:
+            raise ValueError(f"element_size must be positive, got {element_size}")
+        if element_size > MAX_ELEMENT_SIZE:
+            raise ValueError(f"element_size must be at most {MAX_ELEMENT_SIZE} bytes, got {element_size}")
+        return dict.fromkeys(names, element_size)
+    if not isinstance(element_size, Mapping):
+        raise TypeError(
+            f"element_size must be an int (every parameter) or map parameter name -> bytes, "
+            f"got {type(element_size).__name__}"
+        )
+    if type(element_size) is dict:  # the usual case, checked by C loops; any doubt takes the loop
+        values: list[Any] = [*map(element_size.get, names)]
+        if {*map(type, values)} <= _INT_ONLY and (not values or 0 < min(values) <= max(values) <= MAX_ELEMENT_SIZE):
+            return dict(zip(names, values))
+    out: dict[str, int] = {}
+    for name in names:
+        size = element_size.get(name)
+        if size is None:
+            raise ValueError(f"parameter {name!r}: element_size gives no size for it")
+        if type(size) is not int:
+            raise TypeError(f"parameter {name!r}: element_size must be an int, got {type(size).__name__}")
+        if size <= 0:
+            raise ValueError(f"parameter {name!r}: element_size must be positive, got {size}")
+        if size > MAX_ELEMENT_SIZE:
+            raise ValueError(
+                f"parameter {name!r}: element_size must be at most {MAX_ELEMENT_SIZE} bytes, got {size}"
+            )
+        out[name] = size
+    return out
+
+
+_INT_ONLY = frozenset([int])  # ``element_sizes``: every value an exact int (bool excluded)
+
 
 @dataclass(frozen=True)
 class PlanBudget:

@@ -748,45 +748,6 @@ def _exception_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _element_sizes(
-    names: list[str], element_size: Mapping[str, int] | int | None
-) -> dict[str, int] | None:
-    """Bytes per element by parameter name. One ``int`` is every parameter's size, as one integer
-    is in a maps file (``"element_size": 2``): the library takes what the files take."""
-    if element_size is None:
-        return None
-    if type(element_size) is int:  # bool excluded: True is not a byte count
-        if element_size <= 0:
-            raise ValueError(f"element_size must be positive, got {element_size}")
-        if element_size > limits.MAX_ELEMENT_SIZE:
-            raise ValueError(f"element_size must be at most {limits.MAX_ELEMENT_SIZE} bytes, got {element_size}")
-        return dict.fromkeys(names, element_size)
-    if not isinstance(element_size, Mapping):
-        raise TypeError(
-            f"element_size must be an int (every parameter) or map parameter name -> bytes, "
-            f"got {type(element_size).__name__}"
-        )
-    if type(element_size) is dict:  # the usual case, checked by C loops; any doubt takes the loop
-        values: list[Any] = [*map(element_size.get, names)]
-        if {*map(type, values)} <= _INT and (not values or 0 < min(values) <= max(values) <= limits.MAX_ELEMENT_SIZE):
-            return dict(zip(names, values))
-    out: dict[str, int] = {}
-    for name in names:
-        size = element_size.get(name)
-        if size is None:
-            raise ValueError(f"parameter {name!r}: element_size gives no size for it")
-        if type(size) is not int:
-            raise TypeError(f"parameter {name!r}: element_size must be an int, got {type(size).__name__}")
-        if size <= 0:
-            raise ValueError(f"parameter {name!r}: element_size must be positive, got {size}")
-        if size > limits.MAX_ELEMENT_SIZE:
-            raise ValueError(
-                f"parameter {name!r}: element_size must be at most {limits.MAX_ELEMENT_SIZE} bytes, got {size}"
-            )
-        out[name] = size
-    return out
-
-
 def _prepare_batch(
     pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]],
     budget: PlanBudget,
@@ -808,7 +769,7 @@ def _prepare_batch(
         raise InvalidMapError("parameter names must be strings")
     if process_node is not None and endpoints is None:
         raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
-    sizes = _element_sizes(names, element_size)
+    sizes = limits.element_sizes(names, element_size)
     split_floor = DEFAULT_MIN_SPLIT_BYTES if min_split_bytes is None else min_split_bytes
     if type(split_floor) is not int:  # bool included: True is not a byte count
         raise TypeError(f"min_split_bytes must be an int, got {type(split_floor).__name__}")

@@ -170,6 +170,31 @@ def test_bad_element_size_is_an_argument_error(value: Any, error: type[Exception
     assert not isinstance(info.value, InvalidMapError)
 
 
+def test_the_reports_take_the_element_size_the_planner_takes_and_refuse_what_it_refuses() -> None:
+    """``sender_load`` and ``estimate_sync_time`` took a mapping only: the ``element_size=2`` a
+    plan was made with ended in "TypeError: 'int' object is not subscriptable", a parameter
+    missing from the mapping in a bare ``KeyError``, and a location the endpoints do not bind in
+    a ``KeyError`` of the location. Now the planner's rule (``limits.element_sizes``) and named
+    refusals."""
+    from refplan.analysis import estimate_sync_time
+
+    pairs = {"w": _pair()["w"], "b": (replicated_map((4,), 2), replicated_map((4,), 2))}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 2, 1: 3})
+    plans = plan_transfers(pairs, endpoints=ends, element_size=2)
+    for report in (sender_load, estimate_sync_time):
+        assert report(plans, endpoints=ends, element_size=2) == report(
+            plans, endpoints=ends, element_size={"w": 2, "b": 2})
+        with pytest.raises(ValueError, match="parameter 'w': element_size gives no size"):
+            report(plans, endpoints=ends, element_size={"b": 2})
+        with pytest.raises(ValueError, match="element_size must be positive"):
+            report(plans, endpoints=ends, element_size=0)
+        with pytest.raises(TypeError, match="element_size must be an int"):
+            report(plans, endpoints=ends, element_size=2.0)  # type: ignore[arg-type]
+        with pytest.raises(InvalidMapError, match="parameter 'b': endpoints bind no process to target location 1, "
+                                                  "which segment 1 of its plan writes"):
+            report(plans, endpoints=TransferEndpoints({0: 0, 1: 1}, {0: 2}))
+
+
 def test_a_maps_file_with_a_zero_element_size_is_still_a_bad_file() -> None:
     """The file is malformed, so the loader (not the planner) refuses it as before."""
     doc = {"format": "refplan.maps/1", "element_size": {"w": 0},

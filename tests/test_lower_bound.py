@@ -14,6 +14,7 @@ Then every policy's plan on random replicated maps puts at least the bound on it
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -163,6 +164,35 @@ def test_without_processes_locations_are_the_units() -> None:
 def test_single_holders_fix_the_bound() -> None:
     reqs = [request(9, (0,), 70), request(9, (0, 1), 10), request(8, (1, 2), 30)]
     assert load_lower_bound(reqs).bytes == 70
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_shared_holder_tuples_give_the_bound_of_fresh_ones(seed: int) -> None:
+    """The bound works a units tuple out once per candidate-processes (or holders) object and sums
+    bytes per units object: the same requests repeated as objects, sharing one tuple per holder
+    set as the planner's requests do, must give exactly what fresh copies give (Hall's value)."""
+    rng = random.Random(seed)
+    pool = random_instance(rng, 4, 6, 6)
+    shared = {tuple(r.candidate_processes): tuple(r.candidate_processes) for r in pool}
+    pool = [dataclasses.replace(r, candidate_processes=shared[tuple(r.candidate_processes)]) for r in pool]
+    picks = [rng.randrange(len(pool)) for _ in range(30)]
+    repeated = [pool[i] for i in picks]
+    fresh = [dataclasses.replace(pool[i], candidate_processes=tuple(pool[i].candidate_processes)) for i in picks]
+    got = load_lower_bound(repeated)
+    assert got == load_lower_bound(fresh)
+    assert got.bytes == hall(fresh)
+
+
+def test_a_region_held_by_many_locations_is_bounded_without_its_candidates() -> None:
+    """512 row shards from a tensor replicated on 512 locations: the requests keep their holders
+    and make candidates only if asked (``_UniformRequest``); the bound never asks, and is the
+    even share (4 rows x 8 x 2 bytes per shard over 512 senders)."""
+    k = 512
+    pairs = {"w": (contiguous_split_map((4 * k, 8), [4] * k, 0), replicated_map((4 * k, 8), k))}
+    reqs = collect_requests(pairs, element_size=2)
+    bound = load_lower_bound(reqs)
+    assert bound.bytes == 64 and bound.groups == 1 and len(bound.senders) == k
+    assert all("candidates" not in r.__dict__ for r in reqs)
 
 
 def test_empty_batch() -> None:
