@@ -12,14 +12,14 @@ reports with it; the names are re-exported here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from .errors import InvalidMapError
 from .limits import element_sizes
-from .plan import TransferPlan
+from .plan import TransferPlan, TransferSegment
 from .policies.cost import DEFAULT_ALPHA, DEFAULT_BETA, PATH_KINDS, CostModel, LinkCost, path_kind
 from .policies.simple import uses_processes
 from .requests import ReplicaRequest, TransferEndpoints, holder_locations
@@ -77,13 +77,19 @@ def _bound(endpoints: TransferEndpoints, plans: Mapping[str, TransferPlan]) -> N
                     )
 
 
-def _units(plans: Mapping[str, TransferPlan], element_size: Mapping[str, int] | int | None) -> dict[str, int]:
-    """Bytes per element of each plan's parameter (1: elements count as bytes), checked as the
-    planner checks them (``limits.element_sizes``): the same ``element_size`` a plan was made
-    with, an ``int`` included, gives the same sizes here."""
+def _sized(
+    plans: Mapping[str, TransferPlan], element_size: Mapping[str, int] | int | None
+) -> Iterator[tuple[TransferSegment, int]]:
+    """Every segment of ``plans`` (parameters in name order) with its bytes (elements when no
+    element size is given). The sizes are checked first, as the planner checks them
+    (``limits.element_sizes``): the same ``element_size`` a plan was made with, an ``int``
+    included, gives the same sizes here."""
     names = sorted(plans)
     sizes = element_sizes(names, element_size)
-    return dict.fromkeys(names, 1) if sizes is None else sizes
+    for name in names:
+        unit = 1 if sizes is None else sizes[name]
+        for seg in plans[name].segments:
+            yield seg, seg.numel * unit
 
 
 def sender_load(
@@ -101,22 +107,18 @@ def sender_load(
     per parameter); a parameter without one, or a location ``endpoints`` does not bind, is
     refused by name.
     """
-    units = _units(plans, element_size)
     sent: dict[int, int] = dict.fromkeys(senders or [], 0)
     local: dict[int, int] = {}
     try:
-        for name in sorted(plans):
-            unit = units[name]
-            for seg in plans[name].segments:
-                size = seg.numel * unit
-                if endpoints is None:
-                    sent[seg.source_rank] = sent.get(seg.source_rank, 0) + size
-                    continue
-                src = endpoints.source[seg.source_rank]
-                if src == endpoints.target[seg.target_rank]:
-                    local[src] = local.get(src, 0) + size
-                else:
-                    sent[src] = sent.get(src, 0) + size
+        for seg, size in _sized(plans, element_size):
+            if endpoints is None:
+                sent[seg.source_rank] = sent.get(seg.source_rank, 0) + size
+                continue
+            src = endpoints.source[seg.source_rank]
+            if src == endpoints.target[seg.target_rank]:
+                local[src] = local.get(src, 0) + size
+            else:
+                sent[src] = sent.get(src, 0) + size
     except KeyError:
         if endpoints is not None:
             _bound(endpoints, plans)  # names the unbound location
@@ -155,31 +157,27 @@ def estimate_sync_time(
     ``element_size`` and ``endpoints`` are checked as in ``sender_load``.
     """
     model = cost or CostModel()
-    units = _units(plans, element_size)
     egress: dict[int, float] = {}
     ingress: dict[int, float] = {}
     local: dict[int, float] = {}
     try:
-        for name in sorted(plans):
-            unit = units[name]
-            for seg in plans[name].segments:
-                size = seg.numel * unit
-                if endpoints is None:
-                    link = model.network
-                    t = link.alpha + size / link.beta
-                    egress[seg.source_rank] = egress.get(seg.source_rank, 0.0) + t
-                    ingress[-1 - seg.target_rank] = ingress.get(-1 - seg.target_rank, 0.0) + t
-                    continue
-                src = endpoints.source[seg.source_rank]
-                dst = endpoints.target[seg.target_rank]
-                kind = path_kind(src, dst, process_node)
-                link = model.link(kind)
+        for seg, size in _sized(plans, element_size):
+            if endpoints is None:
+                link = model.network
                 t = link.alpha + size / link.beta
-                if kind == "process":
-                    local[src] = local.get(src, 0.0) + t
-                else:
-                    egress[src] = egress.get(src, 0.0) + t
-                    ingress[dst] = ingress.get(dst, 0.0) + t
+                egress[seg.source_rank] = egress.get(seg.source_rank, 0.0) + t
+                ingress[-1 - seg.target_rank] = ingress.get(-1 - seg.target_rank, 0.0) + t
+                continue
+            src = endpoints.source[seg.source_rank]
+            dst = endpoints.target[seg.target_rank]
+            kind = path_kind(src, dst, process_node)
+            link = model.link(kind)
+            t = link.alpha + size / link.beta
+            if kind == "process":
+                local[src] = local.get(src, 0.0) + t
+            else:
+                egress[src] = egress.get(src, 0.0) + t
+                ingress[dst] = ingress.get(dst, 0.0) + t
     except KeyError:
         if endpoints is not None:
             _bound(endpoints, plans)  # names the unbound location
