@@ -145,6 +145,25 @@ def test_refused_maps_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(err.splitlines()) == 1 and "InvalidMapError" in err
 
 
+def test_endpoints_that_leave_a_planned_location_unbound_exit_2(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A maps file whose endpoints bind no process to a target location that the plans file
+    writes: the load table ended in a bare ``KeyError: 1`` traceback (exit 1); now one line naming
+    the plans file, the segment, the location and the maps file, exit 2, before any table."""
+    from refplan.requests import TransferEndpoints
+
+    pairs = {"w": (contiguous_split_map((8, 8), [4, 4], 0), replicate(contiguous_split_map((8, 8), [8], 0), 2))}
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps(dump_plans(plan_transfers(pairs))))
+    maps = tmp_path / "maps.json"
+    maps.write_text(json.dumps(dump_maps(MapsBatch(pairs, TransferEndpoints({0: 0, 1: 1}, {0: 2})))))
+    assert _run(str(maps), str(plans)) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip() == (f'refplan show: InvalidMapError: {plans}: $.parameters.w.segments[1].target[0]: '
+                           f"location 1 has no process in the endpoints of {maps}")
+
+
 def test_png_without_a_renderer_exits_2(demo_maps: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(show, "png_renderer", lambda: None)

@@ -375,7 +375,7 @@ def _prefixed(path: str, exc: Exception) -> str:
     return f"{type(exc).__name__}: " + (text if text.startswith(path) else f"{path}: {text}")
 
 
-def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
+def _load_plans(path: str, batch: MapsBatch, batch_path: str) -> dict[str, TransferPlan]:
     try:
         doc = load_json(path)
         if isinstance(doc, Mapping) and "format" not in doc and "segments" in doc:
@@ -394,11 +394,18 @@ def _load_plans(path: str, batch: MapsBatch) -> dict[str, TransferPlan]:
         if name not in batch.pairs:
             raise _BadInput(f"InvalidMapError: {path}: {where}: no such parameter in the maps file")
         target, source = batch.pairs[name]
+        ends = batch.endpoints
         for i, seg in enumerate(plans[name].segments):
             for side, loc, known in (("source", seg.source_rank, source), ("target", seg.target_rank, target)):
                 if loc not in known.shard_shapes:
                     raise _BadInput(f"InvalidMapError: {path}: {where}.segments[{i}].{side}[0]: location {loc} "
                                     f"is not in the {side} map")
+                # The load table counts per process: a location the maps file's endpoints leave
+                # unbound would end the table in a bare KeyError (as `refplan plan` refuses such
+                # endpoints, a plans file met with them is refused here, naming the place).
+                if ends is not None and loc not in (ends.source if side == "source" else ends.target):
+                    raise _BadInput(f"InvalidMapError: {path}: {where}.segments[{i}].{side}[0]: location {loc} "
+                                    f"has no process in the endpoints of {batch_path}")
     for name in sorted(batch.pairs):
         if name not in plans:
             raise _BadInput(f"InvalidMapError: {path}: $.parameters: no plan for parameter {name!r} of the maps file")
@@ -429,7 +436,7 @@ def run_show_cli(args: argparse.Namespace) -> int:
         except AffineTransferError as exc:
             raise _BadInput(f"{type(exc).__name__}: {exc}") from None
         if args.plans:
-            plans = _load_plans(args.plans, batch)
+            plans = _load_plans(args.plans, batch, args.maps)
             origin = f"plans from {args.plans}"
         else:
             try:
