@@ -196,7 +196,9 @@ judgement (``oracle.judge._quick``)."""
 REMEMBER_SEGMENTS = 64
 """Within one ``verify_plans`` batch the oracle reuses the verdict of a plan with at most this many
 segments for a later parameter whose layouts and segments are identical (``oracle.judge``); longer
-plans are judged afresh, so that the remembered keys stay small next to the plans themselves."""
+plans are judged afresh, so that the remembered keys stay small next to the plans themselves —
+unless a later plan holds the very same segments tuple object (``oracle.judge.Twins``: reuse by
+identity builds no key, so no length bound applies; off, with the rest, below zero)."""
 
 PAIRWISE_LIMIT = 8
 """``check.check_answers`` compares at most this many parts of one answer pairwise; more go

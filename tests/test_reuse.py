@@ -244,13 +244,23 @@ def test_a_verdict_is_reused_only_for_plans_up_to_the_segment_bound(
     from refplan import limits
     from refplan.policies import first_holder
 
+    """The planner's equal plans share one segments tuple: up to the bound they are reused (by
+    plan content or by that tuple), past it still by the tuple's identity, which builds no key
+    (``oracle.judge.Twins``); a batch of equal plans around tuples of their own is judged plan by
+    plan past the bound; and with the bound below zero (``limits.fast_paths(False)``) nothing is
+    reused."""
     batch = {"a": _layer(), "b": _layer(), "c": _layer()}
-    plans = plan_transfers(batch, replica_policy=first_holder)  # three equal plans
+    plans = plan_transfers(batch, replica_policy=first_holder)  # three equal plans, one segments tuple
+    assert len({id(p.segments) for p in plans.values()}) == 1
     size = len(plans["a"].segments)
     monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", size)
     assert verify_plans(batch, plans).status == "ok" and oracle_work["check_plan"] == 1
     monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", size - 1)
-    assert verify_plans(batch, plans).status == "ok" and oracle_work["check_plan"] == 1 + 3
+    assert verify_plans(batch, plans).status == "ok" and oracle_work["check_plan"] == 1 + 1
+    copies = {name: dataclasses.replace(p, segments=tuple(list(p.segments))) for name, p in plans.items()}
+    assert verify_plans(batch, copies).status == "ok" and oracle_work["check_plan"] == 1 + 1 + 3
+    monkeypatch.setattr(limits, "REMEMBER_SEGMENTS", -1)
+    assert verify_plans(batch, plans).status == "ok" and oracle_work["check_plan"] == 1 + 1 + 3 + 3
 
 
 def test_a_map_is_remembered_only_up_to_the_piece_bound(

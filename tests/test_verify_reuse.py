@@ -125,9 +125,11 @@ def test_distinct_plans_read_each_shared_content_once_and_keep_no_other(
     lone = contiguous_split_map((16, 8), [2, 2, 4], 1)  # held by one map of the batch only
     pairs = repeated()
     pairs["z.lone"] = (lone, own_copy(SOURCE))
-    plans = {name: dataclasses.replace(PLAN) for name in NAMES}
+    # Distinct plan objects around distinct segment tuples (around one tuple they would be twins:
+    # ``Twins``, tested below).
+    plans = {name: dataclasses.replace(PLAN, segments=tuple(list(PLAN.segments))) for name in NAMES}
     plans["z.lone"] = plan_transfer(lone, SOURCE)
-    assert len({id(p) for p in plans.values()}) == len(plans)
+    assert len({id(p) for p in plans.values()}) == len({id(p.segments) for p in plans.values()}) == len(plans)
     result = verify_plans(pairs, plans)
     assert result.ok
     assert oracle_work == {"validate_map": 3, "check_plan": len(plans)}
@@ -307,3 +309,78 @@ def test_a_segment_list_verdict_is_reused_only_for_its_own_pair_of_layouts_and_c
     result = verify_plans(pairs, plans)
     assert [v.status for v in result.verdicts.values()] == ["ok", "ok", "invalid"], result.verdicts
     assert_alone(result, pairs, plans)
+
+
+# -- plans of their own around one segments tuple (``oracle.judge.Twins``) ----------------------------
+
+LONG_TARGET = contiguous_split_map((96, 8), [1] * 96, 0)
+LONG_SOURCE = replicate(contiguous_split_map((96, 8), [48, 48], 0), 2)
+LONG_PLAN = plan_transfer(LONG_TARGET, LONG_SOURCE)  # 96 segments: past REMEMBER_SEGMENTS, no content key
+
+
+def twins_of(plan: TransferPlan, n: int = len(NAMES)) -> dict[str, TransferPlan]:
+    """A plan object per parameter around ``plan``'s one segments tuple (what a planner that
+    remembers layouts hands a model's layers)."""
+    out = {name: TransferPlan(plan.segments, plan.logical_shape, plan.moved_elements) for name in NAMES[:n]}
+    assert len({*map(id, out.values())}) == n and len({id(p.segments) for p in out.values()}) == 1
+    return out
+
+
+def long_pairs() -> dict[str, tuple[ParamAffineMap, ParamAffineMap]]:
+    return {name: (own_copy(LONG_TARGET), own_copy(LONG_SOURCE)) for name in NAMES}
+
+
+def test_plans_of_their_own_around_one_long_segments_tuple_are_judged_once(
+    judgements: list[str], oracle_work: dict[str, int]
+) -> None:
+    """Ten plan objects sharing one tuple of 96 segments (more than a content key is built for):
+    judged once, each verdict under its own name and equal to ``verify_plan``'s alone (before,
+    each of the ten was judged: 1.8x the planning on the ``rl-broadcast`` bench scenario)."""
+    assert len(LONG_PLAN.segments) > 64
+    pairs, plans = long_pairs(), twins_of(LONG_PLAN)
+    result = verify_plans(pairs, plans)
+    assert result.ok and judgements == [NAMES[0]]
+    assert oracle_work["check_plan"] == 1
+    with fast_paths(False):  # switched off with every other reuse: each judged
+        assert verify_plans(pairs, plans) == result
+    assert judgements[1:] == NAMES
+    assert_alone(result, pairs, plans)
+
+
+def test_a_twin_with_another_logical_shape_or_other_maps_is_judged(judgements: list[str]) -> None:
+    """The very same segments tuple does not make the same plan: the fifth twin's logical shape
+    is another (forced past the frozen dataclass), the seventh is met with another source map;
+    each is judged and refused as alone, the rest take the first verdict."""
+    pairs, plans = long_pairs(), twins_of(LONG_PLAN)
+    object.__setattr__(plans[FIFTH], "logical_shape", (8, 96))
+    seventh = NAMES[6]
+    pairs[seventh] = (LONG_TARGET, replicate(contiguous_split_map((96, 8), [40, 56], 0), 2))
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid", "ok", "invalid"] + ["ok"] * 3
+    assert judgements == [NAMES[0], FIFTH, seventh]
+    assert_alone(result, pairs, plans)
+
+
+def test_twins_around_a_segment_with_mutable_parts_are_judged_each_time(
+    judgements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One segment's source strides forced to a list: the first twin is not immutable, so no
+    twin takes its verdict; when the list changes before the fifth is judged, the fifth on are
+    found invalid."""
+    first = dataclasses.replace(LONG_PLAN.segments[0])
+    strides = list(first.source_strides)
+    object.__setattr__(first, "source_strides", strides)
+    plans = twins_of(TransferPlan((first, *LONG_PLAN.segments[1:]), LONG_PLAN.logical_shape,
+                                  LONG_PLAN.moved_elements))
+    counted = judge._verify_plan
+
+    def changing(*args: Any, **kwargs: Any) -> Any:
+        if kwargs["parameter"] == FIFTH:
+            strides[1] = 2  # segment 0 now reads every other column of its source row
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(judge, "_verify_plan", changing)
+    pairs = long_pairs()
+    result = verify_plans(pairs, plans)
+    assert [v.status for v in result.verdicts.values()] == ["ok"] * 4 + ["invalid"] * 6
+    assert judgements == NAMES

@@ -22,6 +22,8 @@ Scenarios (all bf16, 2 bytes per element):
 - ``moe-reshard-N``: the same blocks dealt round-robin over 8 → over 16 locations (EP=8 → EP=16),
   block-gathered on both sides; N = 256 and 4096 (a supplementary row, see docs/performance.md).
 - ``uneven``: prime-sized axes, TP=3 × DP=2 → TP=5 on axis 0 and TP=5 × DP=2 → TP=7 on axis 1.
+- ``rl-broadcast``: an RL weight sync from one trainer to many rollout engines: 4 Llama layers,
+  TP=4 × DP=4 on processes 0–15 → 128 engines of TP=2 (every target shard replicated 128 times).
 
 End to end (issue 27; the headline): scenarios with a plain description (``Layout``: parameter
 names, shapes, dtype, the TP/DP/EP layout of both sides, location -> process) -- llama-sync,
@@ -347,10 +349,12 @@ class _Sides:
 
 
 def _model_layout(tp_source: int, dp_source: int, tp_target: int, layers: int, hidden: int, ffn: int,
-                  vocab: int) -> Layout:
-    """The Llama-shaped trainer -> engine description (``_model_pairs``'s layout, in words)."""
+                  vocab: int, engines: int = 1) -> Layout:
+    """The Llama-shaped trainer -> engine description (``_model_pairs``'s layout, in words);
+    ``engines`` copies of the TP=``tp_target`` engine, each on its own processes."""
     side = _Sides()
     sources = tp_source * dp_source
+    targets = tp_target * engines
     shapes = {
         "attn.qkv": ((3 * hidden, hidden), 0),
         "attn.o": ((hidden, hidden), 1),
@@ -360,21 +364,22 @@ def _model_layout(tp_source: int, dp_source: int, tp_target: int, layers: int, h
     params: list[ParamSpec] = []
 
     def add(name: str, shape: tuple[int, ...], axis: int) -> None:
-        params.append(ParamSpec(name, shape, side.split(axis, tp_source, dp_source), side.split(axis, tp_target, 1)))
+        params.append(ParamSpec(name, shape, side.split(axis, tp_source, dp_source),
+                                side.split(axis, tp_target, engines)))
 
     for layer in range(layers):
         for name, (shape, axis) in shapes.items():
             add(f"layers.{layer:02d}.{name}", shape, axis)
         for norm in ("input_norm", "post_norm"):
             params.append(ParamSpec(f"layers.{layer:02d}.{norm}", (hidden,), side.whole(range(sources)),
-                                    side.whole(range(tp_target))))
+                                    side.whole(range(targets))))
     add("embed", (vocab, hidden), 0)
     add("lm_head", (vocab, hidden), 0)
     trainer_nodes = _nodes(range(sources), 8)
     engine_node = max(trainer_nodes.values()) + 1
-    nodes = {**trainer_nodes, **_nodes(range(sources, sources + tp_target), 8, engine_node)}
+    nodes = {**trainer_nodes, **_nodes(range(sources, sources + targets), 8, engine_node)}
     return Layout(tuple(params), {loc: loc for loc in range(sources)},
-                  {loc: sources + loc for loc in range(tp_target)}, nodes)
+                  {loc: sources + loc for loc in range(targets)}, nodes)
 
 
 def llama_scenario(layers: int = LAYERS, hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB) -> Scenario:
@@ -392,6 +397,25 @@ def zero2_scenario(layers: int = LAYERS, hidden: int = HIDDEN, ffn: int = FFN, v
         "zero2-sync",
         f"Llama {layers} layers ({6 * layers + 2} params), TP1xDP8 (procs 0-7) -> TP8 (procs 8-15), bf16",
         _model_layout(1, 8, 8, layers, hidden, ffn, vocab),
+    )
+
+
+BROADCAST_ENGINES = 128
+"""Rollout engines of ``rl-broadcast``: every trainer shard's holders serve 128 copies of each
+engine shard, the layouts the broadcast and replication work of the twenty-seventh and
+twenty-eighth sessions was about, here beside the peers."""
+
+
+def broadcast_scenario(engines: int = BROADCAST_ENGINES, layers: int = 4) -> Scenario:
+    """``rl-broadcast``: an RL weight sync from one trainer to many rollout engines: TP=4 x DP=4
+    (procs 0-15) -> ``engines`` engines of TP=2, each on its own two processes (every target
+    shard replicated ``engines`` times), Llama shapes, ``layers`` layers."""
+    targets = 2 * engines
+    return _described(
+        "rl-broadcast",
+        f"Llama {layers} layers ({6 * layers + 2} params), TP4xDP4 (procs 0-15) -> {engines} engines of TP2 "
+        f"(procs 16-{15 + targets}), bf16",
+        _model_layout(4, 4, 2, layers, HIDDEN, FFN, VOCAB, engines=engines),
     )
 
 
@@ -655,6 +679,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "moe-model-100k": partial(moe_model_scenario, 130, 256, name="moe-model-100k"),
     "moe-large": moe_large_scenario,
     "dense-70b": dense70b_scenario,
+    "rl-broadcast": broadcast_scenario,
 }
 """Every named scenario, built on demand (the 10⁵-piece map takes seconds to build)."""
 

@@ -753,6 +753,13 @@ def _verify_plans(
     # ``same`` pays only when a plan object comes twice; in a batch of distinct plans (every
     # parameter's layout its own) neither looking verdicts up nor filing them is worth its cost.
     repeats = type(plans) is not dict or len({*map(id, plans.values())}) < len(plans)
+    # ``twins`` pays only when distinct plan objects share one segments tuple: a planner that
+    # remembers layouts hands a model's layers plans of their own around the same segments
+    # (``Twins``).
+    exact = [p for p in plans.values() if type(p) is TransferPlan]
+    shares = limits.REMEMBER_SEGMENTS >= 0 and (  # off with every other reuse (``limits.fast_paths``)
+        repeats or len({id(getattr(p, "segments", p)) for p in exact}) < len(exact))
+    twins: Twins = {}
     # Map readings: where plans repeat, every content read is kept (``_KEEP``: few are read, and a
     # content met again under another plan object is read once); in a batch of distinct plans,
     # only those of contents that more than one map holds (``_shared_contents``; of a plain dict of
@@ -790,6 +797,19 @@ def _verify_plans(
                 if entry is not None and (entry[4] > 0 or (entry[4] == 0 and _frozen(same, entry))):
                     verdicts[name] = entry[3].with_parameter(name)
                     continue
+                twin_key: tuple[int, int, int] | None = None
+                twin_segments: tuple[Any, ...] = ()
+                if shares and type(t_content) is MapContent and type(s_content) is MapContent:
+                    segments = getattr(plan, "segments", None)  # deleted past the frozen dataclass: judged invalid
+                    if type(segments) is tuple:
+                        twin_segments = segments
+                        twin_key = (id(segments), id(t_content), id(s_content))
+                        twin = twins.get(twin_key)
+                        if twin is not None:
+                            if _twin_of(twins, twin_key, twin, plan):
+                                verdicts[name] = twin[4].with_parameter(name)
+                                continue
+                            twin_key = None  # filed already: this one is judged afresh
                 quick = _quick(target, source, plan, name, t_content, s_content, reads)
                 if quick is not None:
                     verdict = quick
@@ -800,6 +820,8 @@ def _verify_plans(
                     )
                 if entry is None and repeats:
                     _remember(same, t_content, s_content, plan, verdict)
+                if twin_key is not None:
+                    twins[twin_key] = (twin_segments, t_content, s_content, plan, verdict, 0)
             else:
                 verdict = _verify_plan(
                     target, source, plan, parameter=name, fallback_elements=fallback_elements, layouts=layouts,
@@ -965,7 +987,9 @@ def _remember(same: Same, t_content: MapContent, s_content: MapContent, plan: Tr
     """File a first verdict for (target content, source content, plan) in ``same``; see ``Same``.
 
     Plans of more than ``limits.REMEMBER_SEGMENTS`` segments are not filed, as ``_judge`` files
-    none: one bound, and one switch (``limits.fast_paths``), governs all reuse of verdicts."""
+    none: one bound, and one switch (``limits.fast_paths``), governs reuse by plan object and by
+    content. (``Twins`` reuses by the segments tuple's identity, which builds no key: no length
+    bound, the same switch.)"""
     if type(t_content) is not MapContent or type(s_content) is not MapContent:
         return
     segments = getattr(plan, "segments", None)  # deleted past the frozen dataclass: judged invalid, not filed
@@ -975,6 +999,36 @@ def _remember(same: Same, t_content: MapContent, s_content: MapContent, plan: Tr
     if key in same:
         key = (key, id(t_content), id(s_content))
     same[key] = (t_content, s_content, plan, verdict, 0)
+
+
+Twins = dict[tuple[int, int, int], tuple[tuple[Any, ...], MapContent, MapContent, TransferPlan, Verdict, int]]
+"""``_verify_plans``'s memo of verdicts by (id of a plan's segments tuple, id of the target
+content, id of the source content): (that tuple, the two contents, the first plan judged with
+them, its verdict, whether that plan was found immutable: 0 not asked yet, 1 yes, -1 no). The
+entry holds the objects, so their ids cannot be reused while the batch runs.
+
+Why: ``Same`` reuses a verdict when the very plan object comes again; a planner that remembers
+layouts hands each parameter a plan of its own around the same segments tuple (refplan's do), so
+on a model whose layers each have hundreds of segments (a broadcast to many engines: 433 per
+parameter on ``rl-broadcast``) every layer was judged again, and ``verify_plans`` took 1.8x the
+planning it checks. The judgement reads a plan's segments and logical shape and nothing else, so
+a later plan with the very same segments tuple, an equal logical shape of plain ints and the very
+same map contents gets the first one's verdict (``_twin_of``). Identity needs no content key, so
+no ``REMEMBER_SEGMENTS`` bound applies: an entry holds references, never a copy."""
+
+
+def _twin_of(twins: Twins, key: tuple[int, int, int], entry: tuple[Any, ...], plan: TransferPlan) -> bool:
+    """Whether ``plan`` may take ``entry``'s verdict: the first plan filed there holds only immutable
+    values (``segments.immutable_plan``, asked on the first reuse and kept in the entry) and
+    ``plan``'s logical shape is a tuple of plain ints equal to that plan's."""
+    segments, t_content, s_content, first, verdict, frozen = entry
+    if frozen == 0:
+        frozen = 1 if immutable_plan(first) else -1
+        twins[key] = (segments, t_content, s_content, first, verdict, frozen)
+    if frozen < 0:
+        return False
+    shape = getattr(plan, "logical_shape", None)
+    return type(shape) is tuple and _INTS.issuperset(map(type, shape)) and shape == first.logical_shape
 
 
 def _frozen(same: Same, entry: tuple[MapContent, MapContent, TransferPlan, Verdict, int]) -> bool:
