@@ -284,6 +284,12 @@ def split_balanced_policy(
     planner's check. Only the requests and these numbers are read, in their fixed order, with
     ties broken by sender and location, and levelling stops after a fixed amount of work
     (``_LEVEL_WORK`` candidate moves): every process computes the same answers.
+
+    Requests with the same holders, processes, nodes and target share one priced group
+    (``_Group``), step 2 finds a large group's cheapest candidate in order (``_Cheapest``) and the
+    levelling reads its edges through the groups, so a region held by k locations and read by k
+    pieces costs about k log k, not k² (the answers are the ones pricing every candidate of
+    every request gives: tests/test_split_balanced.py).
     """
     if type(min_split_bytes) is not int or min_split_bytes < 0:
         raise ValueError(f"min_split_bytes must be a non-negative int, got {min_split_bytes!r}")
