@@ -10,6 +10,10 @@ Two kinds live here, kept apart on purpose:
   ``limits.NAME``, so ``fast_paths(enabled)`` can switch every one of them for a test instead of
   tests monkeypatching globals in five modules.
 
+One check lives here too, ``element_sizes`` (bytes per element against ``MAX_ELEMENT_SIZE``): the
+planner and the reports of ``analysis`` both take an ``element_size`` argument, and must accept
+and refuse the same values with the same words.
+
 This module imports nothing from the package but ``errors``: the planner, the checker and the
 oracle all read it, so it must not pull any of them in.
 """
