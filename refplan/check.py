@@ -37,7 +37,7 @@ from typing import Any
 from . import limits
 from .box import Box, WorkCounter, overlapping_pairs
 from .errors import InvalidReplicaPolicyError
-from .limits import PlanBudget, as_budget
+from .limits import PlanBudget, as_budget, element_sizes
 from .maps import describe
 from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest, _new_candidate, uniform_read
 
@@ -158,7 +158,7 @@ def check_answers(
     requests: Sequence[ReplicaRequest],
     answers: Any,
     *,
-    element_size: Mapping[str, int] | None = None,
+    element_size: Mapping[str, int] | int | None = None,
     min_split_bytes: int = DEFAULT_MIN_SPLIT_BYTES,
     budget: PlanBudget | None = None,
     parameters: Sequence[str] | None = None,
@@ -169,7 +169,9 @@ def check_answers(
     is tiled by parts served by validated holders (Theorem 3's hypotheses). ``parameters`` names
     the parameter of each request when it differs from ``request.parameter``: the planner checks
     twins of a layout against that layout's one set of requests (element sizes, the per-parameter
-    segment count and every message go by this name).
+    segment count and every message go by this name). ``element_size`` is what
+    ``plan_transfers`` takes, checked by the same rule (``limits.element_sizes``): a bad one is
+    the caller's ``ValueError``/``TypeError``, never blamed on the policy.
     """
     budget = as_budget(budget, "budget")
     if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
@@ -197,6 +199,9 @@ def check_answers(
     names = [r.parameter for r in requests] if parameters is None else parameters
     if len(names) != len(requests):
         raise ValueError(f"{len(names)} parameter names for {len(requests)} requests")
+    # Before, an int here was "'int' object is not subscriptable", a missing name a bare KeyError,
+    # and a size of 0 a policy error ("part 0 of a split is 0 bytes"): all the caller's.
+    sizes = element_sizes(list(dict.fromkeys(names)), element_size)
     resolved: list[ResolvedAnswer] = []
     parts_per_parameter: dict[str, int] = {}
     split_parameters: set[str] = set()
@@ -232,7 +237,7 @@ def check_answers(
                 if sharing:
                     accepted[(id(request), answer)] = (request, one)
         elif isinstance(answer, (list, tuple)):
-            size = None if element_size is None else element_size[name]
+            size = None if sizes is None else sizes[name]
             try:  # length first, so an enormous split is refused before anything iterates it
                 count = len(answer)
                 if count > budget.max_parts_per_request:

@@ -240,10 +240,13 @@ def test_parameter_names_given_beside_the_requests_are_the_ones_used() -> None:
     rest = ReplicaPart((reqs[1].logical_origin[0] + 2, 0), (2, 6), holder)
     split = [reqs[0].candidates[0].source_rank, [half, rest]]
     # The element size is looked up by the given name (a KeyError for "param" would mean the
-    # request's own name was used) ...
-    check_answers(reqs, split, element_size={"twin": 4}, min_split_bytes=48, parameters=["x", "twin"])
+    # request's own name was used; every given name needs a size, as in ``plan_transfers``) ...
+    sizes = {"x": 1, "twin": 4}
+    check_answers(reqs, split, element_size=sizes, min_split_bytes=48, parameters=["x", "twin"])
     with pytest.raises(InvalidReplicaPolicyError, match=r"parameter 'twin'.*below min_split_bytes=49"):
-        check_answers(reqs, split, element_size={"twin": 4}, min_split_bytes=49, parameters=["x", "twin"])
+        check_answers(reqs, split, element_size=sizes, min_split_bytes=49, parameters=["x", "twin"])
+    with pytest.raises(ValueError, match="parameter 'x': element_size gives no size for it"):
+        check_answers(reqs, split, element_size={"twin": 4}, min_split_bytes=48, parameters=["x", "twin"])
     # ... and segments are counted per given name: 1 + 2 parts for one name exceed 2 segments,
     # 1 and 2 for two names do not.
     tight = PlanBudget(max_segments=2)

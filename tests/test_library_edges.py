@@ -195,6 +195,24 @@ def test_the_reports_take_the_element_size_the_planner_takes_and_refuse_what_it_
             report(plans, endpoints=TransferEndpoints({0: 0, 1: 1}, {0: 2}))
 
 
+def test_check_answers_takes_the_element_size_the_planner_takes_and_blames_a_bad_one_on_the_caller() -> None:
+    """``check_answers`` read ``element_size[name]`` when a split came: an ``int`` was "'int' object
+    is not subscriptable", a missing name a bare ``KeyError``, a string a ``TypeError`` from a
+    comparison deep inside, and a size of 0 an ``InvalidReplicaPolicyError`` ("part 0 of a split
+    is 0 bytes"), blaming the policy for the caller's argument."""
+    requests = collect_requests({"w": (contiguous_split_map((8, 8), [8], 0), replicated_map((8, 8), 2))})
+    answers = [[ReplicaPart((0, 0), (4, 8), 0), ReplicaPart((4, 0), (4, 8), 1)]]
+    assert check_answers(requests, answers, element_size=2, min_split_bytes=1) == check_answers(
+        requests, answers, element_size={"w": 2}, min_split_bytes=1)
+    for bad, error, words in [({"x": 2}, ValueError, "parameter 'w': element_size gives no size for it"),
+                              ({"w": "a"}, TypeError, "parameter 'w': element_size must be an int, got str"),
+                              ({"w": 0}, ValueError, "parameter 'w': element_size must be positive, got 0"),
+                              (0, ValueError, "element_size must be positive, got 0")]:
+        with pytest.raises(error) as info:
+            check_answers(requests, answers, element_size=bad, min_split_bytes=1)
+        assert str(info.value) == words and not isinstance(info.value, InvalidReplicaPolicyError)
+
+
 def test_a_maps_file_with_a_zero_element_size_is_still_a_bad_file() -> None:
     """The file is malformed, so the loader (not the planner) refuses it as before."""
     doc = {"format": "refplan.maps/1", "element_size": {"w": 0},
