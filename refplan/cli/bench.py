@@ -2452,13 +2452,18 @@ FIXED_LAYOUT = "one 64x64 bf16 parameter, rows -> columns (procs 0-1 -> 2-3)"
 RAW_RUNS = 31
 """Pairs (executor, raw) that ``--sync`` times at least: on 2 shared cores a single pair can be
 off by 2x either way, so the judged ratio is a median over many pairs."""
-WHOLE_RUNS = 41
+WHOLE_RUNS = 121
 """Pairs on ``WHOLE_LAYOUT`` (each moves more than 256 MiB). Here one pair's ratio spreads by
 0.15-0.25 (standard deviation; quartiles as wide as x1.12-x1.47 in one launch of 2026-12-04), so the
-median of n pairs has a standard error of about 1.25 x that / sqrt(n): 0.04-0.07 at 21 pairs, as
-much as (a)'s margin over its floor, 0.03-0.05 at 41. A median of 9 pairs moved by ~0.06 from one
-run of the bench to the next. 41 pairs cost about 25 s more than 21 (every set of pairs of this
-layout, judged or printed beside, has this many)."""
+median of n pairs has a standard error of about 1.25 x that / sqrt(n): 0.04-0.07 at 21 pairs, 0.03-0.05
+at 41, 0.02-0.03 at 121 — against (a)'s margin of about 0.03 over the median this machine reads
+(x1.22 over 38 quiet runs). Measured on 2026-12-05: five runs at 41 pairs read x1.18-x1.27 (one above
+1.25), six at 121 x1.20-x1.24 five times and x1.27 once, in a run where raw itself read 72.6 ms against 59 in
+the others: more pairs narrow the noise within a run, not the machine's state from one run to the
+next. A median of 9 pairs moved by ~0.06 from one run of the bench to the next. More pairs make the
+same median better known, not smaller: the medians centred on x1.22 at 41 and at 121 alike. 121
+pairs cost about 20 s more than 41 here (every set of pairs of this layout, judged or printed
+beside, has this many)."""
 
 
 def _raw_layouts() -> dict[str, tuple[Pairs, TransferEndpoints]]:
