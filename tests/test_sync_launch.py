@@ -187,6 +187,23 @@ def test_bench_sync_compares_with_raw_all_to_all() -> None:
     assert raw["load_before"] is not None and raw["load_before"] >= 0 and raw["others_cores"] >= 0
 
 
+def test_bench_sync_times_the_sets_beside_the_judged_pairs_on_their_own_count() -> None:
+    """``run_sync_raw(..., beside_runs=)``: the judged pairs keep their count while the unjudged
+    sets after them (by hand, floor, new targets) run their own, and the report says how many:
+    121 judged pairs on the 272 MiB layout with every set at 121 doubled a bench run."""
+    from refplan.cli.bench import FIXED_LAYOUT, _raw_lines, run_sync_raw
+
+    raw = run_sync_raw(runs=3, layout=FIXED_LAYOUT, beside_runs=1)
+    assert raw["runs"] == 3 and raw["beside_runs"] == 1
+    # One pair beside: its ratios have a single value; three judged pairs spread.
+    for key in ("call_vs_hand", "call_vs_floor", "new_targets"):
+        assert raw[key]["low"] == raw[key]["high"] == raw[key]["median"], (key, raw[key])
+    assert raw["call"]["low"] < raw["call"]["high"], raw["call"]
+    text = "\n".join(_raw_lines(raw))
+    assert "1 more pairs after the judged ones" in text and "1 more pairs after those" in text
+    assert "1 more pairs, last" in text and "3 warm calls" in text, text
+
+
 def test_the_floor_replays_the_executors_schedule_and_needs_its_copies() -> None:
     """``bench._floor`` (the executor's own schedule replayed with nothing around it) lands every
     target element of the 32 MiB batch on 4 gloo processes; with the senders' packing copies left

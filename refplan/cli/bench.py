@@ -2453,17 +2453,18 @@ RAW_RUNS = 31
 """Pairs (executor, raw) that ``--sync`` times at least: on 2 shared cores a single pair can be
 off by 2x either way, so the judged ratio is a median over many pairs."""
 WHOLE_RUNS = 121
-"""Pairs on ``WHOLE_LAYOUT`` (each moves more than 256 MiB). Here one pair's ratio spreads by
-0.15-0.25 (standard deviation; quartiles as wide as x1.12-x1.47 in one launch of 2026-12-04), so the
-median of n pairs has a standard error of about 1.25 x that / sqrt(n): 0.04-0.07 at 21 pairs, 0.03-0.05
-at 41, 0.02-0.03 at 121 — against (a)'s margin of about 0.03 over the median this machine reads
-(x1.22 over 38 quiet runs). Measured on 2026-12-05: five runs at 41 pairs read x1.18-x1.27 (one above
-1.25), six at 121 x1.20-x1.24 five times and x1.27 once, in a run where raw itself read 72.6 ms against 59 in
-the others: more pairs narrow the noise within a run, not the machine's state from one run to the
-next. A median of 9 pairs moved by ~0.06 from one run of the bench to the next. More pairs make the
-same median better known, not smaller: the medians centred on x1.22 at 41 and at 121 alike. 121
-pairs cost about 20 s more than 41 here (every set of pairs of this layout, judged or printed
-beside, has this many)."""
+"""Judged pairs on ``WHOLE_LAYOUT`` (each moves more than 256 MiB). Here one pair's ratio spreads
+by 0.15-0.25 (standard deviation; quartiles as wide as x1.12-x1.47 in one launch of 2026-12-04), so
+the median of n pairs has a standard error of about 1.25 x that / sqrt(n): 0.03-0.05 at 41 pairs,
+as wide as (a)'s margin over the x1.22 this machine reads, 0.02-0.03 at 121. More pairs make the
+same median better known, not smaller, and narrow the noise within a run, not the machine's state
+from one run to the next (readings at 41 and 121 in docs/performance.md)."""
+BESIDE_RUNS = 41
+"""Pairs of each unjudged set printed beside the judged one on ``WHOLE_LAYOUT`` (by hand, floor,
+new targets) and of its small collectives timed alone: context, so they keep the count they had
+before the judged pairs grew. A bench run (``--sync --scenario uneven --no-peer``) took 51-55 s here
+with every set at 41, 117-119 s with every set at 121, and 66-68 s with only the judged ones at 121
+(2026-12-05)."""
 
 
 def _raw_layouts() -> dict[str, tuple[Pairs, TransferEndpoints]]:
@@ -2666,7 +2667,9 @@ def _floor(
     return sync
 
 
-def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int) -> dict[str, Any]:
+def _raw_worker(
+    pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int, beside_runs: int
+) -> dict[str, Any]:
     """One process: the balanced plan through the executor and one raw ``all_to_all_single`` of
     exactly the same per-pair bytes, interleaved in the same processes (each after a barrier,
     the order alternating from run to run so that neither always runs on a warmer cache); every
@@ -2674,7 +2677,9 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     are warm (the plans were seen before, so their checks are remembered) with the outcome on,
     and write the same target tensors every run, as raw writes one buffer and a sync loop the
     same weights: every bit of them is set again, in place, just before each call (raw's output
-    likewise before its own), so an element a call failed to land still fails the check."""
+    likewise before its own), so an element a call failed to land still fails the check.
+    ``runs`` pairs are judged; every set timed after them (the small collectives alone, and the
+    pairs beside the sync by hand, the floor and new targets) has ``beside_runs``."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -2780,7 +2785,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
     # seen to speed the raw up (the judged move/raw rose from 1.12-1.22 to 1.24-1.30 with it
     # interleaved, 4 runs each, alternating), and the judged pairs must not change.
     exchanges: list[float] = []
-    for _ in range(runs):
+    for _ in range(beside_runs):
         for timed, into in ((collectives_once, collectives), (exchanges_once, exchanges)):
             dist.barrier()
             started = time.perf_counter()
@@ -2795,7 +2800,7 @@ def _raw_worker(pairs: Pairs, endpoints: TransferEndpoints, runs: int, rank: int
         mine: list[float] = []
         theirs: list[float] = []
         landed = 0
-        for i in range(runs):
+        for i in range(beside_runs):
             into = fresh() if new_targets else targets
             for which in ("executor", "other") if i % 2 == 0 else ("other", "executor"):
                 if which == "other" and before_other is not None:
@@ -2856,8 +2861,11 @@ def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) ->
     }
 
 
-def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, Any]:
+def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT, beside_runs: int | None = None) -> dict[str, Any]:
     """Executor against raw ``all_to_all_single`` on one of ``_raw_layouts``, side by side in one launch.
+
+    ``runs`` judged pairs; every set timed after them, unjudged, has ``beside_runs`` (``runs`` if
+    None; in the result as ``beside_runs``).
 
     Per run, the slowest process's time of each, measured in the same processes one right after
     the other. ``ratio`` is the median over runs of the executor's ``move`` phase (after the
@@ -2885,9 +2893,10 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     from .sync import run_ranks
 
     pairs, endpoints = _raw_layouts()[layout]
+    after = runs if beside_runs is None else beside_runs
 
     def work(rank: int, _world: int) -> dict[str, Any]:
-        return _raw_worker(pairs, endpoints, runs, rank)
+        return _raw_worker(pairs, endpoints, runs, rank, after)
 
     load_before, machine_before = _load_average(), _cpu_reading()
     outcomes = run_ranks(work, 4, backend="gloo", timeout=timedelta(seconds=300), deadline_s=1200)
@@ -2897,7 +2906,7 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
         raise AffineTransferError(f"--sync raw comparison: process {failed[0].rank} failed: {failed[0].error}")
 
     def slowest(values: list[list[float]]) -> list[float]:
-        return [max(v[i] for v in values) for i in range(runs)]
+        return [max(run) for run in zip(*values, strict=True)]
 
     calls, afters, raws, collectives, exchanges, hands, beside, floors, beside_floor, new_calls, new_raws = (
         slowest([o.value[k] for o in outcomes])
@@ -2910,6 +2919,7 @@ def run_sync_raw(runs: int = RAW_RUNS, layout: str = RAW_LAYOUT) -> dict[str, An
     protocol = paired_ratios(calls, [r + statistics.median(collectives) for r in raws])
     return {
         "layout": layout, "policy": "balanced", "runs": runs,
+        "beside_runs": after,
         "move_seconds": statistics.median(moves), "call_seconds": statistics.median(calls),
         "after_verdict_seconds": statistics.median(afters), "raw_seconds": statistics.median(raws),
         "best_move_seconds": min(moves), "best_call_seconds": min(calls), "best_raw_seconds": min(raws),
@@ -3151,7 +3161,7 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {label} median of per-run ratios x{_fmt(ratios.get('median'))} (quartiles "
                 f"x{_fmt(ratios.get('q1'))}-x{_fmt(ratios.get('q3'))}; {name} {raw[seconds_key] * 1e3:.1f} ms: "
-                + what.format(runs=raw["runs"]) + ")"
+                + what.format(runs=raw.get("beside_runs", raw["runs"])) + ")"
             )
     fresh = raw.get("new_targets")
     if fresh and raw.get("new_targets_seconds"):
@@ -3159,7 +3169,7 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
             f"  call/raw, new targets each call  median of per-run ratios x{_fmt(fresh.get('median'))} (quartiles "
             f"x{_fmt(fresh.get('q1'))}-x{_fmt(fresh.get('q3'))}; call {raw['new_targets_seconds'] * 1e3:.1f} ms: the "
             f"judged pairs again with new target tensors every call, where the judged ones reuse theirs; "
-            f"{raw['runs']} more pairs, last)"
+            f"{raw.get('beside_runs', raw['runs'])} more pairs, last)"
         )
     bare = raw.get("exchanges_seconds")
     if bare:
@@ -3326,7 +3336,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     )
     if getattr(args, "sync", False):
         runs = int(getattr(args, "sync_runs", 5))
-        report.sync_whole = run_sync_raw(max(runs, WHOLE_RUNS), WHOLE_LAYOUT)
+        report.sync_whole = run_sync_raw(max(runs, WHOLE_RUNS), WHOLE_LAYOUT, max(runs, BESIDE_RUNS))
         report.targets.append(_whole_call_target(report.sync_whole))
         report.sync_raw = run_sync_raw(max(runs, RAW_RUNS))
         report.targets.append(_raw_target(report.sync_raw))
