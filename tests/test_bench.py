@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 from dataclasses import astuple
 from typing import Any
@@ -172,6 +173,35 @@ def test_bench_names_each_bad_option_before_running(
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.strip() == f"refplan bench: bad input: {said}", err
+
+
+def test_bench_report_says_how_it_was_made(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a report printed its targets with the load but not the command that made it, so a
+    pasted report could not be rerun as it was. Both front doors record the command as typed, the
+    cores and the load when the run began, printed first and again over the targets; a report made
+    from Python (no command line) invents none."""
+    from refplan.cli.bench import BenchReport, format_report
+    from refplan.cli.bench import main as bench_main
+    from refplan.cli.main import main as cli_main
+
+    for run, first in ((cli_main, ["bench"]), (bench_main, [])):
+        assert run([*first, "--scenario", "uneven", "--no-peer", "--no-oracle", "--repeat", "1", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["command"] == "refplan bench --scenario uneven --no-peer --no-oracle --repeat 1 --json"
+        assert doc["machine"]["cores"] == os.cpu_count()
+        assert doc["machine"]["load_before"] is None or doc["machine"]["load_before"] >= 0
+    model = {"alpha_network_s": 1e-5, "beta_network_Bps": 1e10, "alpha_node_s": 1e-6, "beta_node_Bps": 1e11,
+             "min_split_bytes": 1}
+    report = BenchReport(model=model, deepspeed=None, repeat=1)
+    report.targets = [{"target": "t", "detail": "d", "met": True}]
+    text = format_report(report)
+    assert "command:" not in text and "\ntargets:\n" in text
+    report.command = "refplan bench --sync --scenario 'a b'"
+    report.machine = {"cores": 2, "load_before": 0.5}
+    text = format_report(report)
+    said = "command: refplan bench --sync --scenario 'a b'; 2 cores; load average 0.50 when the run began"
+    assert text.splitlines()[0] == said
+    assert f"\ntargets ({said}):\n  [MET] t: d" in text
 
 
 def test_bench_is_deterministic_in_bytes() -> None:

@@ -58,6 +58,7 @@ import itertools
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -801,6 +802,12 @@ class BenchReport:
     speed: dict[str, Any] | None = None
     """This machine's speed reference for the targets set in µs on the issue's machine
     (``speed_reference``): ``{"us": ..., "source": ...}``."""
+    command: str | None = None
+    """The command line that produced this report (``refplan bench ...``; None when called from
+    Python). Printed with the targets so that a pasted report says how to reproduce it."""
+    machine: dict[str, Any] | None = None
+    """``{"cores": ..., "load_before": ...}``: the machine the run had and its one-minute load
+    average when the run began (the targets are stated for an idle one)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -819,6 +826,8 @@ class BenchReport:
             "e2e": [asdict(r) for r in self.e2e],
             "replicate": self.replicate,
             "speed": self.speed,
+            "command": self.command,
+            "machine": self.machine,
         }
 
 
@@ -3181,6 +3190,19 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _run_line(report: BenchReport) -> str:
+    """How the run was made: its command, the machine's cores and the load when it began. Why:
+    a target is judged "here" (this kind of machine, load below 1), so a report pasted into a note
+    must carry both, not leave them to the reader's memory."""
+    parts = [f"command: {report.command}"]
+    machine = report.machine or {}
+    if machine.get("cores") is not None:
+        parts.append(f"{machine['cores']} cores")
+    if machine.get("load_before") is not None:
+        parts.append(f"load average {machine['load_before']:.2f} when the run began")
+    return "; ".join(parts)
+
+
 def format_report(report: BenchReport) -> str:
     """The human-readable table ``refplan bench`` prints."""
     m = report.model
@@ -3191,6 +3213,8 @@ def format_report(report: BenchReport) -> str:
         f"beta={m['beta_network_Bps'] / 1e9:.0f} GB/s; node alpha={m['alpha_node_s'] * 1e6:.0f} us "
         f"beta={m['beta_node_Bps'] / 1e9:.0f} GB/s; min_split_bytes={m['min_split_bytes']}",
     ]
+    if report.command is not None:
+        lines.insert(0, _run_line(report))
     header = (f"  {'peer/policy':<26}{'plan s':>7}{'xDS':>7}{'oracle s':>10}{'segs':>8}{'splits':>7}"
               f"{'max MiB':>10}{'mean MiB':>10}{'/LB':>8}{'sync ms':>9}  verdict")
     for s in report.summaries:
@@ -3248,7 +3272,7 @@ def format_report(report: BenchReport) -> str:
             lines += _raw_lines(raw)
     if report.targets:
         lines.append("")
-        lines.append("targets:")
+        lines.append("targets:" if report.command is None else f"targets ({_run_line(report)}):")
         for t in report.targets:
             mark = "MET" if t["met"] else ("n/a" if t["met"] is None else "NOT MET")
             lines.append(f"  [{mark}] {t['target']}: {t['detail']}")
@@ -3328,12 +3352,16 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         chosen = [distinct_scenario(s) for s in chosen if s.layout is not None]
     cost = CostModel().with_network(args.alpha, args.beta)
     as_json = bool(getattr(args, "json", False))
+    machine = {"cores": os.cpu_count(), "load_before": _load_average()}
     report = run_bench(
         chosen, repeat=repeat, peer=not getattr(args, "no_peer", False), oracle=not getattr(args, "no_oracle", False),
         cost=cost, min_split_bytes=args.min_split_bytes,
         progress=None if as_json else (lambda text: print(text, file=sys.stderr, flush=True)),
         e2e=not getattr(args, "no_e2e", False), replicate=replicate,
     )
+    words = getattr(args, "argv", None)  # set by the CLI (``refplan.cli.main``, ``main`` below)
+    report.command = None if words is None else shlex.join(["refplan", *words])
+    report.machine = machine
     if getattr(args, "sync", False):
         runs = int(getattr(args, "sync_runs", 5))
         report.sync_whole = run_sync_raw(max(runs, WHOLE_RUNS), WHOLE_LAYOUT, max(runs, BESIDE_RUNS))
@@ -3354,7 +3382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m refplan.cli.bench`` until the CLI wires ``refplan bench``."""
     parser = argparse.ArgumentParser(prog="refplan bench", description=__doc__.splitlines()[0] if __doc__ else None)
     add_bench_arguments(parser)
-    return run_bench_cli(parser.parse_args(argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(words)
+    args.argv = ["bench", *words]
+    return run_bench_cli(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

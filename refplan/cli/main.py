@@ -219,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
     args = _parser(command).parse_args(words)
+    args.argv = words  # the command line as given, for a report that says how it was made (bench)
     try:
         code: int = args.func(args)
     except ModuleNotFoundError as exc:  # an optional dependency (torch for sync) is not installed
