@@ -669,6 +669,19 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     assert "[MET] a warm call's fixed cost <= 5 ms" in text
     assert text.count("phases (median of the slowest process per run): checks") == 3
     assert "verdict agreement 2, outcome agreement 1" in text  # CALL_COLLECTIVES with their kinds
+    # A judged figure just past its limit shows the side it is on (was "x1.25" beside NOT MET).
+    report.sync_whole["call_ratio"] = 1.2513
+    edge = _whole_call_target(report.sync_whole)
+    assert edge["met"] is False and "ratios of the whole call: x1.251 (quartiles" in edge["detail"]
+    report.sync_whole["call_ratio"] = 1.2499
+    edge = _whole_call_target(report.sync_whole)
+    assert edge["met"] is True and "ratios of the whole call: x1.25 (quartiles" in edge["detail"]
+    report.sync_raw["ratio"] = 1.25004
+    edge = _raw_target(report.sync_raw)
+    assert edge["met"] is False and "ratios of the move phase: x1.25004 (quartiles" in edge["detail"]
+    report.sync_fixed["call_seconds"] = 0.0050004
+    edge = _fixed_target(report.sync_fixed)
+    assert edge["met"] is False and edge["detail"].startswith("median whole call 5.0004 ms moving")
 
 
 # ---------------------------------------------------------------------------------------------
