@@ -3149,6 +3149,7 @@ def _per_parameter(report: BenchReport, s: ScenarioSummary) -> list[str]:
 
 def _raw_lines(raw: dict[str, Any]) -> list[str]:
     """One executor-against-raw comparison: medians, per-run ratios, and the call by phase."""
+    beside_runs = raw.get("beside_runs", raw["runs"])  # older JSON: every set had the judged count
     lines = ["", (
         f"executor vs raw all_to_all_single ({raw['layout']}, {raw['policy']}, "
         f"{_mib(raw['network_bytes'])} MiB over the network, {raw['runs']} warm calls on the same target tensors "
@@ -3190,7 +3191,7 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {label} median of per-run ratios x{_fmt(ratios.get('median'))} (quartiles "
                 f"x{_fmt(ratios.get('q1'))}-x{_fmt(ratios.get('q3'))}; {name} {raw[seconds_key] * 1e3:.1f} ms: "
-                + what.format(runs=raw.get("beside_runs", raw["runs"])) + ")"
+                + what.format(runs=beside_runs) + ")"
             )
     fresh = raw.get("new_targets")
     if fresh and raw.get("new_targets_seconds"):
@@ -3198,7 +3199,7 @@ def _raw_lines(raw: dict[str, Any]) -> list[str]:
             f"  call/raw, new targets each call  median of per-run ratios x{_fmt(fresh.get('median'))} (quartiles "
             f"x{_fmt(fresh.get('q1'))}-x{_fmt(fresh.get('q3'))}; call {raw['new_targets_seconds'] * 1e3:.1f} ms: the "
             f"judged pairs again with new target tensors every call, where the judged ones reuse theirs; "
-            f"{raw.get('beside_runs', raw['runs'])} more pairs, last)"
+            f"{beside_runs} more pairs, last)"
         )
     bare = raw.get("exchanges_seconds")
     if bare:
