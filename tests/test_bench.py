@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import random
 from dataclasses import astuple
@@ -682,6 +683,67 @@ def test_bench_sync_report_judges_each_executor_target() -> None:
     report.sync_fixed["call_seconds"] = 0.0050004
     edge = _fixed_target(report.sync_fixed)
     assert edge["met"] is False and edge["detail"].startswith("median whole call 5.0004 ms moving")
+
+
+def test_median_interval_is_the_binomial_one_and_covers_the_median() -> None:
+    """The 95 % interval printed beside each judged median: order statistics k and n+1-k with k
+    the largest such that P(Binomial(n, 1/2) < k) <= 2.5 % (n = 100: k = 40, the textbook pair
+    x(40), x(61)); none below 6 values; and, drawn from a skewed distribution whose median is
+    known, it holds that median in at least 95 % of 2 000 samples of 41 (and not in all: it is
+    no wider than it must be)."""
+    from refplan.cli.bench import median_interval
+
+    assert median_interval([]) is None and median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == (1.0, 6.0)  # 2/64 <= 5 %, 14/64 not
+    values = [float(v) for v in range(1, 101)]
+    random.Random(5).shuffle(values)
+    assert median_interval(values) == (40.0, 61.0)
+    assert median_interval(values, confidence=0.5) is not None
+    low, high = median_interval(values, confidence=0.5)  # type: ignore[misc]
+    assert 40.0 < low < high < 61.0
+    rng = random.Random(26)
+    median = 2.0 ** 0.5  # of 1 + Exp(rate): its median is 1 + ln 2 / rate
+    rate = math.log(2) / (median - 1.0)
+    held = 0
+    for _ in range(2000):
+        interval = median_interval([1.0 + rng.expovariate(rate) for _ in range(41)])
+        assert interval is not None
+        held += interval[0] <= median <= interval[1]
+    assert 0.95 * 2000 <= held < 2000
+
+
+def test_bench_sync_report_prints_where_the_limit_lies_against_the_median_interval() -> None:
+    """With enough pairs each judged figure prints its 95 % interval and says whether the limit
+    lies inside it (this run's verdict then the noise's), above it or below it; the verdict itself
+    stays the median's against the limit."""
+    from refplan.cli.bench import (
+        TARGET_EXECUTOR_VS_RAW,
+        _fixed_target,
+        _interval_text,
+        _whole_call_target,
+        paired_ratios,
+    )
+
+    raws = [1.0] * 41
+    below = paired_ratios([1.18 + i * 0.001 for i in range(41)], raws)  # 1.180 ... 1.220
+    astride = paired_ratios([1.229 + i * 0.001 for i in range(41)], raws)  # 1.229 ... 1.269
+    above = paired_ratios([1.30 + i * 0.001 for i in range(41)], raws)
+    assert below["ci_low"] == pytest.approx(1.193) and below["ci_high"] == pytest.approx(1.207)
+    texts = [_interval_text(s["ci_low"], s["ci_high"], TARGET_EXECUTOR_VS_RAW) for s in (below, astride, above)]
+    assert texts[0] == "95 % interval of the median x1.19-x1.21, all at or below x1.25; "
+    assert texts[1] == "95 % interval of the median x1.24-x1.26, holding x1.25: undecided by this run's pairs; "
+    assert texts[2].endswith("all above x1.25; ")
+    assert _interval_text(None, 1.0, 1.25) == ""
+    whole = {"runs": 41, "call_ratio": astride["median"], "call": astride, "network_bytes": 300 << 20,
+             "call_seconds": 1.25, "raw_seconds": 1.0, "checked_elements": 10}
+    target = _whole_call_target(whole)
+    assert target["met"] is True  # the median, 1.249, is the verdict; the interval only says how sure
+    assert "x1.25 (95 % interval of the median x1.24-x1.26, holding x1.25: undecided" in target["detail"]
+    fixed = {"call_seconds": 0.0042, "call_interval": (0.0039, 0.0047), "network_bytes": 8192,
+             "phases": {}, "collectives_seconds": 0.001, "raw_seconds": 0.003}
+    detail = _fixed_target(fixed)["detail"]
+    assert detail.startswith("median whole call 4.20 ms moving 8192 bytes (95 % interval of the median "
+                             "3.90-4.70 ms, all at or below 5 ms; phases checks 0.00")
 
 
 # ---------------------------------------------------------------------------------------------
