@@ -477,6 +477,10 @@ def normalize(
                         f"{_where(parameter, side, loc, index)}: piece shape {piece.shape} has a different "
                         f"number of axes than {logical}"
                     )
+                # ... and so is a negative extent (R8), which must never pass as empty: a (0, -1) or
+                # (-1, 4) piece has no positive volume, so R6 alone let it through here while the
+                # oracle refused it (fuzz finding F10); an extent above 2**62 likewise, as elsewhere.
+                _check_shape(piece.shape, "piece shape", partial(_where, parameter, side, loc, index))
             if any(p.numel > 0 for p in pieces):
                 index = next(i for i, p in enumerate(pieces) if p.numel > 0)
                 raise InvalidMapError(

@@ -161,6 +161,31 @@ def test_r6_empty_shard_with_only_empty_pieces_is_skipped(side: str) -> None:
 
 
 @pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize(
+    ("shape", "fragment"),
+    [((-1, 8), "negative extent"), ((0, -1), "negative extent"), ((-2, -4), "negative extent"),
+     ((0, 2**63), "above 2\\*\\*62")],
+)
+def test_r8_holds_in_an_empty_shard_too(side: str, shape: tuple[int, int], fragment: str) -> None:
+    """A piece of an empty shard with a negative extent (or one above 2**62) is refused by R8, as
+    in any other shard: R6 skips the location's copies, never its pieces' extents. Found by the
+    ``planner`` fuzz harness (F10): a (0, -1) piece at a (0, 4) shard was planned, and the oracle
+    called that plan ``invalid_map``. The oracle refuses every case here as well."""
+    from refplan.oracle import verify_plan
+
+    bad = pmap(
+        (4, 8),
+        {0: (4, 8), 1: (0, 8)},
+        {0: [piece((4, 8), 0, (8, 1), 0, (8, 1), [0])], 1: [piece(shape, 0, (8, 1), 0, (8, 1), [1])]},
+    )
+    refuse(InvalidMapError, fragment, on_side(bad, side), side=side, location=1, piece_index=0)
+    other = contiguous_split_map((4, 8), [4, 4], 1)
+    target, source = (other, bad) if side == "source" else (bad, other)
+    verdict = verify_plan(target, source, [])
+    assert verdict.status == "invalid_map", verdict
+
+
+@pytest.mark.parametrize("side", SIDES)
 def test_r7_piece_ndim(side: str) -> None:
     bad = pmap(
         (4, 4), {0: (4, 4)},

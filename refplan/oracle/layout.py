@@ -211,6 +211,8 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 raise InvalidMapError(f"{where}: shape {p.shape} does not have the {ndim} axes of {logical}")
             if any(e < 0 for e in p.shape):
                 raise InvalidMapError(f"{where}: shape {p.shape} has a negative extent")
+            if any(e > MAX_COORDINATE for e in p.shape):  # R8's bound, before R12 skips an empty piece
+                raise InvalidMapError(f"{where}: shape {p.shape} has an extent above 2**62")
             if not nonempty(p.shape):
                 continue  # empty pieces hold nothing; builders give them offsets one past the end
             if shard is None:
