@@ -2867,8 +2867,11 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     scale = 10**9
     allowed = round((1 - confidence) * scale)  # 2 * tail * scale <= allowed * 2**n
     total, tail, k = 1 << n, 0, 0
-    while k < n and 2 * (tail + math.comb(n, k)) * scale <= allowed * total:
-        tail += math.comb(n, k)
+    while k < n:
+        term = math.comb(n, k)
+        if 2 * (tail + term) * scale > allowed * total:
+            break
+        tail += term
         k += 1
     if k == 0:
         return None
