@@ -1324,6 +1324,7 @@ def mixed_devices(me: int, world: int) -> dict[str, Any]:
 
 POOL_BOUND = 64 << 10
 POOL_CALLS = 200
+POOL_REFUSED_BOUND = 1 << 17
 
 
 def _pooled_bytes() -> int:
@@ -1359,6 +1360,51 @@ def s2_pool_bound(me: int, world: int) -> dict[str, Any]:
     execute.release_staging()
     return {"most": most, "exact": exact, "sizes": len(sizes), "held": held, "actual": actual,
             "after": _pooled_bytes()}
+
+
+def _staging_alive() -> int:
+    """Bytes of staging arenas alive in this process: pooled, or viewed by a kept program."""
+    from refplan.execute import schedule
+
+    alive = {arena.data_ptr(): arena.numel() for free in schedule._POOL.free.values() for arena in free}
+    for program in list(schedule._PROGRAMS.entries.values()):
+        for base in getattr(program, "bases", ()):
+            if base.dtype == torch.uint8:  # the arenas; the buffers it views are the caller's
+                alive.setdefault(base.data_ptr(), base.numel())
+    return sum(alive.values())
+
+
+def s2_pool_refused(me: int, world: int) -> dict[str, Any]:
+    """Clean calls alternating with calls that process 1 refuses (its target one element short),
+    all on the same buffers under one budget. A refused call takes its arenas from the pool and
+    drops them; the program kept by the clean call before it still viewed them, so on the
+    process that did not refuse the staging alive grew past total_bytes (201 216 bytes against a
+    131 072 budget after three refusals). Every kept program is now let go with the arenas."""
+    from refplan import execute
+
+    execute.release_staging()
+    pairs = {"w": (contiguous_split_map((64, 1024), [512, 512], 1), contiguous_split_map((64, 1024), [32, 32], 0)),
+             "v": (contiguous_split_map((16, 24), [8, 8], 0), contiguous_split_map((16, 24), [12, 12], 1))}
+    dtypes = {"w": torch.float32, "v": torch.int64}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 0, 1: 1})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    budget = StagingBudget(1 << 16, total_bytes=POOL_REFUSED_BOUND)
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    most, exact, raised = 0, True, []
+    for call in range(6):
+        targets = buffers.targets
+        if call % 2 == 1 and me == 1:
+            targets = {name: dict(per) for name, per in buffers.targets.items()}
+            targets["w"] = {loc: t[:-1] for loc, t in targets["w"].items()}
+        try:
+            execute_transfers(plans, buffers.sources, targets, ends, dtypes=dtypes, budget=budget, timeout=TIMEOUT)
+            raised.append(None)
+            exact = exact and all(verdict(buffers).values())
+        except TransferRejectedError:
+            raised.append("TransferRejectedError")
+        most = max(most, _staging_alive())
+    execute.release_staging()
+    return {"most": most, "exact": exact, "raised": raised, "after": _staging_alive()}
 
 
 def s2_header(me: int, world: int) -> dict[str, Any]:
@@ -1661,6 +1707,7 @@ def _injected_failure(*args: Any, **kwargs: Any) -> Any:
 
 TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("pool_bound", s2_pool_bound),
+    ("pool_refused", s2_pool_refused),
     ("header", s2_header),
     ("outcome", s2_outcome),
     ("concurrent", s2_concurrent),

@@ -46,6 +46,16 @@ def test_staging_pool_stays_within_total_bytes_across_changing_sizes(two: dict[s
         assert res["after"] == 0, "release_staging left arenas in the pool"
 
 
+def test_a_refused_call_leaves_no_kept_program_holding_staging_beyond_total_bytes(
+    two: dict[str, list[Any]],
+) -> None:
+    for rank, res in enumerate(scenario(two, "pool_refused")):
+        assert res["raised"] == [None, "TransferRejectedError"] * 3, (rank, res["raised"])
+        assert res["exact"], f"process {rank}: a target element differs"
+        assert 0 < res["most"] <= worker.POOL_REFUSED_BOUND, (rank, res)
+        assert res["after"] == 0, res
+
+
 def _same_rejection(per_process: list[dict[str, Any]], *needles: str) -> str:
     messages = {r["message"] for r in per_process}
     assert all(r["raised"] == "TransferRejectedError" for r in per_process), per_process

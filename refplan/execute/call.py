@@ -170,110 +170,118 @@ def _execute(
     """``execute_transfers`` once its call is registered on the group (``_enter``)."""
     reason: str | None = None
     sched = _Schedule()
-    holds: torch.device | None = None
     try:
-        timeout = _checked_timeout(timeout)
-    except _Refusal as exc:  # refused like any other argument, so this process's verdict goes out
-        reason, timeout = str(exc), DEFAULT_TIMEOUT  # under the default: the others wait at most that
-    try:
-        holds = _buffers_device(source_buffers, target_buffers)
-    except _Refusal as exc:
-        reason = reason or str(exc)
-    except Exception as exc:
-        reason = reason or f"unexpected {_describe(exc)} while checking buffers"
-    try:
-        verdict_device = _verdict_device(ctx, holds) if ctx.collective else torch.device("cpu")
-    except Exception as exc:  # CUDA unusable here; the verdict goes out on CPU and may not match
-        verdict_device = torch.device("cpu")
-        reason = reason or f"cannot select a CUDA device for the verdict: {_describe(exc)}"
-    if reason is None:
+        holds: torch.device | None = None
         try:
-            sched = _prepare(
-                ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks, holds, key
-            )
+            timeout = _checked_timeout(timeout)
+        except _Refusal as exc:  # refused like any other argument, so this process's verdict goes out
+            reason, timeout = str(exc), DEFAULT_TIMEOUT  # under the default: the others wait at most that
+        try:
+            holds = _buffers_device(source_buffers, target_buffers)
         except _Refusal as exc:
-            reason = str(exc)
-        except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
-            reason = f"unexpected {_describe(exc)} while checking"
-    try:
-        # A refusal is reported before any digest is compared, so a refusing process skips the
-        # digest: for a batch refused for its size it would cost as much as the checks it skipped.
-        # Of the plans and dtypes as checked (``sched.params``: the same objects, or exact copies of what a
-        # plan that could read differently each time held when it was checked).
-        digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
-            {name: param.plan for name, param in sched.params.items()}, sched.endpoints or endpoints,
-            sched.budget or budget, {name: param.dtype for name, param in sched.params.items()},
-            str(endpoint_ranks), key
-        )
-    except Exception as exc:
-        digest = 0
-        reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
-    if call is not None and call.poisoned and reason is None:
-        reason = _CONCURRENT_TEXT
-    # While the verdict is in flight: senders pack their first rounds, and every process that
-    # moves anything makes its transport's views (``_pack_ahead``), which a receiver would
-    # otherwise make once the verdict is in, before posting the receives every sender waits on.
-    moves = sched.outgoing or sched.incoming or sched.local
-    ahead = None if reason is not None or not moves else partial(_pack_ahead, sched)
-    mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
-    phases: dict[str, float] = {"checks": time.perf_counter() - started}
-    packed, sched.most_rounds = _exchange(
-        ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases
-    )
-
-    moving = time.perf_counter()
-    failure: TransferExecutionError | None = None
-    rounds, local_bytes = 0, 0
-    sent: dict[int, int] = {}
-    received: dict[int, int] = {}
-    with torch.no_grad():
+            reason = reason or str(exc)
+        except Exception as exc:
+            reason = reason or f"unexpected {_describe(exc)} while checking buffers"
         try:
-            rounds, local_bytes, sent, received = _move(ctx, sched, timeout, packed)
-            _drain(sched.device, timeout, sched)
-        except TransferExecutionError as exc:
-            failure = exc
-        except Exception as exc:  # every input was checked; what is left is the transport's
-            _RETAINED.append(sched.slots)
-            failure = TransferExecutionError(
-                f"moving failed after the verdict; target buffers may be partly written: {_describe(exc)}"
+            verdict_device = _verdict_device(ctx, holds) if ctx.collective else torch.device("cpu")
+        except Exception as exc:  # CUDA unusable here; the verdict goes out on CPU and may not match
+            verdict_device = torch.device("cpu")
+            reason = reason or f"cannot select a CUDA device for the verdict: {_describe(exc)}"
+        if reason is None:
+            try:
+                sched = _prepare(
+                    ctx, plans, source_buffers, target_buffers, endpoints, dtypes, budget, maps, endpoint_ranks,
+                    holds, key,
+                )
+            except _Refusal as exc:
+                reason = str(exc)
+            except Exception as exc:  # a bug or odd input must still become a verdict, never a lone raise
+                reason = f"unexpected {_describe(exc)} while checking"
+        try:
+            # A refusal is reported before any digest is compared, so a refusing process skips the
+            # digest: for a batch refused for its size it would cost as much as the checks it skipped.
+            # Of the plans and dtypes as checked (``sched.params``: the same objects, or exact copies of what a
+            # plan that could read differently each time held when it was checked).
+            digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
+                {name: param.plan for name, param in sched.params.items()}, sched.endpoints or endpoints,
+                sched.budget or budget, {name: param.dtype for name, param in sched.params.items()},
+                str(endpoint_ranks), key
             )
-            failure.__cause__ = exc
-    moved = time.perf_counter()
-    phases["move"] = moved - moving
-    if outcome is not False and ctx.collective:
-        status = _FAILED if failure is not None else _CONCURRENT if call is not None and call.poisoned else _OK
-        _outcome(ctx, sched, verdict_device, status, failure, timeout)
-        phases["outcome"] = time.perf_counter() - moved
-    if failure is not None:
-        if not failure.targets and outcome is not False:
-            failure.targets = _written_by(sched, {ctx.me})
-        raise failure
-    if call is not None and call.poisoned:  # started after this call's status went out (or outcome=False)
-        raise TransferExecutionError(
-            f"{_CONCURRENT_TEXT}; this process's part finished, but the call cannot count as done",
-            _written_by(sched, {ctx.me}) if outcome is not False else None,
-            (ctx.me,),
+        except Exception as exc:
+            digest = 0
+            reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
+        if call is not None and call.poisoned and reason is None:
+            reason = _CONCURRENT_TEXT
+        # While the verdict is in flight: senders pack their first rounds, and every process that
+        # moves anything makes its transport's views (``_pack_ahead``), which a receiver would
+        # otherwise make once the verdict is in, before posting the receives every sender waits on.
+        moves = sched.outgoing or sched.incoming or sched.local
+        ahead = None if reason is not None or not moves else partial(_pack_ahead, sched)
+        mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
+        phases: dict[str, float] = {"checks": time.perf_counter() - started}
+        packed, sched.most_rounds = _exchange(
+            ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases
         )
-    _keep(sched, (sched.budget or budget).total_bytes)  # before the arenas go back: a release there drops it
-    _recycle(sched, (sched.budget or budget).total_bytes)
-    done = time.perf_counter()
-    queues = (*sched.incoming.values(), *sched.outgoing.values())
-    chunks = sum(len(m.parts) for q in queues for m in q)
-    messages = sum(len(m.pieces) for q in queues for m in q)
-    return TransferStats(
-        segments=sched.segments,
-        chunks=chunks,
-        messages=messages,
-        rounds=rounds,
-        local_copies=len(sched.local),
-        local_copy_bytes=local_bytes,
-        sent_bytes=dict(sorted(sent.items())),
-        received_bytes=dict(sorted(received.items())),
-        seconds=done - started,
-        move_seconds=done - moving,
-        direct_messages=_program(sched).direct,  # the one ``_move`` ran
-        phases=phases,
-    )
+
+        moving = time.perf_counter()
+        failure: TransferExecutionError | None = None
+        rounds, local_bytes = 0, 0
+        sent: dict[int, int] = {}
+        received: dict[int, int] = {}
+        with torch.no_grad():
+            try:
+                rounds, local_bytes, sent, received = _move(ctx, sched, timeout, packed)
+                _drain(sched.device, timeout, sched)
+            except TransferExecutionError as exc:
+                failure = exc
+            except Exception as exc:  # every input was checked; what is left is the transport's
+                _RETAINED.append(sched.slots)
+                failure = TransferExecutionError(
+                    f"moving failed after the verdict; target buffers may be partly written: {_describe(exc)}"
+                )
+                failure.__cause__ = exc
+        moved = time.perf_counter()
+        phases["move"] = moved - moving
+        if outcome is not False and ctx.collective:
+            status = _FAILED if failure is not None else _CONCURRENT if call is not None and call.poisoned else _OK
+            _outcome(ctx, sched, verdict_device, status, failure, timeout)
+            phases["outcome"] = time.perf_counter() - moved
+        if failure is not None:
+            if not failure.targets and outcome is not False:
+                failure.targets = _written_by(sched, {ctx.me})
+            raise failure
+        if call is not None and call.poisoned:  # started after this call's status went out (or outcome=False)
+            raise TransferExecutionError(
+                f"{_CONCURRENT_TEXT}; this process's part finished, but the call cannot count as done",
+                _written_by(sched, {ctx.me}) if outcome is not False else None,
+                (ctx.me,),
+            )
+        _keep(sched, (sched.budget or budget).total_bytes)  # before the arenas go back: a release there drops it
+        _recycle(sched, (sched.budget or budget).total_bytes)
+        done = time.perf_counter()
+        queues = (*sched.incoming.values(), *sched.outgoing.values())
+        chunks = sum(len(m.parts) for q in queues for m in q)
+        messages = sum(len(m.pieces) for q in queues for m in q)
+        return TransferStats(
+            segments=sched.segments,
+            chunks=chunks,
+            messages=messages,
+            rounds=rounds,
+            local_copies=len(sched.local),
+            local_copy_bytes=local_bytes,
+            sent_bytes=dict(sorted(sent.items())),
+            received_bytes=dict(sorted(received.items())),
+            seconds=done - started,
+            move_seconds=done - moving,
+            direct_messages=_program(sched).direct,  # the one ``_move`` ran
+            phases=phases,
+        )
+    finally:
+        # Arenas still held here were taken (from the pool, where a kept program may view them) and
+        # are not going back: a refused call drops them, a failed one keeps them (``_RETAINED``).
+        # A kept program that views one would hold staging that no bound counts (issue 26, item 4).
+        if sched.arenas:
+            schedule._PROGRAMS.clear()
 
 
 SINGLE = "param"
@@ -315,7 +323,9 @@ def execute_transfer(
 def release_staging() -> None:
     """Free the staging memory kept for reuse between calls (e.g. before a memory-hungry phase),
     and forget the batches whose checks and layouts were remembered (which keeps their plans alive)
-    and the transport's views kept for warm calls (which keep the buffers they view alive)."""
+    and the transport's views kept for warm calls (which keep the buffers they view alive, and put
+    a finalizer, a weak reference, on each: ``torch.utils.swap_tensors`` refuses such a tensor, so
+    call this before swapping parameters a sync used)."""
     schedule._POOL.clear()
     schedule._PROGRAMS.clear()
     schedule._LAYOUTS.clear()

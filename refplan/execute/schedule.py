@@ -587,6 +587,7 @@ def _allocate_staging(sched: _Schedule, bound: int, spans: Sequence[_Span] | Non
             sched.arenas.append(arena)
             sched.slots[key] = [arena[i * step : i * step + sizes[key]] for i in range(_SLOTS)]
     except (RuntimeError, MemoryError) as exc:
+        _PROGRAMS.clear()  # arenas taken from the pool above are dropped with this refusal (as in ``_execute``)
         raise _Refusal(f"cannot allocate staging: {_describe(exc)}") from None
     if spans is not None:
         sched.pending = tuple(spans)
