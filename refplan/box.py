@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import limits
+from .errors import show_int
 
 __all__ = [
     "Box",
@@ -242,7 +243,7 @@ class Box(NamedTuple):
         return Box(self.origin, tuple(left_extent)), Box(tuple(right_origin), tuple(right_extent))
 
     def __str__(self) -> str:
-        spans = ", ".join(f"{o}:{o + e}" for o, e in zip(self.origin, self.extent))
+        spans = ", ".join(f"{show_int(o)}:{show_int(o + e)}" for o, e in zip(self.origin, self.extent))
         return f"[{spans}]"
 
 

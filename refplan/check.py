@@ -36,7 +36,7 @@ from typing import Any
 
 from . import limits
 from .box import Box, WorkCounter, overlapping_pairs
-from .errors import InvalidReplicaPolicyError
+from .errors import InvalidReplicaPolicyError, show_int, show_ints
 from .limits import PlanBudget, as_budget, element_sizes
 from .maps import describe
 from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest, _new_candidate, uniform_read
@@ -92,7 +92,7 @@ def _candidate(index: int, request: ReplicaRequest, location: Any, name: str) ->
     for cand in request.candidates:
         if cand.source_rank == location:
             return cand
-    what = f"location {location} is not one of its validated holders {list(request.locations)}"
+    what = f"location {show_int(location)} is not one of its validated holders {list(request.locations)}"
     raise _fail(index, request, what, name)
 
 
@@ -126,7 +126,7 @@ def _check_split(
         if len(origin) != box.ndim or len(shape) != box.ndim:
             raise fail(f"part {k} has {len(origin)}/{len(shape)} axes, the box has {box.ndim}")
         if any(e <= 0 for e in shape):
-            raise fail(f"part {k} has a zero or negative extent {shape}")
+            raise fail(f"part {k} has a zero or negative extent {show_ints(shape)}")
         pbox = Box(origin, shape)
         if not box.contains(pbox):
             raise fail(f"part {k} {pbox} lies outside the request's box")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidMapError
+from .errors import InvalidMapError, show_int
 from .maps import parse_int_key
 
 __all__ = ["TransferEndpoints"]
@@ -71,7 +71,7 @@ def _rank_table(table: Mapping[int, int], side: str) -> dict[int, int]:
     out: dict[int, int] = {}
     for key, value in table.items():
         location = _rank(key, f"a {side} location")
-        out[location] = _rank(value, f"the process of {side} location {location}")
+        out[location] = _rank(value, f"the process of {side} location {show_int(location)}")
     return out
 
 

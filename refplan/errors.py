@@ -21,6 +21,8 @@ The class names are the same as DeepSpeed's so that the conformance runner can m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "AffineTransferError",
     "InputFileError",
@@ -79,3 +81,29 @@ def describe_exception(exc: BaseException) -> str:
     except Exception:
         text = "(message unavailable)"
     return f"{type(exc).__name__}: {text}"
+
+
+_HUGE_BITS = 4096
+"""Integers longer than this many bits are shown by their length: Python refuses to print one of
+more than 4 300 decimal digits (``sys.get_int_max_str_digits``), so ``str`` in an error message
+would raise ``ValueError`` in place of the error being worded. No field of a map or a plan is
+valid above 2**62, so a value this long is only ever shown as the reason for a refusal."""
+
+
+def show_int(value: int) -> str:
+    """An integer (a location, extent, offset or stride) for an error message: in full unless it is
+    longer than ``_HUGE_BITS`` bits, which ``str`` could not print."""
+    if value.bit_length() > _HUGE_BITS:
+        return f"<an integer of {value.bit_length()} bits>"
+    return str(value)
+
+
+def show_ints(values: Iterable[int]) -> str:
+    """A tuple of integers as ``str(tuple(values))`` prints it, each by ``show_int``."""
+    items = [show_int(v) for v in values]
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def show_list(values: Iterable[int]) -> str:
+    """A list of integers as ``str(list(values))`` prints it, each by ``show_int``."""
+    return f"[{', '.join(show_int(v) for v in values)}]"

@@ -46,7 +46,7 @@ from .box import (
     separated,
     volume,
 )
-from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
+from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError, show_int, show_ints, show_list
 from .limits import MAX_COORDINATE, PlanBudget, as_budget
 from .maps import AffinePiece, MapContent, ParamAffineMap, piece_arrays
 
@@ -111,7 +111,7 @@ class NormalizedMap:
 def _where(parameter: str, side: str, location: int | None = None, piece: int | None = None) -> str:
     text = f"parameter {parameter!r}, {side} map"
     if location is not None:
-        text += f", location {location}"
+        text += f", location {show_int(location)}"
     if piece is not None:
         text += f", piece {piece}"
     return text
@@ -173,7 +173,7 @@ def _piece_frame(
         return None
     for value in (piece.source_offset, piece.dest_offset, *piece.source_strides, *piece.dest_strides):
         if abs(value) > MAX_COORDINATE:
-            raise InvalidMapError(f"{where()}: offset or stride {value} is above 2**62")
+            raise InvalidMapError(f"{where()}: offset or stride {show_int(value)} is above 2**62")
     if not _strides_match(shape, piece.source_strides, logical_strides):  # R13
         raise UnsupportedLayoutError(
             f"{where()}: source strides {piece.source_strides} are not the row-major strides "
@@ -369,7 +369,7 @@ def _check_shape(
         if v < 0 or v > MAX_COORDINATE:
             place = where() if callable(where) else where
             problem = "a negative extent" if v < 0 else "an extent above 2**62"
-            raise InvalidMapError(f"{place}: {what} {tuple(values)} has {problem}")
+            raise InvalidMapError(f"{place}: {what} {show_ints(values)} has {problem}")
     if whole and volume(values) > MAX_COORDINATE:
         place = where() if callable(where) else where
         raise InvalidMapError(
@@ -527,7 +527,7 @@ def _check_location_ids(locations: Iterable[int], where: Callable[[int], str]) -
     bad = [loc for loc in locations if not -MAX_COORDINATE <= loc <= MAX_COORDINATE]
     if bad:
         loc = min(bad)
-        raise InvalidMapError(f"{where(loc)}: location id {loc} is above 2**62 in magnitude")
+        raise InvalidMapError(f"{where(loc)}: location id {show_int(loc)} is above 2**62 in magnitude")
 
 
 def plain_logical(
@@ -868,8 +868,8 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
             if id(f.locations) in wrong:
                 where = _where(nmap.parameter, nmap.side, f.location, f.piece_index)
                 raise InvalidMapError(
-                    f"{where}: box {box} declares locations {sorted(f.locations)} but is held by different "
-                    f"locations {sorted(actual)}"
+                    f"{where}: box {box} declares locations {show_list(sorted(f.locations))} but is held by "
+                    f"different locations {show_list(sorted(actual))}"
                 )
             if held:
                 continue  # its holders are ``actual``, checked at an earlier frame: the same answer

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .errors import AffineTransferError
+from .errors import AffineTransferError, show_int
 
 __all__ = [
     "ARRAY_MIN_PIECES",
@@ -86,10 +86,10 @@ def element_sizes(
         if type(size) is not int:
             raise TypeError(f"parameter {name!r}: element_size must be an int, got {type(size).__name__}")
         if size <= 0:
-            raise ValueError(f"parameter {name!r}: element_size must be positive, got {size}")
+            raise ValueError(f"parameter {name!r}: element_size must be positive, got {show_int(size)}")
         if size > MAX_ELEMENT_SIZE:
             raise ValueError(
-                f"parameter {name!r}: element_size must be at most {MAX_ELEMENT_SIZE} bytes, got {size}"
+                f"parameter {name!r}: element_size must be at most {MAX_ELEMENT_SIZE} bytes, got {show_int(size)}"
             )
         out[name] = size
     return out
@@ -124,7 +124,8 @@ class PlanBudget:
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise AffineTransferError(
-                    f"PlanBudget.{name} must be a non-negative int, got {str(value)[:40]!r}"
+                    f"PlanBudget.{name} must be a non-negative int, got "
+                    f"{(show_int(value) if isinstance(value, int) else str(value))[:40]!r}"
                 )
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from ._gc import cycle_collection_paused
 from .box import row_major_strides, volume
-from .errors import InvalidMapError
+from .errors import _HUGE_BITS, InvalidMapError, show_int
 
 __all__ = [
     "AffinePiece",
@@ -230,7 +230,16 @@ LOCATION_KEY = re.compile(r"-?[0-9]{1,4000}")
 optional minus sign, at most 4000 of them (Python's ``int()`` refuses more than 4300 digits, so a
 longer key is refused here, by name, instead of by a bare ``ValueError``). The one pattern for
 map, endpoint and file keys."""
-_SHOW = reprlib.Repr()
+class _Show(reprlib.Repr):
+    """``reprlib.Repr`` that words a huge integer by its length instead of failing on it."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > _HUGE_BITS:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_SHOW = _Show()
 _SHOW.maxlevel = 3
 _SHOW.maxstring = 60
 _SHOW.maxother = 60
@@ -622,7 +631,7 @@ class ParamAffineMap(_MapSlot):
         shards: dict[int, tuple[int, ...]] = {}
         for r, s in shard_shapes.items():
             key = _int(r, "ParamAffineMap.shard_shapes key")
-            shards[key] = _ints(s, f"ParamAffineMap.shard_shapes[{key}]")
+            shards[key] = _ints(s, f"ParamAffineMap.shard_shapes[{show_int(key)}]")
         held: dict[int, tuple[Any, ...]] = {}
         for r, p in pieces_by_rank.items():
             held[_int(r, "ParamAffineMap.pieces_by_rank key")] = tuple(p)

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import limits
 from .box import row_major_strides, volume
-from .errors import AffineTransferError, InvalidMapError
+from .errors import AffineTransferError, InvalidMapError, show_int
 from .limits import PlanBudget
 from .maps import describe, is_int
 
@@ -183,11 +183,12 @@ def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, 
     )
     if not ok:
         raise InvalidMapError(f"{where()}.{side}: expected [rank, offset, [strides...]], got {describe(value)}")
-    offset, strides = int(value[1]), tuple(int(v) for v in value[2])
+    rank, offset, strides = int(value[0]), int(value[1]), tuple(int(v) for v in value[2])
+    _capped(rank, where, f"{side}[0]", "location")  # R3a's cap: no map has a location beyond it
     _capped(offset, where, f"{side}[1]", "offset")
     for axis, stride in enumerate(strides):
         _capped(stride, where, f"{side}[2][{axis}]", "stride")
-    return int(value[0]), offset, strides
+    return rank, offset, strides
 
 
 def _capped(value: int, where: Callable[[], str], field: str, what: str) -> None:
@@ -199,7 +200,7 @@ def _capped(value: int, where: Callable[[], str], field: str, what: str) -> None
     by arithmetic, where the plan enters.
     """
     if abs(value) > limits.MAX_COORDINATE:
-        raise InvalidMapError(f"{where()}.{field}: {what} {value} is above 2**62 in magnitude")
+        raise InvalidMapError(f"{where()}.{field}: {what} {show_int(value)} is above 2**62 in magnitude")
 
 
 def _parse_segment(entry: Any, where: Callable[[], str]) -> TransferSegment:

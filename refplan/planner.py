@@ -23,7 +23,7 @@ from . import limits
 from ._gc import cycle_collection_paused
 from .box import row_major_strides
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
-from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError
+from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError, show_ints
 from .frames import NormalizedMap, normalize, pair_budget, plain_logical
 from .limits import PlanBudget, as_budget
 from .maps import MapContent, ParamAffineMap, SlabFacts, SlabSpan, _Unknown
@@ -129,8 +129,8 @@ def _prepare(
         raise InvalidMapError(f"parameter {name!r}: expected a (target ParamAffineMap, source ParamAffineMap) pair")
     if target_map.logical_shape != source_map.logical_shape:  # R0
         raise InvalidMapError(
-            f"parameter {name!r}: the target map describes F of shape {target_map.logical_shape} but the "
-            f"source map describes {source_map.logical_shape}; a reshape is not a transfer"
+            f"parameter {name!r}: the target map describes F of shape {show_ints(target_map.logical_shape)} but "
+            f"the source map describes {show_ints(source_map.logical_shape)}; a reshape is not a transfer"
         )
     key = _content_key(target_map, source_map) if memo is not None else None
     layout = None if key is None or memo is None else memo.get(key)
@@ -764,9 +764,10 @@ def _prepare_batch(
     reads those as rows too (``_row_answers``), so one policy call still sees the whole batch."""
     if not isinstance(pairs, Mapping):
         raise InvalidMapError("pairs must map parameter name -> (target map, source map)")
-    names = sorted(pairs)
+    names = list(pairs)
     if not {*map(type, names)} <= _STR and any(not isinstance(n, str) for n in names):
-        raise InvalidMapError("parameter names must be strings")
+        raise InvalidMapError("parameter names must be strings")  # before sorting: 1 < "a" raises TypeError
+    names.sort()
     if process_node is not None and endpoints is None:
         raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
     sizes = limits.element_sizes(names, element_size)
@@ -895,12 +896,20 @@ def plan_transfers(
     subclass ``PolicyRaisedError`` when the policy itself raised — ``AffineTransferError`` for
     budgets) without returning any plan when anything is wrong. Bad arguments (a non-positive or
     missing ``element_size``, a negative or non-int ``min_split_bytes``, ``limits`` that is not a
-    ``PlanBudget``) are ``ValueError`` / ``TypeError``: no map or policy is at fault.
+    ``PlanBudget``, ``endpoints`` that is not a ``TransferEndpoints``) are ``ValueError`` /
+    ``TypeError``: no map or policy is at fault.
 
     Work is done once per distinct (target, source) layout of the batch and reused for every
     parameter with the same content (see ``_Layout``): two parameters whose layouts and answers
     are equal get the same plan object (plans are immutable).
     """
+    if endpoints is not None and not isinstance(endpoints, TransferEndpoints):
+        # Checked here, not where it is first read (deep in building requests, as an AttributeError):
+        # a maps file's {"source": ..., "target": ...} object is the likely mistake.
+        raise TypeError(
+            f"endpoints must be a TransferEndpoints(source, target) (location -> process on each side) "
+            f"or None, got a {type(endpoints).__name__}"
+        )
     with cycle_collection_paused():
         # The work happens in a function so that its intermediates (frames, intersections,
         # requests and their copies, answers) are freed when it returns, while collection is still

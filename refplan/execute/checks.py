@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..errors import show_int, show_ints
 from ..maps import ParamAffineMap
 from ..plan import SEGMENT_FIELDS, TransferPlan, TransferSegment
 from ..requests import TransferEndpoints
@@ -173,13 +174,15 @@ def _check_numbers(where: str, seg: TransferSegment, itemsize: int) -> None:
         for axis, stride in enumerate(strides):
             if stride * itemsize >= _INT64_BYTES:
                 raise _Refusal(
-                    f"{where}: {side} stride {stride} on axis {axis} is {stride * itemsize} bytes of "
+                    f"{where}: {side} stride {show_int(stride)} on axis {axis} is {show_int(stride * itemsize)} "
+                    "bytes of "
                     f"{itemsize}-byte elements, not below 2**63"
                 )
         end = (_reach(offset, seg.shape, strides) + 1) * itemsize
         if end > _INT64_BYTES:
             raise _Refusal(
-                f"{where}: the {side} side ends at byte {end} (offset {offset}, {itemsize}-byte elements), "
+                f"{where}: the {side} side ends at byte {show_int(end)} (offset {show_int(offset)}, {itemsize}-byte "
+                "elements), "
                 "past 2**63"
             )
 
@@ -224,7 +227,7 @@ def _check_segment(name: str, index: int, seg: object, itemsize: int) -> Transfe
     s_str = _ints(s_raw, where, "source strides")
     t_str = _ints(t_raw, where, "target strides")
     if len(s_str) != ndim or len(t_str) != ndim:
-        raise _Refusal(f"{where}: stride vectors do not match shape {shape}")
+        raise _Refusal(f"{where}: stride vectors do not match shape {show_ints(shape)}")
     for value, what in ((s_rank, "source location"), (t_rank, "target location"),
                         (s_off, "source offset"), (t_off, "target offset")):
         if type(value) is not int:
@@ -232,13 +235,14 @@ def _check_segment(name: str, index: int, seg: object, itemsize: int) -> Transfe
     if type(seg) is not TransferSegment or shape is not raw or s_str is not s_raw or t_str is not t_raw:
         seg = TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, shape)
     if any(e <= 0 for e in shape):
-        raise _Refusal(f"{where}: shape {shape} has an extent below 1")
+        raise _Refusal(f"{where}: shape {show_ints(shape)} has an extent below 1")
     if any(s < 0 for s in s_str + t_str) or min(s_off, t_off) < 0:
         raise _Refusal(f"{where}: negative offset or stride")
     for side, strides in (("source", s_str), ("target", t_str)):
         if not _injective(shape, strides):
             raise _Refusal(
-                f"{where}: shape {shape} with {side} strides {strides} reaches some {side} element more than once"
+                f"{where}: shape {show_ints(shape)} with {side} strides {show_ints(strides)} reaches some {side} "
+                "element more than once"
             )
     _check_numbers(where, seg, itemsize)
     return seg
@@ -246,7 +250,7 @@ def _check_segment(name: str, index: int, seg: object, itemsize: int) -> Transfe
 
 def _bound(table: Mapping[int, int], location: int, side: str, name: str, members: tuple[int, ...]) -> int:
     if location not in table:
-        raise _Refusal(f"parameter {name!r}: endpoints bind no process to {side} location {location}")
+        raise _Refusal(f"parameter {name!r}: endpoints bind no process to {side} location {show_int(location)}")
     process = table[location]
     if process not in members:
         raise _Refusal(

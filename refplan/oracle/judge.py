@@ -18,8 +18,8 @@ import numpy as np
 from .. import limits
 from .._gc import cycle_collection_paused
 from ..box import Box, box_in_shard, covers, overlapping_pairs, volume
-from ..errors import AffineTransferError, InvalidMapError, describe_exception
-from ..maps import MapContent, ParamAffineMap, describe
+from ..errors import AffineTransferError, InvalidMapError, describe_exception, show_int, show_ints
+from ..maps import MapContent, ParamAffineMap, as_int, describe
 from ..plan import TransferPlan, TransferSegment
 from . import small
 from .layout import (
@@ -54,6 +54,20 @@ from .verdict import BatchVerdict, TooLarge, Verdict, ok_verdict, unverifiable_i
 __all__ = ["FALLBACK_MAX_ELEMENTS", "check_plan", "verify_plan", "verify_plans"]
 
 FALLBACK_MAX_ELEMENTS = 1 << 16
+
+
+def fallback_budget(value: object) -> int:
+    """``fallback_elements`` checked where it is passed: a non-negative ``int`` (never a bool).
+
+    Read only once some segment needs the element-level fallback, a ``None`` or a string failed
+    there as a bare ``TypeError`` from a comparison, and a float or a bool was compared as a
+    number; an argument error is the caller's, like a missing plan, so it raises."""
+    count = as_int(value)  # the maps' integer rule: numpy's integers too, never a bool or a float
+    if count is None:
+        raise TypeError(f"fallback_elements must be a non-negative int, got {type(value).__name__}")
+    if count < 0:
+        raise ValueError(f"fallback_elements must be a non-negative int, got {show_int(count)}")
+    return count
 """Elements, over the whole plan, that non-box segments may expand to before the verdict is
 ``unverifiable``. Expansion is exact but costs memory and time per element (and the resulting
 row runs go through the same box checks), so it is kept for small odd segments only."""
@@ -449,6 +463,7 @@ def verify_plan(
             + ("; for a batch {name: (target, source)} and {name: plan} use verify_plans(pairs, plans)" if batch
                else "")
         )
+    fallback_elements = fallback_budget(fallback_elements)
     with cycle_collection_paused():
         return _verify_plan(target_map, source_map, plan, parameter=parameter, fallback_elements=fallback_elements)
 
@@ -604,7 +619,8 @@ def _judge(
         s_shape = tuple(source.logical_shape)
         if t_shape != s_shape:
             raise InvalidMapError(
-                f"target map describes {target.logical_shape}, source map {source.logical_shape}: "
+                f"target map describes {show_ints(target.logical_shape)}, source map "
+                f"{show_ints(source.logical_shape)}: "
                 "a reshape is not a transfer"
             )
         src = validated(source, "source", layouts)
@@ -727,6 +743,7 @@ def verify_plans(
     verdict under its own name (``Same``, ``_judge``). Nothing is remembered from one call to the
     next, and each verdict is the one ``verify_plan`` gives that parameter alone
     (tests/test_verify_reuse.py)."""
+    fallback_elements = fallback_budget(fallback_elements)
     with cycle_collection_paused():
         return _verify_plans(pairs, plans, fallback_elements)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import limits
 from ..box import Box, covers, decode_row_major, overlapping_pairs, row_major_strides, volume
-from ..errors import InvalidMapError, UnsupportedLayoutError
+from ..errors import InvalidMapError, UnsupportedLayoutError, show_int, show_ints, show_list
 from ..limits import MAX_COORDINATE
 from ..maps import AffinePiece, MapContent, ParamAffineMap
 from . import small
@@ -181,13 +181,18 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
     logical = tuple(m.logical_shape)
     ndim = len(logical)
     if any(s < 0 for s in logical):
-        raise InvalidMapError(f"{side} map: logical shape {logical} has a negative extent")
+        raise InvalidMapError(f"{side} map: logical shape {show_ints(logical)} has a negative extent")
+    # Past int64 (one extent, or the volume) is more than this oracle can address, not a broken
+    # map: unverifiable. Each extent on its own too, since an empty F (a zero extent) can list any other.
+    if any(s > MAX_COORDINATE for s in logical):
+        raise TooLarge(f"{side} map: logical shape {show_ints(logical)} has an extent above 2**62")
     if volume(logical) >= MAX_COORDINATE:
         raise TooLarge(f"{side} map: logical shape {logical} exceeds {MAX_COORDINATE} elements")
     # Location ids go into the same int64 columns as coordinates (``check_plan``'s rows, the cuts).
     bad = [loc for loc in m.ranks if not -MAX_COORDINATE <= loc <= MAX_COORDINATE]
     if bad:
-        raise InvalidMapError(f"{side} map, location {min(bad)}: location id {min(bad)} is above 2**62 in magnitude")
+        huge = show_int(min(bad))
+        raise InvalidMapError(f"{side} map, location {huge}: location id {huge} is above 2**62 in magnitude")
     shards: dict[int, tuple[int, ...]] = {}
     held: dict[int, list[Held]] = {}
     for loc in m.ranks:
@@ -195,11 +200,15 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
         if shard is not None:
             if len(shard) != ndim:
                 raise UnsupportedLayoutError(
-                    f"{side} map, location {loc}: shard shape {shard} has a different number of axes "
+                    f"{side} map, location {loc}: shard shape {show_ints(shard)} has a different number of axes "
                     f"than the logical shape {logical}"
                 )
             if any(s < 0 for s in shard):
-                raise InvalidMapError(f"{side} map, location {loc}: shard shape {shard} has a negative extent")
+                raise InvalidMapError(
+                    f"{side} map, location {loc}: shard shape {show_ints(shard)} has a negative extent"
+                )
+            if any(s > MAX_COORDINATE for s in shard):  # as for F
+                raise TooLarge(f"{side} map, location {loc}: shard shape {show_ints(shard)} has an extent above 2**62")
             if volume(shard) >= MAX_COORDINATE:
                 raise TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
         out: list[Held] = []
@@ -208,11 +217,11 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
             if not isinstance(p, AffinePiece):
                 raise InvalidMapError(f"{where}: expected an AffinePiece, got {type(p).__name__}")
             if len(p.shape) != ndim:
-                raise InvalidMapError(f"{where}: shape {p.shape} does not have the {ndim} axes of {logical}")
+                raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} does not have the {ndim} axes of {logical}")
             if any(e < 0 for e in p.shape):
-                raise InvalidMapError(f"{where}: shape {p.shape} has a negative extent")
+                raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} has a negative extent")
             if any(e > MAX_COORDINATE for e in p.shape):  # R8's bound, before R12 skips an empty piece
-                raise InvalidMapError(f"{where}: shape {p.shape} has an extent above 2**62")
+                raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} has an extent above 2**62")
             if not nonempty(p.shape):
                 continue  # empty pieces hold nothing; builders give them offsets one past the end
             if shard is None:
@@ -227,22 +236,27 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 )
             if not row_major_on(p.source_strides, p.shape, logical):
                 raise UnsupportedLayoutError(
-                    f"{where}: source strides {p.source_strides} are not the row-major strides of "
+                    f"{where}: source strides {show_ints(p.source_strides)} are not the row-major strides of "
                     f"{logical} on the piece's axes (a permutation or a gap)"
                 )
             if not row_major_on(p.dest_strides, p.shape, shard):
                 raise UnsupportedLayoutError(
-                    f"{where}: dest strides {p.dest_strides} are not the row-major strides of shard {shard}"
+                    f"{where}: dest strides {show_ints(p.dest_strides)} are not the row-major strides of shard "
+                    f"{shard}"
                 )
             origin = decode_row_major(p.source_offset, logical)
             if origin is None:
-                raise InvalidMapError(f"{where}: source offset {p.source_offset} is not a coordinate of {logical}")
+                raise InvalidMapError(
+                    f"{where}: source offset {show_int(p.source_offset)} is not a coordinate of {logical}"
+                )
             box = Box(origin, p.shape)
             if not inside(box, logical):
                 raise InvalidMapError(f"{where}: logical box {box} lies outside the logical parameter {logical}")
             local_origin = decode_row_major(p.dest_offset, shard)
             if local_origin is None:
-                raise InvalidMapError(f"{where}: dest offset {p.dest_offset} is not a coordinate of shard {shard}")
+                raise InvalidMapError(
+                    f"{where}: dest offset {show_int(p.dest_offset)} is not a coordinate of shard {shard}"
+                )
             local = Box(local_origin, p.shape)
             if not inside(local, shard):
                 raise InvalidMapError(f"{where}: local box {local} lies outside the shard {shard}")
@@ -391,7 +405,7 @@ def _check_holders(layout: Layout) -> None:
             if id(h.locations) in other:
                 raise InvalidMapError(
                     f"{side} map, location {h.location}, piece {h.index}: logical box {box} declares "
-                    f"locations {sorted(h.locations)}, but the locations holding part of it are "
+                    f"locations {show_list(sorted(h.locations))}, but the locations holding part of it are "
                     f"{sorted(touching)} (different locations)"
                 )
         for loc in sorted(touching - holders[k]):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..box import Box, decode_row_major, decode_row_major_array, volume
-from ..errors import InvalidMapError
+from ..errors import InvalidMapError, show_int, show_ints
 from ..limits import MAX_COORDINATE
 from ..plan import SEGMENT_FIELDS, TransferPlan, TransferSegment
 from .layout import Array, Layout, logical_at, nonempty, rm, row_major_on
@@ -192,20 +192,25 @@ def structural(index: int, seg: TransferSegment, src: Layout, tgt: Layout) -> Ve
         if offset is not None and t_shard is not None and 0 <= offset < volume(t_shard):
             coord = decode_row_major(offset, t_shard)
             logical = None if coord is None else logical_at(tgt, seg.target_rank, coord)
+        # A location or address past 2**62 names nothing a map can hold (R3a, R8), and one past
+        # 4 300 digits would make the verdict itself unprintable: the reason words it instead.
+        def told(value: int | None) -> int | None:
+            return value if value is None or abs(value) <= MAX_COORDINATE else None
+
         return Verdict(
-            "invalid", reason=f"segment {index}: {reason}", target_location=seg.target_rank,
-            target_offset=offset, logical_coordinate=logical, segments=(index,), checked_segments=index + 1,
+            "invalid", reason=f"segment {index}: {reason}", target_location=told(seg.target_rank),
+            target_offset=told(offset), logical_coordinate=logical, segments=(index,), checked_segments=index + 1,
         )
 
     if s_shard is None:
-        return bad(f"reads from source location {seg.source_rank}, which has no shard in the source map")
+        return bad(f"reads from source location {show_int(seg.source_rank)}, which has no shard in the source map")
     if t_shard is None:
-        return bad(f"writes to target location {seg.target_rank}, which has no shard in the target map")
+        return bad(f"writes to target location {show_int(seg.target_rank)}, which has no shard in the target map")
     ndim = len(seg.shape)
     if len(seg.source_strides) != ndim or len(seg.target_strides) != ndim:
-        return bad(f"stride vector length does not match shape {seg.shape}")
+        return bad(f"stride vector length does not match shape {show_ints(seg.shape)}")
     if not nonempty(seg.shape):
-        return bad(f"shape {seg.shape} has an extent that is not positive (an executor refuses it)")
+        return bad(f"shape {show_ints(seg.shape)} has an extent that is not positive (an executor refuses it)")
     if any(s < 0 for s in (*seg.source_strides, *seg.target_strides)):
         return bad("negative strides are not executable (as_strided refuses them)")
     for side, offset, strides, shard in (
@@ -222,13 +227,13 @@ def structural(index: int, seg: TransferSegment, src: Layout, tgt: Layout) -> Ve
             where = "source location" if side == "reads" else "target location"
             rank = seg.source_rank if side == "reads" else seg.target_rank
             return bad(
-                f"{side} addresses {offset}..{offset + reach} of {where} {rank}, outside its "
+                f"{side} addresses {show_int(offset)}..{show_int(offset + reach)} of {where} {rank}, outside its "
                 f"{numel} elements (shard {shard})",
                 at,
             )
     if any(e > 1 and v == 0 for e, v in zip(seg.shape, seg.target_strides)):
         return bad(
-            f"target strides {seg.target_strides} repeat a zero stride on an axis of extent > 1, so it "
+            f"target strides {show_ints(seg.target_strides)} repeat a zero stride on an axis of extent > 1, so it "
             "writes one address more than once",
             seg.target_offset,
         )
@@ -299,9 +304,15 @@ def runs(seg: TransferSegment, s_shard: tuple[int, ...], t_shard: tuple[int, ...
     order = np.argsort(w, kind="stable")
     w = w[order]
     r = r[order]
-    # A segment with no axes is always a box (its one element at offset 0), so ``d >= 1`` here.
     d = len(t_shard)
     n = w.size
+    if d == 0:
+        # A scalar's shards have one element and no axes (R0: both sides alike), so there is no last
+        # axis to advance along: each element is a run of its own, the empty box at the shard's one
+        # address. A segment of one element written with axes ((1,), (1, 1)) is a copy of it; one that
+        # names the address twice is caught as a double write by the box checks, like any other.
+        none = np.zeros((n, 0), dtype=np.int64)
+        return none, none.copy(), none.copy()
     # Both footprints lie inside their shards (``structural`` passed), so every address decodes.
     wc = decode_row_major_array(w, np.asarray(rm(t_shard), dtype=np.int64), np.asarray(t_shard, dtype=np.int64))
     rc = decode_row_major_array(r, np.asarray(rm(s_shard), dtype=np.int64), np.asarray(s_shard, dtype=np.int64))

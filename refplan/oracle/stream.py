@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import limits
 from .._gc import cycle_collection_paused
-from .judge import FALLBACK_MAX_ELEMENTS, Judged, _verify_plan, verify_plans
+from .judge import FALLBACK_MAX_ELEMENTS, Judged, _verify_plan, fallback_budget, verify_plans
 from .layout import Layout, MapLike
 from .segments import PlanLike
 from .verdict import BatchVerdict, Verdict, worst
@@ -44,6 +44,7 @@ def verify_stream(
     would keep the later plan. Whatever the iterable raises propagates (``PlansStream`` raises a
     malformed file's error after its last plan), and no verdict is returned then.
     """
+    fallback_elements = fallback_budget(fallback_elements)
     verdicts: dict[str, Verdict] = {}
     layouts: dict[Any, Layout] = {}
     judged: Judged = {}
