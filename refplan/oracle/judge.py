@@ -54,6 +54,9 @@ from .verdict import BatchVerdict, TooLarge, Verdict, ok_verdict, unverifiable_i
 __all__ = ["FALLBACK_MAX_ELEMENTS", "check_plan", "verify_plan", "verify_plans"]
 
 FALLBACK_MAX_ELEMENTS = 1 << 16
+"""Elements, over the whole plan, that non-box segments may expand to before the verdict is
+``unverifiable``. Expansion is exact but costs memory and time per element (and the resulting
+row runs go through the same box checks), so it is kept for small odd segments only."""
 
 
 def fallback_budget(value: object) -> int:
@@ -68,9 +71,6 @@ def fallback_budget(value: object) -> int:
     if count < 0:
         raise ValueError(f"fallback_elements must be a non-negative int, got {show_int(count)}")
     return count
-"""Elements, over the whole plan, that non-box segments may expand to before the verdict is
-``unverifiable``. Expansion is exact but costs memory and time per element (and the resulting
-row runs go through the same box checks), so it is kept for small odd segments only."""
 
 
 def check_plan(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..box import Box, decode_row_major, decode_row_major_array, volume
-from ..errors import InvalidMapError, show_int, show_ints
+from ..errors import _HUGE_BITS, InvalidMapError, show_int, show_ints
 from ..limits import MAX_COORDINATE
 from ..plan import SEGMENT_FIELDS, TransferPlan, TransferSegment
 from .layout import Array, Layout, logical_at, nonempty, rm, row_major_on
@@ -192,10 +192,10 @@ def structural(index: int, seg: TransferSegment, src: Layout, tgt: Layout) -> Ve
         if offset is not None and t_shard is not None and 0 <= offset < volume(t_shard):
             coord = decode_row_major(offset, t_shard)
             logical = None if coord is None else logical_at(tgt, seg.target_rank, coord)
-        # A location or address past 2**62 names nothing a map can hold (R3a, R8), and one past
-        # 4 300 digits would make the verdict itself unprintable: the reason words it instead.
+        # A location or address too long for ``str`` (``show_int``) would make the verdict itself
+        # unprintable; it names nothing a map can hold (R3a, R8), and the reason words it instead.
         def told(value: int | None) -> int | None:
-            return value if value is None or abs(value) <= MAX_COORDINATE else None
+            return value if value is None or value.bit_length() <= _HUGE_BITS else None
 
         return Verdict(
             "invalid", reason=f"segment {index}: {reason}", target_location=told(seg.target_rank),
