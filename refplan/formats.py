@@ -53,6 +53,7 @@ __all__ = [
     "parse_plans",
     "path_key",
     "read_maps",
+    "xml_text",
 ]
 
 MAPS_FORMAT = "refplan.maps/1"
@@ -829,3 +830,18 @@ class PlansStream:
             self.document = header
         finally:
             text.close()
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold written as its Python escape (``\\x01``,
+    ``\\ud800``), for reports written as XML (``refplan verify --junit``, ``refplan show --svg``).
+
+    A parameter name is any JSON string: control characters and lone surrogates are valid there.
+    ElementTree writes the former into an attribute unescaped (a file no XML reader accepts) and a
+    UTF-8 writer refuses the latter (a traceback after the verdict was reached). The escape is
+    Python's own ``ascii`` form, so the name reads as the JSON file's reader would print it.
+    """
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)

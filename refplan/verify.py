@@ -17,7 +17,7 @@ from typing import Any
 
 from . import limits
 from .errors import AffineTransferError, InputFileError, InvalidMapError
-from .formats import MapsBatch, PlansStream, check_keys, load_json, parse_plans, read_maps
+from .formats import MapsBatch, PlansStream, check_keys, load_json, parse_plans, read_maps, xml_text
 from .oracle import FALLBACK_MAX_ELEMENTS, MAX_COORDINATE, BatchVerdict, Verdict, verify_plan, verify_plans
 from .oracle.stream import verify_stream
 from .plan import TransferPlan
@@ -141,7 +141,8 @@ def run_verify_cli(
         if verdict.status == "invalid_map":
             kind, _, text = (verdict.map_error or "").partition(": ")
             print(_cli_one_line(f"refplan verify: {kind}: parameter {name!r}: {text}"), file=sys.stderr)
-            break
+            if not all_failures:  # ``--all`` lists every parameter that is not ok, these included
+                break
     return result.exit_code
 
 
@@ -256,16 +257,17 @@ def _cli_junit(result: BatchVerdict, maps_path: str, plans_path: str) -> str:
 
     counts = result.counts()
     suite = ET.Element(
-        "testsuite", name=f"refplan-verify[{plans_path}]", tests=str(len(result.verdicts)),
+        "testsuite", name=xml_text(f"refplan-verify[{plans_path}]"), tests=str(len(result.verdicts)),
         failures=str(counts["invalid"]), errors=str(counts["invalid_map"]), skipped=str(counts["unverifiable"]),
     )
     properties = ET.SubElement(suite, "properties")
-    ET.SubElement(properties, "property", name="maps", value=str(maps_path))
+    ET.SubElement(properties, "property", name="maps", value=xml_text(str(maps_path)))
     ET.SubElement(properties, "property", name="status", value=result.status)
     for name in sorted(result.verdicts):
         verdict = result.verdicts[name]
-        case = ET.SubElement(suite, "testcase", classname="refplan.verify", name=name)
-        text = str(verdict)
+        # Names and texts as XML can hold them (``xml_text``): a name is any JSON string.
+        case = ET.SubElement(suite, "testcase", classname="refplan.verify", name=xml_text(name))
+        text = xml_text(str(verdict))
         if verdict.status == "invalid":
             ET.SubElement(case, "failure", message=text[:500], type="invalid").text = text
         elif verdict.status == "invalid_map":

@@ -341,3 +341,54 @@ def test_the_library_refuses_an_absurd_element_size_as_files_do(size: object) ->
     with pytest.raises(ValueError, match=f"at most {MAX_ELEMENT_SIZE} bytes"):
         plan_transfers({"w": (m, m)}, element_size=size)  # type: ignore[arg-type]
     plan_transfers({"w": (m, m)}, element_size=MAX_ELEMENT_SIZE)
+
+
+# -- reports as XML: names and texts XML cannot hold ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["\ud800", "w\x01", "w\x00", "w\x1b[31m"])
+def test_verify_junit_holds_a_name_xml_cannot(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Any JSON string is a parameter name. A lone surrogate made the JUnit writer raise
+    ``UnicodeEncodeError`` (a traceback and exit 1 for a correct plan, the file left empty); a
+    control character was written unescaped into an attribute (exit 0, a file no XML reader
+    parses). Both are now written as their Python escapes."""
+    pairs = {name: (TARGET, SOURCE)}
+    maps = _maps(tmp_path, pairs)
+    plans = _write(tmp_path / "plans.json", dump_plans(plan_transfers(pairs)))
+    junit = tmp_path / "verify.xml"
+    code, out, err = _run(["verify", maps, plans, "--junit", str(junit)], capsys)
+    assert code == 0 and "1 ok -> ok" in out and err == "", (out, err)
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    assert [c.get("name") for c in cases] == [ascii(name)[1:-1]]
+    svg = tmp_path / "plan.svg"
+    code, _out, _err = _run(["show", maps, plans, "--svg", str(svg), "-q"], capsys)
+    assert code == 0
+    ET.parse(svg)  # parses: the name in its title is escaped too
+
+
+def test_verify_all_names_every_map_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--all`` lists every parameter that is not ok: a map error was printed for the first
+    parameter only, so the second one's was in ``--json`` alone."""
+    scaled = ParamAffineMap((8, 8), {0: (8, 8)}, {0: [AffinePiece((8, 8), 0, (8, 1), 0, (8, 1), {0}, scale=2.0)]})
+    pairs = {"a": (TARGET, scaled), "b": (TARGET, scaled), "c": (TARGET, SOURCE)}
+    maps = _write(tmp_path / "maps.json", dump_maps(MapsBatch(pairs)))
+    plans = _write(tmp_path / "plans.json", dump_plans(plan_transfers({"c": pairs["c"]})
+                                                       | {n: plan_transfer(TARGET, SOURCE) for n in "ab"}))
+    code, out, err = _run(["verify", maps, plans, "--all"], capsys)
+    assert code == 2 and "1 ok, 2 invalid_map" in out
+    assert "parameter 'a'" in err and "parameter 'b'" in err, err
+    code, out, err = _run(["verify", maps, plans], capsys)
+    assert code == 2 and "parameter 'a'" in err and "parameter 'b'" not in err
+
+
+def test_conformance_junit_holds_a_peer_reason_xml_cannot() -> None:
+    """A case's reason quotes a peer's error text, which may carry a terminal's colour codes."""
+    from refplan.conformance.runner import CaseResult, Report
+
+    reason = "peer raised \x1b[31mRuntimeError\x1b[0m: bad \ud800"
+    report = Report("peer", [CaseResult("c1", "fam", "why", "pass", "raised", "error", reason=reason),
+                             CaseResult("c2", "fam", "why", "ok", "wrong", "fail", reason=reason)])
+    root = ET.fromstring(report.junit_xml().split("?>", 1)[1])
+    error = next(root.iter("error"))
+    assert error.text == ascii(reason)[1:-1].replace("\\'", "'")
+    assert next(root.iter("failure")).get("message", "").startswith("peer raised \\x1b[31m")

@@ -32,7 +32,7 @@ from xml.sax.saxutils import escape, quoteattr
 from ..analysis import LoadReport, sender_load
 from ..box import box_in_shard, row_major_strides, volume
 from ..errors import AffineTransferError, InputFileError, InvalidMapError
-from ..formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans, path_key
+from ..formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans, path_key, xml_text
 from ..frames import check_sizes
 from ..plan import TransferPlan
 from ..policies import POLICIES
@@ -85,7 +85,7 @@ class _Canvas:
                 if stroke != "none":
                     attrs += f' stroke="{stroke}" stroke-width="0.6"'
                 if title:
-                    out.append(f"<rect {attrs}><title>{escape(title)}</title></rect>")
+                    out.append(f"<rect {attrs}><title>{escape(xml_text(title))}</title></rect>")
                 else:
                     out.append(f"<rect {attrs}/>")
             else:
@@ -93,7 +93,7 @@ class _Canvas:
                 weight = ' font-weight="bold"' if bold else ""
                 out.append(
                     f'<text x="{x:.2f}" y="{y:.2f}" font-size="{size:g}" text-anchor={quoteattr(anchor)}{weight}>'
-                    f"{escape(text)}</text>"
+                    f"{escape(xml_text(text))}</text>"
                 )
         out.append("</svg>")
         return "\n".join(out) + "\n"

@@ -46,6 +46,7 @@ from typing import Any
 
 from .._progress import Progress
 from ..box import Box, box_in_shard, decode_row_major, volume
+from ..formats import xml_text
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
 from .corpus import ALWAYS_INPUT_KEYS, CASES_DIR, INPUT_KEYS, Case, CaseFormatError, load_cases, select_cases
@@ -215,15 +216,19 @@ class Report:
         for r in self.results:
             case = ET.SubElement(suite, "testcase", classname=f"conformance.{r.family}", name=r.case_id,
                                  time=f"{r.seconds:.6f}")
+            # A reason quotes a peer's own error text, which may hold what XML cannot (a terminal's
+            # colour codes): written as ``xml_text`` escapes, or no CI reader could parse the file.
+            reason = xml_text(r.reason)
             if r.verdict == "fail":
-                ET.SubElement(case, "failure", message=r.reason[:500]).text = f"expected {r.expected}, got {r.got}"
+                failure = ET.SubElement(case, "failure", message=reason[:500])
+                failure.text = xml_text(f"expected {r.expected}, got {r.got}")
             elif r.verdict == "error":
-                ET.SubElement(case, "error", message=r.reason[:500]).text = r.reason
+                ET.SubElement(case, "error", message=reason[:500]).text = reason
             elif r.verdict == "unsupported":
-                ET.SubElement(case, "skipped", message=r.reason[:500])
+                ET.SubElement(case, "skipped", message=reason[:500])
             elif r.verdict == "contract":  # a pass for CI, marked so that it is never read as conformance
                 properties = ET.SubElement(case, "properties")
-                ET.SubElement(properties, "property", name="contract", value=r.reason[:500])
+                ET.SubElement(properties, "property", name="contract", value=reason[:500])
         suites = ET.Element("testsuites")
         suites.append(suite)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
