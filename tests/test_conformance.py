@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -401,3 +402,31 @@ def test_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     err = capsys.readouterr().err
     assert "nonsense" in err and len(err.strip().splitlines()) == 1
     assert _cli("--cases", str(tmp_path / "missing.json")) == 2
+
+
+def test_deepspeed_zero_scale_is_judged_by_its_own_contract(cases: list[Case]) -> None:
+    """DeepSpeed's map constructor refuses a zero scale with a plain ``ValueError`` as the map is
+    built; its error classes are ``plan_transfer``'s, which never sees such a map. That refusal was
+    published as a failure ("wrong error class"); a maintainer would close it as intended, so it is
+    a ``contract`` result, citing the constructor's file:line."""
+    try:
+        adapter = make_adapter("deepspeed")
+    except ValueError as exc:
+        pytest.skip(f"DeepSpeed is not importable: {exc}")
+    case = next(c for c in cases if c.id == "rules/scale-zero-not-invertible")
+    outcome = adapter.plan(case)
+    assert (outcome.kind, outcome.error) == ("refuse", "ValueError")
+    verdict, reason, _notes = judge(case, outcome, adapter)
+    assert verdict == "contract" and "affine.py:77-78" in reason and "(refplan: wrong error class" in reason
+
+
+def test_an_error_class_contract_never_excuses_refusing_a_valid_case(cases: list[Case]) -> None:
+    """``class`` excuses only a refusal the case demands, under another class: refusing a valid
+    case stays a failure whatever the adapter says."""
+    adapter = RefplanAdapter()
+    valid = next(c for c in cases if c.expect.outcome == "accept")
+    refused = Outcome("refuse", error="ValueError", message="no", contract=(("class", "a contract"),))
+    assert judge(valid, refused, adapter)[0] == "fail"
+    must_refuse = next(c for c in cases if c.expect.outcome == "refuse" and c.expect.error == "InvalidMapError")
+    assert judge(must_refuse, refused, adapter)[0] == "contract"
+    assert judge(must_refuse, dataclasses.replace(refused, contract=()), adapter)[0] == "fail"

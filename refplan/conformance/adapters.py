@@ -181,6 +181,14 @@ class _UnknownRequest(Exception):
     pass
 
 
+_DS_MAP_REFUSALS = (
+    "DeepSpeed's map constructors refuse a map they cannot hold with a plain ValueError as it is built "
+    "(AffinePiece.__init__ for a zero scale, deepspeed/checkpoint/affine.py:77-78); its error classes are those of "
+    "plan_transfer, which takes maps already built, and ParamAffineMap.from_dict does not classify malformed "
+    "input by class either"
+)
+
+
 class DeepSpeedAdapter(Adapter):
     """DeepSpeed's one-parameter planner, looped over the batch in name order."""
 
@@ -229,7 +237,15 @@ class DeepSpeedAdapter(Adapter):
         try:
             for name in sorted(case.parameters):
                 pair = case.parameters[name]
-                target, source = self._map(pair["target"]), self._map(pair["source"])
+                try:
+                    target, source = self._map(pair["target"]), self._map(pair["source"])
+                except ValueError as exc:
+                    # The maps' constructors are DeepSpeed's front door for a map, and they refuse
+                    # what they cannot hold with a plain ValueError (a zero scale: AffinePiece's
+                    # __init__); its error classes are plan_transfer's. A refusal there, as the
+                    # case demands, is judged by that contract, never a wrong class.
+                    refused = _exception_outcome(exc)
+                    return dataclasses.replace(refused, contract=(("class", _DS_MAP_REFUSALS),))
                 selector: Callable[[Any], Any] | None = None
                 if case.answers is not None:
 

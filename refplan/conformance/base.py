@@ -35,7 +35,8 @@ class Outcome:
     contract: tuple[tuple[str, str], ...] = ()
     """(kind, why) pairs, set only by peer adapters from the case's structure: when the judge's
     verdict is of that kind (``accept``: a ``fail`` for accepting a case refplan must refuse;
-    ``refuse``: a ``fail`` for refusing a valid case; ``quality``), it becomes ``contract`` with that
+    ``refuse``: a ``fail`` for refusing a valid case; ``class``: a ``fail`` for refusing, as it
+    must, with another error class than refplan's; ``quality``), it becomes ``contract`` with that
     reason, because the peer did what its own documented contract allows (a partial load, a
     deliberate refusal, an item-granular choice) and only refplan's rules forbid it. A wrong plan is
     never excused."""

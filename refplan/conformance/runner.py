@@ -411,6 +411,8 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
         kind = "accept"  # accepted what refplan must refuse; a wrong plan for a valid case is never excused
     elif verdict == "fail" and outcome.kind == "refuse" and case.expect.outcome == "accept":
         kind = "refuse"
+    elif verdict == "fail" and outcome.kind == "refuse" and case.expect.outcome == "refuse":
+        kind = "class"  # refused, as it must be, under another class than refplan's
     for excused, why in outcome.contract:
         if excused == kind:
             return "contract", f"{why} (refplan: {reason})", notes
@@ -837,6 +839,8 @@ def write_markdown(
         lines += [
             f"Of the {expressible} cases {peer.planner} can express, it passes {c['pass']}"
             + (f" and fails {c['fail']}" if c["fail"] else "") + (f" with {c['error']} errors" if c["error"] else "")
+            + (f"; {c['contract']} more {'does' if c['contract'] == 1 else 'do'} what its own contract allows "
+               "and refplan's rules forbid (listed below)" if c.get("contract") else "")
             + ". Its plans are judged by the same oracle, and scripted int answers reach it as a per-request",
             "`replica_selector`, so its reads must come from exactly the scripted holders. The other",
             f"{c['unsupported']} cases need features of the batch RFC that its one-parameter `plan_transfer` does",
@@ -869,6 +873,7 @@ def write_markdown(
                         lines.append(f"- `{r.case_id}`: expected {r.expected}, got {r.got}. {_md(r.reason)}")
                 lines.append("")
         lines += _quality_lines(peer)
+        lines += _contract_lines(peer)
         if peer_budget is not None:
             lines += ["### Other differences (not failures)", "", *budget_notes(peer.planner, peer_budget), ""]
         noted = [r for r in peer.results if r.verdict == "pass" and r.notes]
