@@ -40,6 +40,13 @@ class Outcome:
     reason, because the peer did what its own documented contract allows (a partial load, a
     deliberate refusal, an item-granular choice) and only refplan's rules forbid it. A wrong plan is
     never excused."""
+    placement: Mapping[str, Mapping[int, int]] | None = None
+    """``{"source": {location: process}, "target": {...}}``: where the adapter ran each location
+    when the case names no endpoints and the peer cannot run without (Megatron-Core 0.16.1 refits
+    inside one world: the k-th target location on the k-th source rank). Loads and their bound are
+    then counted with it, so a copy that stays on its rank is local, as it is to the peer: counted
+    as a send, it made a local read look like a remote one (a review of the published findings,
+    2026-12-06). ``None``: locations are processes of their own, as the case says."""
 
     def describe(self) -> str:
         if self.kind == "accept":

@@ -348,21 +348,26 @@ def _check_sources(case: Case, plans: Mapping[str, Any]) -> str | None:
     return None
 
 
-def sender_loads(case: Case, plans: Mapping[str, Any]) -> dict[int, int]:
-    """Bytes (elements without ``element_size``) per sending process (location without endpoints)."""
+def sender_loads(
+    case: Case, plans: Mapping[str, Any], placement: Mapping[str, Mapping[int, int]] | None = None
+) -> dict[int, int]:
+    """Bytes (elements without ``element_size``) per sending process (location without endpoints,
+    unless the adapter placed the locations: ``Outcome.placement``)."""
     raw = case.raw
     sizes = raw.get("element_size") or {}
     ends = raw.get("endpoints")
     src_proc = {int(k): v for k, v in ends["source"].items()} if ends else None
     tgt_proc = {int(k): v for k, v in ends["target"].items()} if ends else None
+    if not ends and placement is not None:
+        src_proc, tgt_proc = dict(placement["source"]), dict(placement["target"])
     load: dict[int, int] = {}
     for name, plan in plans.items():
         unit = int(sizes.get(name, 1))
         for seg in plan["segments"]:
             src, tgt = seg["source"][0], seg["target"][0]
             if src_proc is not None and tgt_proc is not None:
-                if src_proc.get(src) == tgt_proc.get(tgt):
-                    continue
+                if src_proc.get(src) is not None and src_proc.get(src) == tgt_proc.get(tgt):
+                    continue  # a local copy (an unbound location is never one)
                 src = src_proc.get(src, src)
             load[src] = load.get(src, 0) + volume(seg["shape"]) * unit
     return load
@@ -380,23 +385,30 @@ def _oracle_says(case: Case, outcome: Outcome) -> str:
     return f"; the oracle: {bad[0]}" if bad else ""
 
 
-def load_ratio(case: Case, plans: Mapping[str, Any]) -> float | None:
+def load_ratio(
+    case: Case, plans: Mapping[str, Any], placement: Mapping[str, Mapping[int, int]] | None = None
+) -> float | None:
     """Busiest sender of ``plans`` over the LP lower bound of the case's requests (``None`` when
-    the bound is zero: nothing had to be sent, or the requests cannot be collected)."""
+    the bound is zero: nothing had to be sent, or the requests cannot be collected). With an
+    adapter's ``placement`` (and no endpoints in the case), both on those processes."""
     from ..analysis import load_lower_bound
     from ..formats import parse_maps
     from ..planner import collect_requests
+    from ..requests import TransferEndpoints
 
     try:
         batch = parse_maps(case.maps_doc())
-        requests = collect_requests(batch.pairs, endpoints=batch.endpoints, element_size=batch.element_size,
+        endpoints = batch.endpoints
+        if endpoints is None and placement is not None:
+            endpoints = TransferEndpoints(dict(placement["source"]), dict(placement["target"]))
+        requests = collect_requests(batch.pairs, endpoints=endpoints, element_size=batch.element_size,
                                     process_node=batch.process_node)
     except Exception:  # a case refplan refuses has no bound; judge() has already said what matters
         return None
     bound = load_lower_bound(requests).bytes
     if bound <= 0:
         return None
-    return max(sender_loads(case, plans).values(), default=0) / float(bound)
+    return max(sender_loads(case, plans, placement).values(), default=0) / float(bound)
 
 
 def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tuple[str, ...]]:
@@ -492,7 +504,7 @@ def _judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tu
                 return "fail", f"wrong sources: {problem}", tuple(notes)
             return "quality", f"a local holder was not used: {problem}", tuple(notes)
     if expect.max_sender_load is not None:
-        load = sender_loads(case, plans)
+        load = sender_loads(case, plans, outcome.placement)
         busiest = max(load.values(), default=0)
         if busiest > expect.max_sender_load:
             who = max(load, key=lambda k: (load[k], -k))
@@ -588,7 +600,7 @@ def _run_case(case: Case, adapter: Adapter) -> CaseResult:
         reason = f"{reason} — {cause(case.id, verdict)}"
     ratio = None
     if verdict in ("pass", "quality", "contract") and outcome.kind == "accept" and case.expect.outcome == "accept":
-        ratio = load_ratio(case, outcome.plans or {})
+        ratio = load_ratio(case, outcome.plans or {}, outcome.placement)
     return CaseResult(
         case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
         outcome.seconds, notes, case.tags, ratio,

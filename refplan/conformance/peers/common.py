@@ -391,10 +391,15 @@ class PeerAdapter(Adapter):
             return Outcome("refuse", error=type(exc).__name__, message=_first_line(exc), contract=contract)
         except Exception as exc:
             return Outcome("crash", error=type(exc).__name__, message=_first_line(exc), contract=contract)
-        return Outcome("accept", plans=plans, contract=contract)
+        return Outcome("accept", plans=plans, contract=contract, placement=self.placement(case, problem))
 
     def translate(self, case: Case) -> Any:
         raise NotImplementedError
+
+    def placement(self, case: Case, problem: Any) -> Mapping[str, Mapping[int, int]] | None:
+        """``Outcome.placement``: the processes this adapter ran a case's locations on when the case
+        names none and the peer needs them placed; ``None`` (each location its own process) by default."""
+        return None
 
     def cause(self, case_id: str, verdict: str) -> str:
         """The root cause of a ``fail`` or ``quality`` result (``findings.FINDINGS``), in words."""

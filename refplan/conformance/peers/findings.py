@@ -36,10 +36,10 @@ class Finding:
 
 
 _MEGATRON_LOAD = (
-    "batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
-    "batches/local-first", "batches/local-first-over-balance", "peers/finding-dcp-dedup-counts-items",
-    "peers/finding-dcp-dedup-dtensor-hsdp", "peers/finding-megatron-pure-dp-reads-one-rank",
-    "peers/finding-megatron-tp2dp2-uses-one-replica", "peers/finding-awex-one-inference-replica",
+    # Seven more cases were listed until 2026-12-06, judged as if every copy were a send: without
+    # endpoints 0.16.1 runs target location k on source rank k (``Outcome.placement``), and there
+    # its reads of those cases are local copies or the least remote data, not a finding.
+    "batches/local-first", "batches/local-first-over-balance", "peers/finding-megatron-pure-dp-reads-one-rank",
 )
 _AWEX_LOAD = ("batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
               "peers/finding-dcp-dedup-counts-items", "peers/finding-dcp-dedup-dtensor-hsdp",

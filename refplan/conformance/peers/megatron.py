@@ -316,6 +316,7 @@ class MegatronAdapter(PeerAdapter):
             for r, m in meta["target"][name].items():
                 dst_by_rank.setdefault(r, []).append((name, m))
         problem = {"names": names, "meta": meta, "loc_of": loc_of, "contract": contract[:1],
+                   "placement": rank_of if ends is None and self.collocate else None,
                    "logical": {n: maps[n][1].logical_shape for n in names},
                    "dst_by_rank": sorted(dst_by_rank.items()),
                    "src_lists": {n: [meta["source"][n][r] for r in sorted(meta["source"][n])] for n in names}}
@@ -324,6 +325,12 @@ class MegatronAdapter(PeerAdapter):
 
     def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = problem["contract"]
+        return found
+
+    def placement(self, case: Case, problem: Mapping[str, Any]) -> Mapping[str, Mapping[int, int]] | None:
+        """Without endpoints, 0.16.1 runs the k-th target location on the k-th source rank (``collocate``):
+        its loads are judged on those ranks, where a copy between a rank's two models is local."""
+        found: Mapping[str, Mapping[int, int]] | None = problem.get("placement")
         return found
 
     def planner_metadata(self, problem: Mapping[str, Any]) -> dict[str, dict[int, dict[str, dict[str, Any]]]]:
