@@ -8,7 +8,7 @@ Megatron's own path, rank by rank: each rank of the trainer (a cluster of its ow
 second cluster, its ranks offset by the trainer's world: `dst_rank_offset`) builds its model from real
 `ColumnParallelLinear` layers under a fake process group (real `new_group` objects, one simulated rank
 at a time, on CPU), and reads its metadata with `_extract_module_metadata` (planner.py:359-385), which
-`build_local_reshard_plan` (planner.py:453) all-gathers; the gathered list goes through
+`build_local_reshard_plan` (planner.py:454) all-gathers; the gathered list goes through
 `index_metadata_rosters` (planner.py:388) and `build_plan_from_rosters` (planner.py:403, 0.19.2's
 pure, collective-free entry point) for every engine rank. Only the all-gather is replaced (by a list
 in rank order).

@@ -7,7 +7,8 @@ A model that will load its weights (from a checkpoint, or by a refit) is built w
 then (tensor_parallel/layers.py:855 and 878 for the column layer, 1178 and 1201 for the row layer:
 `if config.perform_initialization:` with no `else`), so `extract_param_metadata`
 (resharding/utils.py:257) reports a TP-split weight as replicated (`is_tp=False`, no TP group) on every
-rank alike. 0.19.2 sets the attributes in an `else` branch (layers.py:991-994, 1012-1015): fixed there.
+rank alike. 0.19.2 sets the attributes in an `else` branch (layers.py:991-994, 1012-1015, and 1354-1357, 1375-1378
+for RowParallelLinear): fixed there.
 
 The script builds real layers at TP=2 on CPU under a fake process group (one simulated rank at a
 time) in both releases and prints `is_tp` beside the expected `True`; for 0.16.1 it then plans a

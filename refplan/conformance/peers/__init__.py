@@ -142,7 +142,10 @@ PEER_FINDINGS_OUTSIDE_CORPUS = {
             "engine builds no TP descriptor (planner.py:36-40) and the replicated fallback copies whole shards of "
             "another shape and other rows (TP2xDP2 -> TP4 on 4 ranks: rank 3's (16, 16) shard, rows 16-31, into "
             "rank 1's (8, 16) shard). 0.19.2 sets the attributes in an `else` branch (layers.py:991-994, "
-            "1012-1015). Real layers on CPU in `tests/test_megatron_front_door.py`.",
+            "1012-1015 for `ColumnParallelLinear`, 1354-1357 and 1375-1378 for `RowParallelLinear`). This is "
+            "the local-spec layers; the Transformer Engine spec passes a no-op init rather than skipping it, so "
+            "TE-spec models are probably not affected (not checked here: TE is not installed). Real layers on "
+            "CPU in `tests/test_megatron_front_door.py`.",
             "megatron_tp_marking_without_init.py",
         ),
     ],

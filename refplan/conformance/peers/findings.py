@@ -87,7 +87,9 @@ FINDINGS: tuple[Finding, ...] = (
         cause="megatron/core/resharding/utils.py:514-516 and 521-529: `_round_robin_dp` returns the first entry "
               "when all sources share one DP group (pure DP), and otherwise picks the DP group by `dst_rank % "
               "groups` and the entry by `(dst_rank // groups) % entries`: from the destination rank alone, the same "
-              "for every parameter, so with fewer destination ranks than replicas the other replicas never send",
+              "for every parameter; the DP buckets are per TP position, so the replica index advances only once "
+              "every source-TP destination ranks, and an engine with fewer ranks than the trainer (TP x DP) leaves "
+              "the other replicas idle",
         configuration="an RL refit with the engine on ranks apart from the trainer's (build_plan_from_rosters, "
                       "planner.py:403), e.g. a TP2xDP2 trainer -> a TP2 engine on ranks 4-5 (every parameter from "
                       "replica 0) or TP1xDP4 -> TP4 (everything from rank 0)",
@@ -109,7 +111,12 @@ FINDINGS: tuple[Finding, ...] = (
               "the same for every parameter (no rotation)",
         configuration="one inference engine (num_infer_engines=1) fed by a trainer with DP > 1",
         why="With fewer inference replicas than training replicas, training replicas T-1.. never send: one "
-            "inference engine reads every parameter from training replica 0. Load only: the copies are exact.",
+            "inference engine reads every parameter from training replica 0, which the comments at "
+            "transfer_plan.py:286 and 315-316 (\"each training replica gets an equal number of inference "
+            "replicas\") do not intend. Load only: the copies are exact. Awex's own test "
+            "`test_build_parameter_plan_uses_original_training_replica_order` pins the first training replica "
+            "for one parameter, and with a one-rank engine its receive link bounds the sync, so the gain in "
+            "practice is below the 2x of the busiest sender.",
         witnesses=_AWEX_LOAD,
         script="awex_one_inference_replica.py",
     ),
