@@ -230,12 +230,14 @@ LOCATION_KEY = re.compile(r"-?[0-9]{1,4000}")
 optional minus sign, at most 4000 of them (Python's ``int()`` refuses more than 4300 digits, so a
 longer key is refused here, by name, instead of by a bare ``ValueError``). The one pattern for
 map, endpoint and file keys."""
+
+
 class _Show(reprlib.Repr):
     """``reprlib.Repr`` that words a huge integer by its length instead of failing on it."""
 
     def repr_int(self, x: int, level: int) -> str:
         if x.bit_length() > _HUGE_BITS:
-            return f"<an integer of {x.bit_length()} bits>"
+            return show_int(x)  # the one wording of a huge integer
         return super().repr_int(x, level)
 
 
