@@ -420,6 +420,55 @@ def test_deepspeed_zero_scale_is_judged_by_its_own_contract(cases: list[Case]) -
     assert verdict == "contract" and "affine.py:77-78" in reason and "(refplan: wrong error class" in reason
 
 
+def test_deepspeed_first_holder_is_judged_by_its_own_contract(cases: list[Case]) -> None:
+    """Without a ``replica_selector`` DeepSpeed reads every region with several holders from the
+    first (its documented default, which the batch RFC replaces). Seven such plans were published
+    as ``quality`` results naming no cause; a maintainer would close them as intended. They are
+    ``contract`` results citing the installed ``plan_transfer``'s own line, which must be the line
+    that takes the first holder. Scripted answers (a selector is passed) get no such excuse."""
+    try:
+        adapter = make_adapter("deepspeed")
+    except ValueError as exc:
+        pytest.skip(f"DeepSpeed is not importable: {exc}")
+    case = next(c for c in cases if c.id == "batches/balance-three-parameters")
+    outcome = adapter.plan(case)
+    assert outcome.kind == "accept"
+    verdict, reason, _notes = judge(case, outcome, adapter)
+    assert verdict == "contract", reason
+    cited = re.search(r"(deepspeed/checkpoint/affine_transfer\.py):(\d+)", reason)
+    assert cited and "(refplan: the busiest sender (0) moves 16 > 8" in reason
+    import deepspeed.checkpoint.affine_transfer as transfer
+
+    line = Path(transfer.__file__).read_text(encoding="utf-8").splitlines()[int(cited.group(2)) - 1]
+    assert line.strip() == "source = holders[0]"
+    scripted = next(c for c in cases if c.answers is not None and c.expect.outcome == "accept"
+                    and "answers" in c.id and "split" not in c.id and not c.raw.get("endpoints"))
+    assert adapter.plan(scripted).contract == ()
+
+
+def test_the_first_holder_contract_needs_the_line_it_cites() -> None:
+    """A DeepSpeed whose ``plan_transfer`` no longer takes ``holders[0]`` is judged again, not
+    excused by a stale citation."""
+    from types import SimpleNamespace
+
+    from refplan.conformance.adapters import _first_holder_contract
+
+    def plan_transfer(holders: list[int]) -> int:
+        source = holders[-1]
+        return source
+
+    assert _first_holder_contract(SimpleNamespace(plan_transfer=plan_transfer)) is None
+    assert _first_holder_contract(SimpleNamespace(plan_transfer=len)) is None  # no Python source
+
+
+def test_every_peer_quality_or_fail_in_the_docs_names_a_cause() -> None:
+    """docs/conformance.md says every peer ``fail`` and ``quality`` names its root cause: no
+    peer section may list them case by case under a bare heading or as not yet explained."""
+    text = DOCS.read_text(encoding="utf-8")
+    assert "Every peer `fail` and `quality` names its root cause" in text
+    assert "not yet explained" not in text.lower()
+
+
 def test_an_error_class_contract_never_excuses_refusing_a_valid_case(cases: list[Case]) -> None:
     """``class`` excuses only a refusal the case demands, under another class: refusing a valid
     case stays a failure whatever the adapter says."""

@@ -1007,9 +1007,14 @@ def peers() -> Family:
               (from_dtensor(gshape, t_mesh, t_pl), from_dtensor(gshape, s_mesh, s_pl)), accept())
     # Findings, one minimal reproduction each.
     rows = [8, 1, 1, 1, 1, 1, 1]
-    f.add("finding-dcp-dedup-counts-items", "Two replicas each save chunks of 8,1,1,1,1,1,1 rows: a byte-balanced "
-          "choice sends at most 8 of the 14 rows from one holder (DCP's dedup weighs every chunk as the whole "
-          "tensor and sends 11)", ["peers", "finding", "dcp", "balance"],
+    # The id is kept from an early reading of DCP's dedup, so that results keyed by it stay comparable.
+    # What it states is a property of any balancing policy, not a DCP result: DCP's front door saves
+    # this tensor as one 56-element chunk per replica (a contract result there), and the DCP finding
+    # proper is the HSDP case below.
+    f.add("finding-dcp-dedup-counts-items", "Two replicas each hold 14 rows in pieces of 8,1,1,1,1,1,1 rows: "
+          "balanced by bytes, no holder sends more than 8 rows; balanced by the number of pieces, one sends 11 "
+          "(a property of balancing, not a DCP result: DCP saves this tensor as one chunk per replica)",
+          ["peers", "balance"],
           (full((14, 4)), _stacked((14, 4), rows, [0, 1])), accept(max_sender_load=8 * 4))
     # The same cause through DCP's front door: real DTensors on an HSDP mesh (2 replicas x FSDP 2).
     # torch's chunking leaves FSDP shard 1 of the 1-row w0 empty, and DCP weighs that empty chunk

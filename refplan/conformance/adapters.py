@@ -41,6 +41,7 @@ import importlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -189,6 +190,36 @@ _DS_MAP_REFUSALS = (
 )
 
 
+def _first_holder_contract(transfer: Any) -> str | None:
+    """The contract under which DeepSpeed reads a region with several holders from the first one,
+    citing the installed ``plan_transfer``'s own line, or ``None`` where that line is not found.
+
+    Without a ``replica_selector``, ``plan_transfer`` takes ``holders[0]`` (holders sorted by rank:
+    the lowest location), as the RFC it answers describes ("Without a selector it takes the first
+    holder") and as its facts state (§4.3 step 7); balancing is the per-request selector's job, and
+    a batch default is what the RFC adds. A busiest sender over a case's bound is then that
+    documented default, which a maintainer would close as intended, not a defect. The line is found
+    in the installed source rather than written down, so a later DeepSpeed that changes the default
+    is judged again instead of being excused by a stale citation.
+    """
+    import inspect
+
+    try:
+        lines, first = inspect.getsourcelines(transfer.plan_transfer)
+        path = inspect.getsourcefile(transfer.plan_transfer) or ""
+    except (OSError, TypeError):
+        return None
+    hits = [first + i for i, line in enumerate(lines) if re.fullmatch(r"\s*source = holders\[0\]\s*", line)]
+    if len(hits) != 1:
+        return None
+    where = "/".join(path.replace("\\", "/").split("/")[-3:])
+    return (
+        f"Without a replica_selector, plan_transfer reads every region with several holders from the first, the "
+        f"lowest location ({where}:{hits[0]}: `source = holders[0]`), as the RFC describes its default; balancing "
+        f"is left to the per-request selector, and a balanced batch default is what the RFC adds"
+    )
+
+
 class DeepSpeedAdapter(Adapter):
     """DeepSpeed's one-parameter planner, looped over the batch in name order."""
 
@@ -200,6 +231,7 @@ class DeepSpeedAdapter(Adapter):
         version = deepspeed_version()
         self.name = f"deepspeed {version}" if version else "deepspeed"
         budget_fields = {f.name for f in dataclasses.fields(self._transfer.PlanBudget)}
+        self._first_holder = _first_holder_contract(self._transfer)
         self.features = frozenset({"multi_parameter", "answers", "budget"}) | {f"budget.{n}" for n in budget_fields}
 
     def budget_defaults(self) -> dict[str, int]:
@@ -261,6 +293,9 @@ class DeepSpeedAdapter(Adapter):
             return Outcome("error", message=str(exc))
         except Exception as exc:
             return _exception_outcome(exc)
+        if case.answers is None and self._first_holder is not None:
+            # No selector was passed: every choice among replicas is the documented first holder.
+            return Outcome("accept", plans=plans, contract=(("quality", self._first_holder),))
         return Outcome("accept", plans=plans)
 
 

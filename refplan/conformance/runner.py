@@ -648,11 +648,13 @@ def _repro(case_id: str, planner: str) -> str:
 
 
 def _quality_lines(report: Report) -> list[str]:
-    """The quality findings of a report: correct plans whose busiest sender exceeds the case's bound."""
+    """The quality results of the DeepSpeed section: correct plans whose busiest sender exceeds the
+    case's bound. Its adapter names no cause per result (the cause it knows, the first-holder
+    default, is a ``contract``), so any listed here are unexplained, and the heading says so."""
     quality = [r for r in report.results if r.verdict == "quality"]
     if not quality:
         return []
-    lines = ["### Quality (correct plans, busiest sender over the case's bound)", ""]
+    lines = ["### Quality, not yet explained (correct plans, busiest sender over the case's bound)", ""]
     for r in quality:
         ratio = "" if r.load_ratio is None else f" ({r.load_ratio:.2f}x the LP lower bound)"
         lines.append(f"- `{r.case_id}` ({_md(r.why)}): {_md(r.reason)}{ratio}." + _repro(r.case_id, report.planner))
