@@ -1179,6 +1179,9 @@ def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
 
         transport._ORDERED_BATCHES = True
         dist.batch_isend_irecv = lambda ops: []  # type: ignore[assignment]
+    from refplan.execute import retained_bytes
+
+    retained = retained_bytes()
     started = time.monotonic()
     try:
         execute_transfers(plans, buffers.sources, buffers.targets, COLOCATED, dtypes=dtypes,
@@ -1192,7 +1195,10 @@ def s_stuck_peer(me: int, world: int) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     if me == 3:
         time.sleep(STUCK_TIMEOUT_S + 2)
-    return {"raised": raised, "message": message, "seconds": elapsed}
+    shards = sum(b.untyped_storage().nbytes() for side in (buffers.sources, buffers.targets)
+                 for per_name in side.values() for b in per_name.values())
+    return {"raised": raised, "message": message, "seconds": elapsed,
+            "retained": (retained, retained_bytes()), "shard_bytes": shards}
 
 
 SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [

@@ -194,6 +194,10 @@ def test_stuck_peer_times_out_instead_of_hanging(dist_results: dict[str, list[An
         assert f"timed out after {timedelta(seconds=worker.STUCK_TIMEOUT_S)}" in res["message"], res["message"]
         # Ended by the timeout (2 s), not by a closed connection and not much later.
         assert worker.STUCK_TIMEOUT_S * 0.9 <= res["seconds"] < worker.STUCK_TIMEOUT_S + 8
+        # What the timed-out round posted stays held (a late write must land in live memory), and
+        # ``retained_bytes`` counts it: more than before, at most this call's shards and staging.
+        before, after = res["retained"]
+        assert before < after <= before + res["shard_bytes"] + StagingBudget().total_bytes, res
     # Process 3's own (disabled) part "finished": the outcome agreement makes it raise too.
     assert per_process[3]["raised"] == "TransferExecutionError", per_process[3]
 

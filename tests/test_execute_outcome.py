@@ -369,3 +369,22 @@ def test_targets_named_are_those_a_failed_process_writes_or_reads_for() -> None:
     assert _written_by(sched, {1}) == {"w": (0, 1)}  # receives location 0, sends location 1
     assert _written_by(sched, {5}) == {}
     assert _written_by(sched, None) == {"w": (0, 1, 2)}
+
+
+def test_retained_bytes_counts_each_held_storage_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``retained_bytes`` reports the memory failed calls hold outside the pool's bound: every
+    storage reached through the retained records (lists, tuples, dicts of slots, work handles
+    beside them) once, however many views of it were posted."""
+    from refplan.execute import common, retained_bytes
+
+    arena = torch.zeros(1000, dtype=torch.uint8)
+    shard = torch.zeros(25, dtype=torch.float32)
+    held: list[object] = [
+        [arena[:100], arena[100:300]],  # two wires of one arena
+        [(["a work handle"], [arena[500:], shard[5:]])],  # a round in flight: works beside buffers
+        {("send", 1): [arena[:10], arena[10:20]]},  # a schedule's slots
+    ]
+    monkeypatch.setattr(common, "_RETAINED", [])
+    assert retained_bytes() == 0
+    monkeypatch.setattr(common, "_RETAINED", held)
+    assert retained_bytes() == 1000 + 100

@@ -80,6 +80,7 @@ from .common import (
     TransferRejectedError,
     TransferStats,
     parse_backend,
+    retained_bytes,
 )
 from .schedule import Chunk, chunk_count, chunk_segment, pack_messages
 from .verdict import _HELLO_WORDS as _HELLO_WORDS
@@ -102,5 +103,6 @@ __all__ = [
     "pack_messages",
     "parse_backend",
     "release_staging",
+    "retained_bytes",
     "schedule_digest",
 ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
+import torch
 import torch.distributed as dist
 
 from ..errors import AffineTransferError, describe_exception
@@ -32,7 +33,32 @@ After a timed-out wait the transport may still write into a posted receive buffe
 threads, or kernels queued on a CUDA stream), so freeing it could hand live memory to another
 tensor. It is kept here for the life of the process; the process group should be aborted or
 destroyed (and usually the process restarted) after a ``TransferExecutionError``.
+``retained_bytes()`` says how much it holds.
 """
+
+
+def retained_bytes() -> int:
+    """Bytes of memory this process holds for transfers that failed after the verdict.
+
+    Why it exists: that memory can never be freed safely (see ``_RETAINED``), so it lies outside
+    the staging pool's bound (``StagingBudget.total_bytes``) and grows with every failed call. A
+    process that goes on after a ``TransferExecutionError`` instead of restarting can watch it
+    here (as it watches ``torch.cuda.memory_allocated``) and restart once it is too large. Counted
+    per storage, once however many views reach it: the staging arenas and, for messages that land
+    in or leave from a caller's shard directly, that shard's storage, which is held too.
+    """
+    seen: dict[tuple[str, int], int] = {}
+    stack: list[object] = list(_RETAINED)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            seen[(str(item.device), storage.data_ptr())] = storage.nbytes()
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return sum(seen.values())
 
 
 class TransferRejectedError(AffineTransferError):
