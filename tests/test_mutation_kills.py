@@ -410,13 +410,19 @@ def test_each_map_rule_refuses_with_its_class_and_message(name: str, side: str) 
 
 
 def test_empty_pieces_hold_nothing_and_are_skipped() -> None:
-    empty = P((0, 3), 12, (3, 1), 6, (3, 1), [])  # one past the end, no holder: still fine
+    empty = P((0, 3), 12, (3, 1), 6, (3, 1), [0])  # one past the end: still fine (R12)
     layout = validate_map(M((4, 3), {0: (2, 3), 1: (2, 3)}, {0: [A, empty], 1: [B]}), "source")
     assert [(h.location, h.index) for loc in sorted(layout.held) for h in layout.held[loc]] == [(0, 0), (1, 0)]
     assert layout.held[0][0].logical == Box((0, 0), (2, 3)) and layout.held[1][0].local == Box((0, 0), (2, 3))
     assert layout.shards == {0: (2, 3), 1: (2, 3)} and layout.logical_shape == (4, 3)
+    # R5 and R9 hold for empty pieces too, as in the planner: a location listing only an empty
+    # piece declares a shard shape, and an empty piece names a holder.
     shardless = M((4, 3), {0: (2, 3), 1: (2, 3)}, {0: [A], 1: [B], 5: [empty]})
-    assert sorted(validate_map(shardless, "target").held) == [0, 1]
+    with pytest.raises(InvalidMapError, match=r"^target map, location 5: lists pieces \(none non-empty\) but has no "):
+        validate_map(shardless, "target")
+    holderless = P((0, 3), 12, (3, 1), 6, (3, 1), [])
+    with pytest.raises(InvalidMapError, match=r"^source map, location 0, piece 1: names no holder"):
+        validate_map(M((4, 3), {0: (2, 3), 1: (2, 3)}, {0: [A, holderless], 1: [B]}), "source")
 
 
 def test_size_one_axes_take_any_stride() -> None:
@@ -782,7 +788,7 @@ def test_layout_edges_every_piece_and_location_is_read() -> None:
         "source map, location 0: pieces 0 and 1 hold the same shard addresses (local boxes [] and [] share [])"
     )
     # An empty piece before a real one is skipped, not the end of the location.
-    first_empty = M((2, 3), {0: (2, 3)}, {0: [P((0, 3), 6, (3, 1), 6, (3, 1), []), P((2, 3), 0, (3, 1), 0, (3, 1), [0])]})
+    first_empty = M((2, 3), {0: (2, 3)}, {0: [P((0, 3), 6, (3, 1), 6, (3, 1), [0]), P((2, 3), 0, (3, 1), 0, (3, 1), [0])]})
     assert [h.index for h in validate_map(first_empty, "source").held[0]] == [1]
     # A location with an empty shard and no pieces at all.
     bare = M((4, 3), {0: (4, 3), 1: (0, 3)}, {0: [P((4, 3), 0, (3, 1), 0, (3, 1), [0])]})

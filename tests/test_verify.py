@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refplan.box import Box, row_major_strides, volume
+from refplan.errors import AffineTransferError
 from refplan.files import MapsBatch, dump_maps, dump_plans
 from refplan.limits import fast_paths
 from refplan.maps import (
@@ -35,6 +36,7 @@ from refplan.maps import (
     segmented_map,
 )
 from refplan.plan import TransferPlan, TransferSegment
+from refplan.planner import plan_transfer
 from refplan.simulate import simulate_transfer
 from refplan.verify import (
     FALLBACK_MAX_ELEMENTS,
@@ -404,7 +406,44 @@ INVALID_MAPS: dict[str, tuple[ParamAffineMap, ParamAffineMap, str, str]] = {
         _map((2, 2), {0: (2, 2)}, {0: [_whole((2, 2), [])]}),
         "InvalidMapError", "names no holder",
     ),
+    # R5 and R9-R11 hold for empty pieces too, as in the planner (and DeepSpeed's): the oracle
+    # used to skip empty pieces before them and judged plans for maps every planner refuses.
+    "no holder, on an empty piece": (
+        replicated_map((2, 2), 1),
+        _map((2, 2), {0: (2, 2)}, {0: [_whole((2, 2), [0]), AffinePiece((0, 2), 4, (2, 1), 4, (2, 1), [])]}),
+        "InvalidMapError", "piece 1: names no holder",
+    ),
+    "a scale, on an empty piece": (
+        replicated_map((2, 2), 1),
+        _map((2, 2), {0: (2, 2)}, {0: [_whole((2, 2), [0]), AffinePiece((0, 2), 4, (2, 1), 4, (2, 1), [0], 2.0)]}),
+        "UnsupportedLayoutError", "piece 1: scale 2.0",
+    ),
+    "stride vector length, on an empty piece": (
+        replicated_map((2, 2), 1),
+        _map((2, 2), {0: (2, 2)}, {0: [_whole((2, 2), [0]), AffinePiece((0, 2), 4, (1,), 4, (2, 1), [0])]}),
+        "InvalidMapError", "piece 1: stride vector length",
+    ),
+    "only empty pieces without a shard shape": (
+        replicated_map((2, 2), 1),
+        _map((2, 2), {0: (2, 2)}, {0: [_whole((2, 2), [0])], 1: [AffinePiece((0, 2), 0, (2, 1), 0, (2, 1), [1])]}),
+        "InvalidMapError", "location 1: lists pieces (none non-empty) but has no shard shape",
+    ),
+    "no pieces and no shard shape": (
+        replicated_map((2, 2), 1),
+        _map((2, 2), {0: (2, 2)}, {0: [_whole((2, 2), [0])], 1: []}),
+        "InvalidMapError", "location 1: lists pieces (none non-empty) but has no shard shape",
+    ),
 }
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_MAPS))
+def test_the_planner_refuses_every_map_the_oracle_reports_invalid(name: str) -> None:
+    """The two read one rulebook: a map the oracle will not judge, the planner will not plan
+    (under the same error class)."""
+    target, source, cls, _fragment = INVALID_MAPS[name]
+    with pytest.raises(AffineTransferError) as raised:
+        plan_transfer(target, source)
+    assert type(raised.value).__name__ == cls, raised.value
 
 
 @pytest.mark.parametrize("name", sorted(INVALID_MAPS))

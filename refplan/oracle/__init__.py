@@ -35,7 +35,8 @@ The argument, in the order the checks run:
    the local boxes are disjoint and account for the whole shard (Premise A: every shard address
    belongs to exactly one piece, so "what a shard address holds" is a function); logical boxes
    within a location are disjoint; declared ``locations`` are exact; source boxes are disjoint or
-   equal and cover F; target boxes cover F.
+   equal and cover F; target boxes cover F. An empty piece holds nothing and is skipped, but only
+   after the rules the planner holds it to (R5, R7-R11): a map the planner refuses is never judged.
 2. Segments: known locations, stride vectors of the right length, positive extents, non-negative
    strides, and both footprints inside their shards. A segment whose strides are the shard's
    row-major strides and whose offset decodes to a coordinate with the box inside the shard *is*

@@ -211,6 +211,12 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 raise TooLarge(f"{side} map, location {loc}: shard shape {show_ints(shard)} has an extent above 2**62")
             if volume(shard) >= MAX_COORDINATE:
                 raise TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
+        if shard is None and loc in m.pieces_by_rank and not any(
+            isinstance(p, AffinePiece) and nonempty(p.shape) for p in m.pieces_by_rank[loc]
+        ):
+            # R5 for a location that lists only empty pieces, or none: the planner refuses it too.
+            # (One that lists a non-empty piece is named by that piece below.)
+            raise InvalidMapError(f"{side} map, location {loc}: lists pieces (none non-empty) but has no shard shape")
         out: list[Held] = []
         for index, p in enumerate(m.pieces_by_rank.get(loc, ())):
             where = _PieceName(side, loc, index)
@@ -222,10 +228,9 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} has a negative extent")
             if any(e > MAX_COORDINATE for e in p.shape):  # R8's bound, before R12 skips an empty piece
                 raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} has an extent above 2**62")
-            if not nonempty(p.shape):
-                continue  # empty pieces hold nothing; builders give them offsets one past the end
-            if shard is None:
-                raise InvalidMapError(f"{where}: location {loc} lists a non-empty piece but has no shard shape")
+            # R9-R11 hold for every listed piece, empty ones too, as in the planner (and in
+            # DeepSpeed's, affine_transfer.py:256-261): an empty piece cannot make a plan wrong, but
+            # a map that breaks them is one no planner plans, so it is not judged as if it were valid.
             if not p.locations:
                 raise InvalidMapError(f"{where}: names no holder (empty locations)")
             if p.scale != 1.0:
@@ -234,6 +239,10 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 raise InvalidMapError(
                     f"{where}: stride vector length does not match the {ndim} axes of the piece"
                 )
+            if not nonempty(p.shape):
+                continue  # empty pieces hold nothing; builders give them offsets one past the end
+            if shard is None:
+                raise InvalidMapError(f"{where}: location {loc} lists a non-empty piece but has no shard shape")
             if not row_major_on(p.source_strides, p.shape, logical):
                 raise UnsupportedLayoutError(
                     f"{where}: source strides {show_ints(p.source_strides)} are not the row-major strides of "
