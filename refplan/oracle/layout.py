@@ -211,12 +211,18 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 raise TooLarge(f"{side} map, location {loc}: shard shape {show_ints(shard)} has an extent above 2**62")
             if volume(shard) >= MAX_COORDINATE:
                 raise TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
-        if shard is None and loc in m.pieces_by_rank and not any(
-            isinstance(p, AffinePiece) and nonempty(p.shape) for p in m.pieces_by_rank[loc]
-        ):
-            # R5 for a location that lists only empty pieces, or none: the planner refuses it too.
-            # (One that lists a non-empty piece is named by that piece below.)
+        if shard is None and loc in m.pieces_by_rank:
+            # R5 before any rule on the pieces, as in the planner: listing pieces, even none,
+            # without a shard shape is a broken map. Named at the first non-empty piece, if any.
+            listed = m.pieces_by_rank[loc]
+            first = next((i for i, p in enumerate(listed) if isinstance(p, AffinePiece) and nonempty(p.shape)), None)
+            if first is not None:
+                raise InvalidMapError(
+                    f"{_PieceName(side, loc, first)}: location {loc} lists a non-empty piece but has no shard shape"
+                )
             raise InvalidMapError(f"{side} map, location {loc}: lists pieces (none non-empty) but has no shard shape")
+        # An empty shard's pieces are held to R7 and R8 only, and must be empty (R6), as in the planner.
+        real_shard = shard is not None and nonempty(shard)
         out: list[Held] = []
         for index, p in enumerate(m.pieces_by_rank.get(loc, ())):
             where = _PieceName(side, loc, index)
@@ -228,9 +234,16 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} has a negative extent")
             if any(e > MAX_COORDINATE for e in p.shape):  # R8's bound, before R12 skips an empty piece
                 raise InvalidMapError(f"{where}: shape {show_ints(p.shape)} has an extent above 2**62")
-            # R9-R11 hold for every listed piece, empty ones too, as in the planner (and in
-            # DeepSpeed's, affine_transfer.py:256-261): an empty piece cannot make a plan wrong, but
-            # a map that breaks them is one no planner plans, so it is not judged as if it were valid.
+            if not real_shard:
+                if nonempty(p.shape):
+                    raise InvalidMapError(
+                        f"{where}: the empty shard {show_ints(shard or ())} cannot hold a non-empty piece of shape "
+                        f"{show_ints(p.shape)}"
+                    )
+                continue
+            # R9-R11 hold for every piece of a non-empty shard, empty ones too, as in the planner
+            # (and in DeepSpeed's, affine_transfer.py:256-261): an empty piece cannot make a plan
+            # wrong, but a map that breaks them is one no planner plans, so it is not judged.
             if not p.locations:
                 raise InvalidMapError(f"{where}: names no holder (empty locations)")
             if p.scale != 1.0:
@@ -241,8 +254,7 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
                 )
             if not nonempty(p.shape):
                 continue  # empty pieces hold nothing; builders give them offsets one past the end
-            if shard is None:
-                raise InvalidMapError(f"{where}: location {loc} lists a non-empty piece but has no shard shape")
+            assert shard is not None  # real_shard
             if not row_major_on(p.source_strides, p.shape, logical):
                 raise UnsupportedLayoutError(
                     f"{where}: source strides {show_ints(p.source_strides)} are not the row-major strides of "
