@@ -121,7 +121,8 @@ def test_the_planner_refuses_a_changed_map_exactly_when_the_oracle_calls_it_inva
         ({0: [AffinePiece((2, 4), 0, (4, 1), 0, (4, 1), [0])], 1: [AffinePiece((0, 4), 0, (4, 1), 0, (4, 1), [])]},
          {0: (2, 4), 1: (0, 4)}, None, ""),
         # ... and both refuse a non-empty piece there by R6, whatever its strides.
-        ({0: [AffinePiece((2, 4), 0, (4, 1), 0, (4, 1), [0, 1])], 1: [AffinePiece((2, 4), 0, (4, 1), 0, (1, 1), [0, 1])]},
+        ({0: [AffinePiece((2, 4), 0, (4, 1), 0, (4, 1), [0, 1])],
+          1: [AffinePiece((2, 4), 0, (4, 1), 0, (1, 1), [0, 1])]},
          {0: (2, 4), 1: (2, 0)}, InvalidMapError, "empty shard"),
     ],
 )
