@@ -40,11 +40,14 @@ import dataclasses
 import importlib
 import io
 import json
+import operator
 import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -348,7 +351,26 @@ class FunctionAdapter(Adapter):
             doc = self._fn(json.loads(json.dumps(case.input_doc())))
         except Exception as exc:
             return _exception_outcome(exc)
+        try:
+            # The answer is judged as a command's would be: read once, as JSON values. Read as
+            # the objects returned, a list subclass could show the oracle one plan and the source
+            # check another (C code reads a list's storage, Python code its ``__iter__``), and a
+            # ``str`` whose ``__eq__`` always holds could name any error class.
+            doc = json.loads(json.dumps(doc, allow_nan=False, default=_json_value))
+        except (TypeError, ValueError, RecursionError) as exc:
+            return Outcome("error", message=f"the planner's answer is not a JSON document: {type(exc).__name__}: {exc}")
         return outcome_from_doc(doc, case)
+
+
+def _json_value(value: Any) -> Any:
+    """``json.dumps``' fallback for an in-process answer: integers of other types (numpy's) as
+    ints and arrays as lists, as a planner written with numpy returns them; anything else is
+    refused (``TypeError``)."""
+    if hasattr(value, "__index__") and not isinstance(value, (str, bytes)):
+        return operator.index(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
 def split_entry_point(spec: str) -> tuple[str, str]:
@@ -396,6 +418,12 @@ class ModuleAdapter(FunctionAdapter):
             raise ValueError(
                 f"planner {spec!r}: cannot import {module_name!r} (from the current directory or sys.path): {exc}"
             ) from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a SyntaxError, or whatever its import runs (even sys.exit): unusable
+            raise ValueError(
+                f"planner {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+            ) from None
         target: Any = module
         for part in attr.split("."):
             if not hasattr(target, part):
@@ -406,34 +434,97 @@ class ModuleAdapter(FunctionAdapter):
         super().__init__(target, name=spec)
 
 
-def _run_command(command: str, text: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` through the shell with ``text`` on stdin, in a session of its own, and kill
-    that whole session if it runs past ``timeout`` or the run is interrupted.
+_GRACE_S = 0.5
+"""How long output is still read after the command exits: what it wrote before exiting is in the
+pipes already; a child it left running may hold them open for good."""
+
+
+def _run_command(command: str, data: bytes, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run ``command`` through the shell with ``data`` on stdin, in a session of its own; return
+    what it wrote once it has exited, and kill that whole session if it runs past ``timeout`` or
+    the run is interrupted.
 
     Why a session: ``subprocess.run`` kills only the shell on a timeout, and the shell (dash here)
     forks the command rather than replacing itself, so a planner that hung kept running after its
     case was reported as timed out: one orphan a case, through the whole corpus and after the run.
+    Why not ``communicate``: it waits for the end of the pipes, not of the command, so a command
+    that printed its answer and exited, leaving a child that holds stdout, was reported as timed
+    out and its child killed. Bytes, not text: a planner's stderr (or a log line before its
+    answer) is the planner's own business and need not be UTF-8.
     """
     proc = subprocess.Popen(
-        command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(text, timeout=timeout)
+        out, err = _exchange(proc, data, timeout)
     except BaseException:  # TimeoutExpired, KeyboardInterrupt: nothing of the command may stay behind
         _kill_session(proc)
         raise
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
-def _kill_session(proc: subprocess.Popen[str]) -> None:
+def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> tuple[bytes, bytes]:
+    """Feed ``data`` to ``proc`` and read its output until it has exited and its pipes are closed,
+    or ``_GRACE_S`` after it exited; ``subprocess.TimeoutExpired`` past ``timeout``."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    view, sent = memoryview(data), 0
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        if data:
+            os.set_blocking(in_fd, False)
+            selector.register(in_fd, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        exited: float | None = None
+        while selector.get_map():
+            now = time.monotonic()
+            if exited is None and proc.poll() is not None:
+                exited = now
+            if exited is not None and now - exited > _GRACE_S:
+                break  # a child holds the pipes: what the command wrote has been read
+            if exited is None and now > deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for key, _events in selector.select(timeout=0.05):
+                fd = int(key.fd)
+                if fd == in_fd:
+                    try:
+                        sent += os.write(fd, view[sent:sent + 65536])
+                    except (BrokenPipeError, OSError):  # it stopped reading: what it read is its input
+                        sent = len(data)
+                    if sent >= len(data):
+                        selector.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                block = os.read(fd, 65536)
+                if block:
+                    chunks[fd].append(block)
+                else:
+                    selector.unregister(fd)
+    if not proc.stdin.closed:
+        proc.stdin.close()
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+    left = max(deadline - time.monotonic(), 0.0)
+    try:
+        proc.wait(timeout=left if exited is None else None)
+    except subprocess.TimeoutExpired:  # closed its output before exiting, then ran past the limit
+        raise subprocess.TimeoutExpired(proc.args, timeout) from None
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+
+
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL every process of ``proc``'s session (its own process group), then reap ``proc`` and
     close its pipes (waiting at most 5 s for them: a process that left the session may hold them).
     A command that finished is left alone, with whatever it started: only a timed-out or
     interrupted one is the harness's to stop."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
+    with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):  # pipes _exchange closed
         proc.communicate(timeout=5)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
@@ -464,26 +555,29 @@ class CommandAdapter(Adapter):
         self.name = f"cmd:{command}"
 
     def plan(self, case: Case) -> Outcome:
-        text = json.dumps(case.input_doc(), separators=(",", ":"))
+        data = json.dumps(case.input_doc(), separators=(",", ":")).encode()
         try:
-            done = _run_command(self.command, text, self.timeout)
+            done = _run_command(self.command, data, self.timeout)
         except subprocess.TimeoutExpired:
             return Outcome("error", message=f"the command ran past {self.timeout:g} s")
         except OSError as exc:
             return Outcome("error", message=f"cannot run the command: {exc}")
+        # Only the answer must be UTF-8 JSON; stderr, and log lines before the answer, are the
+        # planner's own and are shown with their undecodable bytes replaced.
+        err = done.stderr.decode("utf-8", errors="replace").strip()
         out = done.stdout.strip()
         doc: Any = None
         if out:
             try:
                 doc = json.loads(out)
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 try:  # a planner that logs to stdout: its last line may still be the answer
                     doc = json.loads(out.splitlines()[-1])
-                except json.JSONDecodeError:
-                    tail = (done.stderr.strip().splitlines() or [""])[-1]
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    tail = (err.splitlines() or [""])[-1]
                     return Outcome("error", message=f"stdout is not JSON ({exc}); exit {done.returncode}; {tail}")
         if doc is None:
-            tail = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            tail = (err.splitlines() or ["(no stderr)"])[-1]
             return Outcome("error", message=f"no JSON on stdout; exit {done.returncode}: {tail}")
         return outcome_from_doc(doc, case)
 

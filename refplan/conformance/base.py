@@ -50,7 +50,12 @@ class Outcome:
 
     def describe(self) -> str:
         if self.kind == "accept":
-            segments = sum(len(p.get("segments", ())) for p in (self.plans or {}).values() if isinstance(p, Mapping))
+            # Counted only where a plan's segments are a list: a malformed answer (``"segments":
+            # null``) is the judge's to report, never a crash of the report's "got" column.
+            segments = sum(
+                len(p["segments"]) for p in (self.plans or {}).values()
+                if isinstance(p, Mapping) and isinstance(p.get("segments"), (list, tuple))
+            )
             return f"accept ({segments} seg)"
         if self.kind == "refuse":
             return f"refuse {self.error}"
@@ -78,9 +83,21 @@ class Adapter:
         start = time.perf_counter()
         try:
             outcome = self.plan(case)
-        except Exception as exc:  # the adapter itself broke: report it, keep going
-            outcome = Outcome("error", message=f"adapter raised {type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:  # the user's Ctrl-C stops the run (``Interrupted`` keeps the report)
+            raise
+        except BaseException as exc:  # the adapter broke: report it, keep going
+            # ``SystemExit`` from an in-process planner too: it ended the run with the planner's exit
+            # status (0 after a failed case), with no report written.
+            outcome = Outcome("error", message=f"adapter raised {type(exc).__name__}: {_text(exc)}")
         return dataclasses.replace(outcome, seconds=time.perf_counter() - start)
 
     def plan(self, case: Case) -> Outcome:
         raise NotImplementedError
+
+
+def _text(exc: BaseException) -> str:
+    """An exception's text, or how it failed to give one (its ``__str__`` may raise too)."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"(its message cannot be read: {type(inner).__name__})"

@@ -344,8 +344,44 @@ def parse_case(value: Any, family: str, where: str) -> Case:
         for i, r in enumerate(requests):
             if not isinstance(r, Mapping) or set(r) != keys:
                 raise _fail(f"{where}.requests[{i}]", f"expected an object with keys {sorted(keys)}")
+            _check_region(r, params, f"{where}.requests[{i}]")
+            if not isinstance(r["candidates"], list) or not r["candidates"] or not all(
+                is_int(c) for c in r["candidates"]
+            ):
+                raise _fail(f"{where}.requests[{i}].candidates", "expected a non-empty list of location ints")
+    endpoints = value.get("endpoints")
+    if endpoints is not None and not (
+        isinstance(endpoints, Mapping) and set(endpoints) == {"source", "target"}
+        and all(isinstance(side, Mapping) and all(is_int(p) for p in side.values()) for side in endpoints.values())
+    ):
+        raise _fail(f"{where}.endpoints", "expected {\"source\": {location: process}, \"target\": {...}}")
     expect = _parse_expect(value.get("expect"), f"{where}.expect")
+    for i, entry in enumerate(expect.sources or ()):
+        at = f"{where}.expect.sources[{i}]"
+        _check_region(entry, params, at)
+        if not is_int(entry["source_location"]):
+            raise _fail(f"{at}.source_location", "expected a location int")
+        ranks = params[entry["parameter"]]["target"].get("ranks") if isinstance(
+            params[entry["parameter"]]["target"], Mapping) else None
+        if isinstance(ranks, Mapping) and str(entry["target_location"]) not in {str(k) for k in ranks}:
+            # Checked here, or a typo in the case would be charged to the planner as a failure.
+            raise _fail(f"{at}.target_location", f"{entry['target_location']} is not a location of the target map")
     return Case(case_id, why, family, tuple(tags), value, expect)
+
+
+def _check_region(entry: Mapping[str, Any], params: Mapping[str, Any], where: str) -> None:
+    """A request's or an expected source's parameter, target location and box are of the right
+    types, and the parameter is one of the case's (the runner reads them as such)."""
+    if not isinstance(entry["parameter"], str) or entry["parameter"] not in params:
+        raise _fail(f"{where}.parameter", f"expected one of the case's parameters, got {entry['parameter']!r}")
+    if not is_int(entry["target_location"]):
+        raise _fail(f"{where}.target_location", "expected a location int")
+    origin, shape = entry["logical_origin"], entry["shape"]
+    for key, item in (("logical_origin", origin), ("shape", shape)):
+        if not isinstance(item, list) or not all(is_int(x) for x in item):
+            raise _fail(f"{where}.{key}", "expected a list of ints")
+    if len(origin) != len(shape):
+        raise _fail(where, "logical_origin and shape have different numbers of axes")
 
 
 def _load_file(path: Path) -> list[Case]:

@@ -30,7 +30,7 @@ from .runner import VERDICTS, CaseResult, _run_case
 
 __all__ = ["DOMAINS", "Domain", "ExploreReport", "build_case", "explore"]
 
-FAILING = ("fail", "error")
+FAILING = ("fail", "error", "unverifiable")  # as ``Report.ok``: a plan nobody could check is no pass
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,8 @@ class _Found(Exception):
 
 
 KINDS = {"fail": FAILING, "quality": ("quality",)}
-"""What is shrunk: the first ``fail`` (or adapter ``error``), and the first ``quality`` result."""
+"""What is shrunk: the first ``fail`` (or adapter ``error``, or plan the oracle cannot check), and
+the first ``quality`` result."""
 
 
 def explore(planner: str, adapter: Adapter, examples: int, seed: int = 0, *, shrink: bool = True) -> ExploreReport:

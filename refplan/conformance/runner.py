@@ -32,6 +32,7 @@ comparison of refplan and DeepSpeed (``docs/conformance.md``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -46,6 +47,7 @@ from typing import Any
 
 from .._progress import Progress
 from ..box import Box, box_in_shard, decode_row_major, volume
+from ..errors import describe_exception
 from ..formats import xml_text
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
@@ -63,7 +65,7 @@ __all__ = [
     "write_markdown",
 ]
 
-VERDICTS = ("pass", "fail", "unsupported", "error", "quality", "contract")
+VERDICTS = ("pass", "fail", "unsupported", "error", "quality", "contract", "unverifiable")
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,9 @@ class Report:
         out = dict.fromkeys(VERDICTS, 0)
         for r in self.results:
             out[r.verdict] += 1
-        if not out["contract"]:
-            del out["contract"]
+        for rare in ("contract", "unverifiable"):
+            if not out[rare]:
+                del out[rare]
         return out
 
     def summary_line(self) -> str:
@@ -129,6 +132,8 @@ class Report:
             line += f", {c['quality']} quality"
         if c.get("contract"):
             line += f", {c['contract']} contract"
+        if c.get("unverifiable"):
+            line += f", {c['unverifiable']} unverifiable"
         return line
 
     def quality_line(self) -> str:
@@ -143,8 +148,10 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """Nothing failed or errored, and every plan could be checked: a plan the oracle cannot
+        judge shows no conformance, so it never lets a run read as clean."""
         c = self.counts()
-        return c["fail"] == 0 and c["error"] == 0
+        return c["fail"] == 0 and c["error"] == 0 and not c.get("unverifiable")
 
     @property
     def supported(self) -> int:
@@ -152,7 +159,8 @@ class Report:
         return len(self.results) - self.counts()["unsupported"]
 
     def exit_code_for(self, min_supported: int = 1) -> int:
-        """1 on any failure or error, or when fewer than ``min_supported`` cases ran; else 0."""
+        """1 on any failure, error or unverifiable plan, or when fewer than ``min_supported`` cases
+        ran; else 0."""
         return 0 if self.ok and self.supported >= min_supported else 1
 
     @property
@@ -198,15 +206,19 @@ class Report:
             "results": [r.to_dict() for r in self.results],
         }
 
-    def junit_xml(self) -> str:
-        """JUnit XML: one testcase per case (classname = family); fail/error/unsupported mapped."""
+    def junit_xml(self, *, fail_on_quality: bool = False) -> str:
+        """JUnit XML: one testcase per case (classname = family); fail, error, unverifiable (an
+        error: the check could not be made) and unsupported mapped; quality and contract results
+        carry a property, and quality is a failure under ``fail_on_quality``, as in the exit code."""
         c = self.counts()
+        quality_fails = c["quality"] if fail_on_quality else 0
         suite = ET.Element(
             "testsuite",
-            name=f"refplan-conformance[{self.planner}]",
+            # The planner's name is the user's command or entry point: escaped as reasons are.
+            name=xml_text(f"refplan-conformance[{self.planner}]"),
             tests=str(len(self.results)),
-            failures=str(c["fail"]),
-            errors=str(c["error"]),
+            failures=str(c["fail"] + quality_fails),
+            errors=str(c["error"] + c.get("unverifiable", 0)),
             skipped=str(c["unsupported"]),
             time=f"{self.seconds:.3f}",
         )
@@ -222,8 +234,15 @@ class Report:
             if r.verdict == "fail":
                 failure = ET.SubElement(case, "failure", message=reason[:500])
                 failure.text = xml_text(f"expected {r.expected}, got {r.got}")
-            elif r.verdict == "error":
-                ET.SubElement(case, "error", message=reason[:500]).text = reason
+            elif r.verdict in ("error", "unverifiable"):
+                text = reason if r.verdict == "error" else f"unverifiable: {reason}"
+                ET.SubElement(case, "error", message=text[:500]).text = text
+            elif r.verdict == "quality" and fail_on_quality:
+                failure = ET.SubElement(case, "failure", message=f"quality: {reason}"[:500])
+                failure.text = xml_text(f"expected {r.expected}, got {r.got}")
+            elif r.verdict == "quality":  # a pass for CI unless asked otherwise, marked as contract is
+                properties = ET.SubElement(case, "properties")
+                ET.SubElement(properties, "property", name="quality", value=reason[:500])
             elif r.verdict == "unsupported":
                 ET.SubElement(case, "skipped", message=reason[:500])
             elif r.verdict == "contract":  # a pass for CI, marked so that it is never read as conformance
@@ -411,10 +430,40 @@ def load_ratio(
     return max(sender_loads(case, plans, placement).values(), default=0) / float(bound)
 
 
+def read_plans(outcome: Outcome) -> tuple[Outcome, str | None]:
+    """An accepted outcome with each plan read once by ``TransferPlan.from_dict``, as ``refplan
+    verify`` reads a plans file, and given back in its dict form; or the outcome and why its
+    plans cannot be read (a name that is not a string, a plan without ``logical_shape``, segments
+    that are not a list of segments).
+
+    Why: the judge reads plans in several places (the oracle, the scripted sources, the loads, the
+    report's "got" column). Read raw, a plan the oracle's reader let through (no
+    ``logical_shape``) passed, and one it refused crashed a later reader with a traceback; read
+    once here, every reader sees one well-formed plan, and a malformed one is that case's ``fail``.
+    """
+    if outcome.kind != "accept":
+        return outcome, None
+    from ..plan import TransferPlan
+
+    read: dict[str, Any] = {}
+    for name, plan in (outcome.plans or {}).items():
+        if not isinstance(name, str):
+            return outcome, f"the plans are malformed: parameter names must be strings, got {type(name).__name__}"
+        try:
+            read[name] = TransferPlan.from_dict(plan).to_dict()
+        except Exception as exc:
+            return outcome, f"the plan for parameter {name!r} is malformed: {describe_exception(exc)}"
+    return dataclasses.replace(outcome, plans=read), None
+
+
 def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tuple[str, ...]]:
     """(verdict, reason, notes) for one outcome: ``_judge``'s, where a ``fail`` or ``quality`` the
     adapter explains by the peer's own contract (``Outcome.contract``) becomes ``contract``, its
-    reason the contract and then what refplan's rules say."""
+    reason the contract and then what refplan's rules say. Plans that cannot be read
+    (``read_plans``) are a ``fail`` that no contract excuses."""
+    outcome, malformed = read_plans(outcome)
+    if malformed is not None:
+        return "fail", malformed, tuple(outcome.notes)
     verdict, reason, notes = _judge(case, outcome, adapter)
     kind = ""
     if verdict == "quality":
@@ -489,6 +538,10 @@ def _judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tu
     verdict = verify_plans(pairs, plans)
     if not verdict.ok:
         bad = [str(v) for v in verdict.verdicts.values() if not v.ok]
+        if all(v.status == "unverifiable" for v in verdict.verdicts.values() if not v.ok):
+            # Neither shown right nor shown wrong: a correct plan in a form the oracle cannot reason
+            # about must not read as a failure, nor anything the oracle did not check as a pass.
+            return "unverifiable", "the oracle cannot check the plan: " + "; ".join(bad), tuple(notes)
         return "fail", "plan fails the oracle: " + "; ".join(bad), tuple(notes)
     differ = [n for n in notes if "requests differ" in n]
     if differ:
@@ -593,7 +646,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _run_case(case: Case, adapter: Adapter) -> CaseResult:
-    outcome = adapter.run(case)
+    outcome, _malformed = read_plans(adapter.run(case))  # judge() says what a malformed plan is
     verdict, reason, notes = judge(case, outcome, adapter)
     cause = getattr(adapter, "cause", None)
     if verdict in ("fail", "quality") and callable(cause):  # a peer names the root cause
@@ -828,8 +881,9 @@ def write_markdown(
         "promise, reported apart from correctness); `contract` (a peer did what its own documented contract",
         "allows and only refplan's rules forbid: the reason names the peer's file:line); `unsupported` (the",
         "planner cannot express the case, or the peer's front door cannot produce it; never a pass); `error`",
-        "(the adapter broke). Every peer `fail` and `quality` names its root cause (peer version, file:line,",
-        "a configuration that reaches it). `refplan conformance` exits 0 when nothing failed or errored, 1",
+        "(the adapter broke); `unverifiable` (the oracle cannot check the plan: never a pass, never a fail).",
+        "Every peer `fail` and `quality` names its root cause (peer version, file:line, a configuration that",
+        "reaches it). `refplan conformance` exits 0 when nothing failed, errored or was unverifiable, 1",
         "otherwise (quality and contract results exit 0; quality exits 1 with `--fail-on-quality`), 2 for bad",
         "input.",
         "",
@@ -1105,7 +1159,9 @@ def _report_out(
     """Write ``report`` as asked (JUnit file, JSON or table) and return the exit code."""
     if args.junit:
         try:
-            Path(args.junit).write_text(report.junit_xml(), encoding="utf-8")
+            Path(args.junit).write_text(
+                report.junit_xml(fail_on_quality=bool(getattr(args, "fail_on_quality", False))), encoding="utf-8"
+            )
         except OSError as exc:
             print(_one_line(f"{prog}: cannot write {args.junit}: {exc.strerror or exc}"), file=sys.stderr)
             return 2
