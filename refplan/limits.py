@@ -206,8 +206,8 @@ unless a later plan holds the very same segments tuple object (``oracle.judge.Tw
 identity builds no key, so no length bound applies; off, with the rest, below zero)."""
 
 PAIRWISE_LIMIT = 8
-"""``check.check_answers`` compares at most this many parts of one answer pairwise; more go
-through the k-d query ``box.overlapping_pairs``."""
+"""``check.check_answers`` compares at most this many parts of one answer pairwise; for more,
+one ``box.covers`` query decides whether they are disjoint."""
 
 STREAM_PLANS_BYTES = 256 << 20
 """``refplan verify`` reads a plans file of at least this many bytes one parameter at a time

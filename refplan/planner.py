@@ -26,7 +26,7 @@ from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError, show_ints
 from .frames import NormalizedMap, normalize, pair_budget, plain_logical
 from .limits import PlanBudget, as_budget
-from .maps import MapContent, ParamAffineMap, SlabFacts, SlabSpan, _Unknown
+from .maps import MapContent, ParamAffineMap, SlabFacts, SlabSpan, _Unknown, describe
 from .plan import (
     TransferPlan,
     TransferSegment,
@@ -770,6 +770,19 @@ def _prepare_batch(
     names.sort()
     if process_node is not None and endpoints is None:
         raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+    if process_node is not None:
+        # An argument, not an answer: checked here like ``endpoints``, so a wrong one is the
+        # caller's TypeError, never a bare one from deep inside nor a policy blamed for it. Read
+        # once, so a mapping that changes while the batch is built cannot give two answers.
+        if not isinstance(process_node, Mapping):
+            raise TypeError(f"process_node must map process -> node (ints), got {type(process_node).__name__}")
+        process_node = dict(process_node.items())
+        bad = next(((k, v) for k, v in process_node.items() if type(k) is not int or type(v) is not int), None)
+        if bad is not None:
+            raise TypeError(
+                f"process_node must map process -> node, both ints (not bool), got {describe(bad[0])} -> "
+                f"{describe(bad[1])} ({type(bad[0]).__name__} -> {type(bad[1]).__name__})"
+            )
     sizes = limits.element_sizes(names, element_size)
     split_floor = DEFAULT_MIN_SPLIT_BYTES if min_split_bytes is None else min_split_bytes
     if type(split_floor) is not int:  # bool included: True is not a byte count
@@ -927,6 +940,8 @@ def _plan_batch(
     min_split_bytes: int | None,
     process_node: Mapping[int, int] | None,
 ) -> dict[str, TransferPlan]:
+    if replica_policy is not None and not callable(replica_policy):  # before, "policy raised TypeError"
+        raise TypeError(f"replica_policy must be callable (requests -> answers), got {type(replica_policy).__name__}")
     policy = replica_policy if replica_policy is not None else balanced
     by_rows = next((form for known, form in _ROW_FORMS if policy is known), None)  # identity, as in _for_policy
     prepared, sizes, split_floor = _prepare_batch(

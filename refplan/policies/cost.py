@@ -13,6 +13,7 @@ from here (no back edge from a policy into the reports).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -36,8 +37,12 @@ class LinkCost:
     beta: float
 
     def __post_init__(self) -> None:
-        if not (self.alpha >= 0.0 and self.beta > 0.0):
-            raise ValueError(f"a link needs alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
+        # Finite too: an infinite alpha or beta made every time infinite, and the split policy's
+        # levelling then failed on its own arithmetic (``round(inf)``) for a model it had accepted.
+        if not (math.isfinite(self.alpha) and math.isfinite(self.beta) and self.alpha >= 0.0 and self.beta > 0.0):
+            raise ValueError(
+                f"a link needs a finite alpha >= 0 and a finite beta > 0, got alpha={self.alpha}, beta={self.beta}"
+            )
 
     def seconds(self, nbytes: float, messages: int = 1) -> float:
         """``messages·α + nbytes/β``."""

@@ -11,6 +11,7 @@ k² (4 096 x 4 096: 17.5 s before, most of it making, scanning and indexing 16.7
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
@@ -434,8 +435,9 @@ class _Mover:
                     continue
                 self.work += 1
                 options = [count]
-                if count >= 2 * m.min_slices:
-                    ideal = round(want / m.slice_bytes)
+                share = want / m.slice_bytes
+                if count >= 2 * m.min_slices and math.isfinite(share):  # a tiny finite beta can overflow it
+                    ideal = round(share)
                     options.append(min(max(ideal, m.min_slices), count - m.min_slices))
                 for s in options:
                     key = (abs(s * m.slice_bytes - want), 0 if s == count else 1, pos, j, k2, s)
@@ -508,6 +510,8 @@ class _Mover:
                 path.append(parent[path[-1]])
             path.reverse()
             gap_bytes = (top - low) * self.network.beta / 2.0
+            if not math.isfinite(gap_bytes):  # times beyond a float's range: nothing left to level by
+                return False
             for fraction in (1.0, 0.5, 0.25):
                 changed: dict[int, list[list[int]]] = {}
                 for u, v in pairwise(path):

@@ -1,0 +1,160 @@
+"""Replica policies written to fool the answer checks, and policy arguments given wrong.
+
+"A policy can be wrong, but it cannot make a plan wrong: it can only get it refused." Each test
+failed before its fix (an outside review, 2026-12-06): code a policy controls ran while its
+answers were checked (a part's ``logical_origin`` can be a ``tuple`` subclass) and shortened the
+answers under the checks (a plan with requests left unwritten) or grew a split past
+``max_parts_per_request``; refusing a split of k overlapping parts listed all k**2 overlapping
+pairs first; an infinite link cost crashed the split policy; and ``process_node`` or a
+non-callable ``replica_policy`` got a bare ``TypeError`` from inside, or blamed the policy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from refplan import (
+    InvalidReplicaPolicyError,
+    PlanBudget,
+    ReplicaPart,
+    TransferEndpoints,
+    contiguous_split_map,
+    plan_transfer,
+    plan_transfers,
+    replicate,
+    replicated_map,
+    verify_plan,
+)
+from refplan.policies import split_balanced_policy
+from refplan.policies.cost import LinkCost
+
+SOURCE = replicate(contiguous_split_map((8, 4), [4, 4], 0), 2)  # two regions, two holders each
+TARGET = contiguous_split_map((8, 4), [2, 2], 1)
+
+
+def test_answers_shortened_while_they_are_checked_leave_no_request_unwritten() -> None:
+    state: dict[str, list[Any]] = {}
+
+    class Origin(tuple):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:  # read by the checks: drops every later answer of the list
+            del state["answers"][1:]
+            return super().__iter__()
+
+    def policy(requests: Any) -> list[Any]:
+        first = requests[0]
+        answers: list[Any] = [[ReplicaPart(Origin(first.logical_origin), first.shape,
+                                           first.candidates[0].source_rank)]]
+        answers += [r.candidates[0].source_rank for r in requests[1:]]
+        state["answers"] = answers
+        return answers
+
+    plan = plan_transfer(TARGET, SOURCE, replica_policy=policy)
+    assert verify_plan(TARGET, SOURCE, plan).status == "ok"
+    assert len(state["answers"]) == 1  # the policy did shorten its list; the checks had a copy
+
+
+def test_a_split_grown_while_it_is_checked_is_planned_as_it_was_checked() -> None:
+    state: dict[str, Any] = {"done": False}
+
+    class Origin(tuple):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:  # replaces part 1 by three one-row parts: four in all
+            if not state["done"]:
+                state["done"] = True
+                parts = state["parts"]
+                o, s, loc = parts[1].logical_origin, parts[1].shape, parts[1].source_location
+                parts[1:] = [ReplicaPart((o[0] + i, o[1]), (1, s[1]), loc) for i in range(3)]
+            return super().__iter__()
+
+    def policy(requests: Any) -> list[Any]:
+        out: list[Any] = []
+        for i, r in enumerate(requests):
+            if i == 0:
+                (a, b), (h, w) = r.logical_origin, r.shape
+                locs = [c.source_rank for c in r.candidates]
+                parts = [ReplicaPart(Origin((a, b)), (1, w), locs[0]), ReplicaPart((a + 1, b), (h - 1, w), locs[1])]
+                state["parts"] = parts
+                out.append(parts)
+            else:
+                out.append(r.candidates[0].source_rank)
+        return out
+
+    plan = plan_transfer(TARGET, SOURCE, PlanBudget(max_parts_per_request=2), replica_policy=policy,
+                         min_split_bytes=0)
+    assert len(state["parts"]) == 4  # grown after the count was read
+    assert plan.statistics.requests == 4 and plan.statistics.split_requests == 1
+    assert plan.statistics.segments_before_merge == 2 + 3  # the two parts checked, not four
+    assert verify_plan(TARGET, SOURCE, plan).status == "ok"
+
+
+def _split_of(parts: list[ReplicaPart]) -> Any:
+    return lambda requests: [parts]
+
+
+def test_a_split_of_many_identical_parts_is_refused_without_listing_their_pairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import refplan.check
+
+    def no_pairs(*_args: Any, **_kw: Any) -> Any:
+        raise AssertionError("k identical parts need no pair query: the first repeat is the pair")
+
+    monkeypatch.setattr(refplan.check, "overlapping_pairs", no_pairs)
+    target, source = replicated_map((1024, 1024), 1), replicated_map((1024, 1024), 2)
+    k = 4096
+    part = ReplicaPart((0, 0), (1, 256), 0)  # 4096 of them hold the box's 2**20 elements in number
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parts 0 and 1 overlap in \[0:1, 0:256\]"):
+        plan_transfer(target, source, PlanBudget(max_parts_per_request=1 << 20), replica_policy=_split_of([part] * k),
+                      min_split_bytes=0)
+
+
+def test_a_split_of_overlapping_parts_that_differ_is_refused_naming_a_pair() -> None:
+    # Row 0 whole, then per row 1..63 columns 1.. and column 0, except that row 5's column-0 part
+    # is two wide (it overlaps the rest of row 5) and row 63's is missing: the volumes sum to the
+    # (64, 64) box's, no two parts are identical, and cell (63, 0) is written by nobody.
+    target, source = replicated_map((64, 64), 1), replicated_map((64, 64), 2)
+    rows = [ReplicaPart((0, 0), (1, 64), 0)] + [ReplicaPart((i, 1), (1, 63), 0) for i in range(1, 64)]
+    column = [ReplicaPart((i, 0), (1, 2 if i == 5 else 1), 0) for i in range(1, 63)]
+    budget = PlanBudget(max_parts_per_request=1 << 10)
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parts 5 and \d+ overlap in \[5:6, 1:2\]"):
+        plan_transfer(target, source, budget, replica_policy=_split_of(rows + column), min_split_bytes=0)
+    exact = rows + [ReplicaPart((i, 0), (1, 1), 0) for i in range(1, 64)]
+    plan = plan_transfer(target, source, budget, replica_policy=_split_of(exact), min_split_bytes=0)
+    assert verify_plan(target, source, plan).status == "ok"
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(math.inf, 1e9), (1e-6, math.inf), (math.nan, 1e9), (1e-6, math.nan)])
+def test_a_link_cost_must_be_finite(alpha: float, beta: float) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        LinkCost(alpha, beta)
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(1e300, 1e-300), (0.0, 5e-324)])
+def test_the_split_policy_plans_at_the_ends_of_the_float_range(alpha: float, beta: float) -> None:
+    target = contiguous_split_map((64, 64), [16] * 4, 0)
+    source = replicate(contiguous_split_map((64, 64), [32, 32], 1), 3)
+    plan = plan_transfer(target, source, replica_policy=split_balanced_policy(0, alpha=alpha, beta=beta),
+                         min_split_bytes=0)
+    assert verify_plan(target, source, plan).status == "ok"
+
+
+ENDS = TransferEndpoints({0: 0, 1: 1}, {0: 2})
+
+
+@pytest.mark.parametrize(
+    ("process_node", "fragment"),
+    [("x", "got str"), (5, "got int"), ({0: [0]}, "0 -> [0]"), ({0: True, 1: 0, 2: 0}, "0 -> True"),
+     ({0.0: 0, 1: 0, 2: 0}, "float -> int")],
+)
+def test_process_node_is_checked_as_an_argument(process_node: Any, fragment: str) -> None:
+    pairs = {"w": (replicated_map((4, 4), 1), replicated_map((4, 4), 2))}
+    with pytest.raises(TypeError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        plan_transfers(pairs, endpoints=ENDS, process_node=process_node)
+    assert plan_transfers(pairs, endpoints=ENDS, process_node={0: 0, 1: 1, 2: 0})["w"].segments
+
+
+def test_a_replica_policy_that_is_not_callable_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="replica_policy must be callable"):
+        plan_transfer(TARGET, SOURCE, replica_policy="lpt")  # type: ignore[arg-type]
