@@ -219,6 +219,7 @@ def check_answers(
         # Snapshotted, even an exact list: code the policy controls (a part's ``__iter__``) runs
         # while the answers are checked, and could shorten the list it returned under ``zip``,
         # leaving requests with no answer and no segment (a plan the oracle calls invalid).
+        kind = type(answers).__name__
         answers = tuple(answers)
     except InvalidReplicaPolicyError:
         raise
@@ -228,7 +229,7 @@ def check_answers(
         ) from exc
     if len(answers) != len(requests):
         raise InvalidReplicaPolicyError(
-            f"replica policy's {type(answers).__name__} claimed {count} answers but held {len(answers)}"
+            f"replica policy's {kind} claimed {count} answers but held {len(answers)}"
         )
     names = [r.parameter for r in requests] if parameters is None else parameters
     if len(names) != len(requests):

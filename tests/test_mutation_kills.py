@@ -202,7 +202,7 @@ def test_answers_of_every_shape() -> None:
         ),
         (_Answers([0, 1], broken="iter"), "replica policy returned a _Answers that cannot be read: RuntimeError"),
         (_Raising([0, 1]), "replica policy returned a _Raising that cannot be read: _Silent"),
-        (_Answers([0], claimed=2), "replica policy's list claimed 2 answers but held 1"),
+        (_Answers([0], claimed=2), "replica policy's _Answers claimed 2 answers but held 1"),
     ]:
         with pytest.raises(InvalidReplicaPolicyError) as caught:
             check_answers(reqs, answers)

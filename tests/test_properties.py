@@ -250,9 +250,10 @@ def test_core_adversarial_answers_are_refused(kind: str, data: st.DataObject) ->
 def test_the_adversarial_property_finds_a_checker_without_its_disjointness_test(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Non-vacuity: with the disjointness test of ``check_answers`` planted away (both the
-    pairwise loop and the k-d query), the ``overlap`` property fails at once."""
-    monkeypatch.setattr(check, "overlapping_pairs", lambda *_args, **_kwargs: set())
+    """Non-vacuity: with the disjointness test of ``check_answers`` planted away (the pairwise
+    loop, off under ``fast_paths(False)``, and the ``covers`` query that decides for more parts),
+    the ``overlap`` property fails at once."""
+    monkeypatch.setattr(check, "covers", lambda *_args, **_kwargs: None)
 
     @settings(phases=[Phase.generate], database=None)  # a failure is all we need: skip shrinking
     @given(data=st.data())
