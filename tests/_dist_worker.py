@@ -1603,6 +1603,30 @@ def s2_keys(me: int, world: int) -> dict[str, Any]:
     return {"crossed": crossed, "same": same}
 
 
+def odd_arguments(me: int, world: int) -> dict[str, Any]:
+    """Two processes, one call each with an argument given wrong on process 1 only: ``outcome``
+    that is no bool (``None`` and ``"no"`` read as "on" before) and a buffer keyed by the string
+    ``"1"`` (before: "location 1, which endpoints do not bind", of a location they do bind). Both
+    are refused on both processes, before any byte moves; then a right call moves exactly."""
+    rows = contiguous_split_map((6, 4), [3, 3], 0)
+    pairs = {"w": (contiguous_split_map((6, 4), [2, 2], 1), rows)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    plans = plan(pairs, ends, dtypes, "balanced")
+    b = make_buffers(pairs, ends, me, dtypes)
+    out: dict[str, Any] = {}
+    flag: Any = None if me == 1 else True
+    out["outcome"] = expect_rejection(
+        lambda: execute_transfers(plans, b.sources, b.targets, ends, dtypes=dtypes, timeout=TIMEOUT, outcome=flag), b
+    )
+    keyed: Any = {"w": {str(k) if me == 1 else k: v for k, v in b.sources["w"].items()}}
+    out["str_key"] = expect_rejection(
+        lambda: execute_transfers(plans, keyed, b.targets, ends, dtypes=dtypes, timeout=TIMEOUT), b
+    )
+    out["right"] = run_exact(pairs, ends, dtypes, me)
+    return out
+
+
 def s2_brief(me: int, world: int) -> dict[str, Any]:
     """Protocol 6 on fresh groups: a group's first call all-gathers the full message; once that
     showed both processes on this protocol, calls are settled by the two-word all-reduce alone,

@@ -388,3 +388,16 @@ def test_retained_bytes_counts_each_held_storage_once(monkeypatch: pytest.Monkey
     assert retained_bytes() == 0
     monkeypatch.setattr(common, "_RETAINED", held)
     assert retained_bytes() == 1000 + 100
+
+
+def test_odd_arguments_on_one_process_are_refused_on_both_naming_what_is_wrong() -> None:
+    outcomes = run_ranks(worker.odd_arguments, 2, timeout=timedelta(seconds=30), deadline_s=120, grace_s=30)
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
+    results = [o.value for o in outcomes]
+    for res in results:
+        assert res["outcome"]["raised"] == "TransferRejectedError" and res["outcome"]["unchanged"], res
+        assert "outcome must be a bool, got NoneType" in res["outcome"]["message"], res
+        assert res["str_key"]["raised"] == "TransferRejectedError" and res["str_key"]["unchanged"], res
+        assert "location '1' (a str key: locations are ints)" in res["str_key"]["message"], res
+    assert [r["outcome"]["message"] for r in results] == [results[0]["outcome"]["message"]] * 2
+    assert all(r["right"]["exact"] for r in results), results

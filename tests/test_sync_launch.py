@@ -12,6 +12,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -74,18 +75,81 @@ def test_sync_tiny_budget_is_refused_at_once_in_one_line(capfd: pytest.CaptureFi
     assert "TransferRejectedError" in err and "max_chunks" in err
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e12", "0.0001"])
-def test_sync_timeout_outside_what_the_executor_takes_is_bad_input(
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e12", "0.0001", "0.001", "0.5"])
+def test_sync_timeout_outside_what_a_job_can_use_is_bad_input(
     value: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """``--timeout`` is the store's, the group's and every call's: outside 1 ms .. 365 days it is
+    """``--timeout`` is the store's, the group's and every call's: outside 1 s .. 365 days it is
     refused before anything starts (before: ``1e12`` and ``inf`` an ``OverflowError`` inside the
-    launch, ``nan`` a ``ValueError``, ``0.0001`` four processes started only to be refused)."""
+    launch, ``nan`` a ``ValueError``, ``0.0001`` four processes started only to be refused, and
+    ``0.001``, the executor's least, processes that could never join their store)."""
     code = run_sync_cli(_sync_args("--nproc", "2", "--timeout", value))
     err = capfd.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
-    assert "bad input: --timeout must be from 0.001 to" in err and "365 days" in err, err
+    assert "bad input: --timeout must be from 1 to" in err and "365 days" in err, err
+
+
+def test_sync_refuses_more_processes_than_the_machine_runs(capfd: pytest.CaptureFixture[str]) -> None:
+    """Before, ``--nproc 99999999999999999999`` announced that many processes and failed on open
+    files (exit 1), and ``--nproc 500`` forked 500 processes on 2 cores."""
+    from refplan.cli.sync import max_nproc
+
+    for value in (str(max_nproc() + 1), "99999999999999999999"):
+        assert run_sync_cli(_sync_args("--nproc", value)) == 2
+        err = capfd.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "is more than this machine runs" in err, err
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [({"RANK": "5", "WORLD_SIZE": "2"}, "outside the world"), ({"RANK": "abc"}, "must be ints"),
+     ({"WORLD_SIZE": "two"}, "must be ints"), ({"MASTER_PORT": ""}, "MASTER_PORT is not")],
+)
+def test_an_unusable_torchrun_environment_is_bad_input_not_a_sync_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], env: dict[str, str], fragment: str
+) -> None:
+    """Before, a broken launcher's environment was read as "no job": each of its processes forked a
+    whole sync of its own and exited 0."""
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    for key, value in {**base, **env}.items():
+        monkeypatch.setenv(key, value)
+    assert run_sync_cli(_sync_args("--nproc", "2")) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err, err
+
+
+def test_a_bad_input_on_a_non_zero_rank_is_said_by_that_process(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Under torchrun only rank 0 prints the summary; a refusal of a process's own input (a file
+    missing on its node) was printed by nobody. It now names its process, before joining."""
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(key, value)
+    assert run_sync_cli(_sync_args("--model", str(tmp_path / "missing.json"))) == 2
+    err = capfd.readouterr().err
+    assert err.startswith("refplan sync: process 1: bad input: ") and len(err.strip().splitlines()) == 1, err
+
+
+def test_joining_a_job_ends_within_the_timeout_even_if_its_store_never_answers(tmp_path: Path) -> None:
+    """A program other than the job's store listening on MASTER_PORT (and never answering) kept a
+    process of the job waiting as long as it listened; ``--timeout`` now bounds the join."""
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen(8)
+        port = squatter.getsockname()[1]
+        env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")},
+               "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        script = Path(sys.executable).parent / "refplan"
+        started = time.monotonic()
+        done = subprocess.run([str(script), "sync", "--model", "demo", "--backend", "gloo", "--timeout", "2"],
+                              capture_output=True, text=True, timeout=60, env=env, check=False)
+        elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"process 1: could not join the job at 127.0.0.1:{port} within 2 s" in done.stderr, done.stderr
+    assert elapsed < 30, elapsed
 
 
 def _says_hello(rank: int, world: int) -> int:
@@ -100,16 +164,22 @@ def test_the_launcher_takes_the_longest_timeout() -> None:
 
 
 def test_job_rank_reads_the_torchrun_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+    from refplan.errors import InvalidMapError
+
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
     assert job_rank() is None
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert job_rank() is None  # no MASTER_ADDR: not a job
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with pytest.raises(InvalidMapError, match="MASTER_PORT is not"):
+        job_rank()
+    monkeypatch.setenv("MASTER_PORT", "29500")
     assert job_rank() == (3, 4)
     monkeypatch.setenv("RANK", "4")
-    assert job_rank() is None
+    with pytest.raises(InvalidMapError, match="outside the world"):
+        job_rank()
 
 
 def test_sync_under_torchrun_is_one_process_of_the_job() -> None:

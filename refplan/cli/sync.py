@@ -28,9 +28,10 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -41,7 +42,7 @@ import numpy as np
 from .._progress import Progress
 from ..box import volume
 from ..errors import AffineTransferError, InvalidMapError, describe_exception
-from ..limits import MAX_TIMEOUT, MIN_TIMEOUT
+from ..limits import MAX_TIMEOUT
 from ..maps import ParamAffineMap
 from ..policies import POLICIES
 from ..requests import TransferEndpoints
@@ -511,15 +512,34 @@ def job_rank() -> tuple[int, int] | None:
 
     torchrun sets ``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` for each process it starts; then
     ``refplan sync`` is one process of that job and must not start processes of its own.
+    ``InvalidMapError`` when those three are set but unusable (a rank outside the world, values
+    that are not ints, no ``MASTER_PORT``): before, such an environment was read as "no job", and
+    under a broken launcher every process of the job forked a whole sync of its own.
     """
     env = os.environ
     if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
         return None
+    named = f"RANK={env['RANK']!r}, WORLD_SIZE={env['WORLD_SIZE']!r}"
     try:
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
     except ValueError:
-        return None
-    return (rank, world) if 0 <= rank < world else None
+        raise InvalidMapError(f"the torchrun environment is unusable: {named} must be ints") from None
+    if not 0 <= rank < world:
+        raise InvalidMapError(f"the torchrun environment is unusable: {named}: the rank is outside the world")
+    if not env.get("MASTER_PORT"):
+        raise InvalidMapError("the torchrun environment is unusable: MASTER_ADDR is set but MASTER_PORT is not")
+    return rank, world
+
+
+MIN_SYNC_TIMEOUT_S = 1.0
+"""``refplan sync --timeout`` is also the store's and the process group's: below a second no process
+can even join (the executor itself takes down to ``limits.MIN_TIMEOUT``)."""
+
+
+def max_nproc() -> int:
+    """The most processes ``refplan sync`` launches on this machine: 8 a core, and at least 64.
+    Beyond that a typo (``--nproc 500``) forks hundreds of processes, or fails on open files."""
+    return max(64, 8 * (os.cpu_count() or 1))
 
 
 def _config(args: argparse.Namespace, world: int | None = None) -> SyncConfig:
@@ -538,6 +558,11 @@ def _config(args: argparse.Namespace, world: int | None = None) -> SyncConfig:
     )
     if cfg.nproc < 1:
         raise InvalidMapError(f"--nproc must be at least 1, got {cfg.nproc}")
+    if world is None and cfg.nproc > max_nproc():
+        raise InvalidMapError(
+            f"--nproc {cfg.nproc} is more than this machine runs ({max_nproc()}: 8 a core, at least 64); "
+            "a larger job is a torchrun job (refplan sync is then one process of it)"
+        )
     if cfg.budget_bytes < 1:
         raise InvalidMapError(f"--budget-bytes must be positive, got {cfg.budget_bytes}")
     _check_timeout(cfg.timeout_s)
@@ -547,12 +572,12 @@ def _config(args: argparse.Namespace, world: int | None = None) -> SyncConfig:
 
 
 def _check_timeout(seconds: float) -> None:
-    """``--timeout`` within what the executor accepts (``limits.MIN_TIMEOUT`` to ``MAX_TIMEOUT``),
-    checked before anything is launched: the same value is the store's and the process group's
-    timeout, and before this check ``inf`` or ``1e12`` failed inside the launch (an
-    ``OverflowError`` reported as "cannot launch"), ``nan`` as a ``ValueError``, and ``1e-4``
-    launched every process only for each call to be refused there."""
-    low, high = MIN_TIMEOUT.total_seconds(), MAX_TIMEOUT.total_seconds()
+    """``--timeout`` from ``MIN_SYNC_TIMEOUT_S`` to ``MAX_TIMEOUT``, checked before anything is
+    launched: the same value is the store's and the process group's timeout, and before this
+    check ``inf`` or ``1e12`` failed inside the launch (an ``OverflowError`` reported as "cannot
+    launch"), ``nan`` as a ``ValueError``, ``1e-4`` launched every process only for each call to
+    be refused there, and ``0.001`` (the executor's least) could never join the store."""
+    low, high = MIN_SYNC_TIMEOUT_S, MAX_TIMEOUT.total_seconds()
     if not low <= seconds <= high:  # also false for nan
         raise InvalidMapError(f"--timeout must be from {low:g} to {high:g} seconds (365 days), got {seconds}")
 
@@ -563,6 +588,35 @@ def _first_line(text: str | None) -> str:
 
 
 _describe = describe_exception
+
+
+@contextlib.contextmanager
+def _join_deadline(rank: int, seconds: float) -> Iterator[None]:
+    """End this process, with one line, if joining the job takes more than ``seconds`` (and 2 s).
+
+    Why: torch's store client does not hold to the timeout it is given. A program other than the
+    job's store listening on ``MASTER_PORT`` kept a process waiting as long as it listened, and
+    with nothing listening the join took about three times ``--timeout`` (its retries), where the
+    timeout is documented to end every wait. Only the command line runs this: it is the one
+    place where ending the process is the caller's wish.
+    """
+    joined = threading.Event()
+
+    def give_up() -> None:
+        if not joined.is_set():
+            where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+            print(f"refplan sync: process {rank}: could not join the job at {where} within {seconds:g} s",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
+
+    timer = threading.Timer(seconds + 2.0, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        joined.set()
+        timer.cancel()
 
 
 def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, list[RankOutcome] | None]:
@@ -581,7 +635,8 @@ def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, li
         if cfg.backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
         if not dist.is_initialized():
-            dist.init_process_group(cfg.backend, timeout=timeout)
+            with _join_deadline(rank, cfg.timeout_s):
+                dist.init_process_group(cfg.backend, timeout=timeout)
             started_here = True
         mine = RankOutcome(rank, _sync_rank(rank, world, cfg))
     except Exception as exc:
@@ -613,30 +668,39 @@ def run_sync_cli(args: argparse.Namespace) -> int:
     line; tracebacks stay out of it. Under torchrun every process returns its own exit code and
     only rank 0 prints.
     """
-    job = job_rank()
+    try:
+        job = job_rank()
+    except InvalidMapError as exc:
+        print(f"refplan sync: bad input: {_first_line(str(exc))}", file=sys.stderr, flush=True)
+        return 2
     speaker = job is None or job[0] == 0
 
     def say(text: str, err: bool = False) -> None:
         if speaker:
             print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
+    def refuse(text: str) -> int:
+        # Every process that refuses its own input says so: under torchrun a non-zero rank's
+        # bad input (a file missing on its node) was printed by nobody, and rank 0 reported only
+        # a store timeout. Such a line names its process.
+        who = "" if job is None or job[0] == 0 else f"process {job[0]}: "
+        print(f"refplan sync: {who}bad input: {text}", file=sys.stderr, flush=True)
+        return 2
+
     try:
         cfg = _config(args, None if job is None else job[1])
         pairs, model_endpoints = _load_model(cfg.model)
         endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
     except AffineTransferError as exc:
-        say(f"refplan sync: bad input: {_first_line(str(exc))}", err=True)
-        return 2
+        return refuse(_first_line(str(exc)))
     except OSError as exc:
-        say(f"refplan sync: bad input: {_first_line(_describe(exc))}", err=True)
-        return 2
+        return refuse(_first_line(_describe(exc)))
     import torch
 
     wanted = 1 if job is not None else cfg.nproc
     if cfg.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < wanted):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        say(f"refplan sync: bad input: --backend nccl needs {wanted} CUDA devices, found {count}", err=True)
-        return 2
+        return refuse(f"--backend nccl needs {wanted} CUDA devices, found {count}")
     try:  # refuse bad input here, before launching anything; every process plans again itself
         from ..planner import plan_transfers
 
@@ -644,8 +708,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, dtype.itemsize),
                        replica_policy=POLICIES[cfg.policy])
     except AffineTransferError as exc:
-        say(f"refplan sync: bad input: {type(exc).__name__}: {_first_line(str(exc))}", err=True)
-        return 2
+        return refuse(f"{type(exc).__name__}: {_first_line(str(exc))}")
     say(
         f"refplan sync: model {cfg.model} ({len(pairs)} parameters), {cfg.dtype}, policy {cfg.policy}, "
         f"{cfg.nproc} processes ({cfg.backend}{', torchrun' if job is not None else ''}), endpoints {how}, "

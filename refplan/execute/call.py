@@ -176,6 +176,9 @@ def _execute(
             timeout = _checked_timeout(timeout)
         except _Refusal as exc:  # refused like any other argument, so this process's verdict goes out
             reason, timeout = str(exc), DEFAULT_TIMEOUT  # under the default: the others wait at most that
+        if type(outcome) is not bool:  # ``None`` or ``"no"`` read as "on" before: refused like the rest
+            reason = reason or f"outcome must be a bool, got {type(outcome).__name__}"
+            outcome = True
         try:
             holds = _buffers_device(source_buffers, target_buffers)
         except _Refusal as exc:

@@ -690,8 +690,10 @@ def _check_buffers(ctx: _Context, args: _Arguments, params: Mapping[str, _Param]
             dtype = params[name].dtype
             for location in sorted(buffers[name]):
                 if location not in table:
+                    # ``!r`` and the type: a key "0" printed as 0 read as "location 0 is not bound".
+                    odd = "" if type(location) is int else f" (a {type(location).__name__} key: locations are ints)"
                     raise _Refusal(
-                        f"parameter {name!r}: {side} buffer for location {location}, which endpoints do not bind"
+                        f"parameter {name!r}: {side} buffer for location {location!r}{odd}, which endpoints do not bind"
                     )
                 if table[location] != ctx.me:
                     raise _Refusal(
