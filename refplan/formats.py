@@ -17,10 +17,13 @@ as if it had never been given. A file that cannot be read at all is an ``InputFi
 from __future__ import annotations
 
 import codecs
+import contextlib
 import difflib
 import io
 import json
+import os
 import re
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,19 +351,28 @@ def check_keys(doc: Any, kind: str) -> None:
         raise ValueError(f"check_keys: unknown document kind {kind!r}")
 
 
-def parse_endpoints(doc: Any) -> TransferEndpoints:
+def parse_endpoints(doc: Any, where: str = "$.endpoints") -> TransferEndpoints:
     """``{"source": {loc: proc}, "target": {loc: proc}}``, with integer keys and values.
 
     Stricter than ``TransferEndpoints.from_dict``: a location listed twice ("0" and "00") is
     refused instead of silently binding the later process, and keys must be ASCII decimal
-    integers ("1_0" and non-ASCII digits are refused).
+    integers ("1_0" and non-ASCII digits are refused). ``where`` is the JSON path of ``doc``
+    in its file (``$`` for an endpoints file of its own).
     """
-    check_keys(doc, "endpoints")
+    _known(doc, where, _ENDPOINTS_KEYS)  # check_keys(doc, "endpoints"), at this document's own path
     if not isinstance(doc, Mapping) or set(doc) != {"source", "target"}:
-        raise InvalidMapError("$.endpoints: expected {\"source\": {...}, \"target\": {...}}")
-    return TransferEndpoints(
-        _int_table(doc["source"], "$.endpoints.source"), _int_table(doc["target"], "$.endpoints.target")
-    )
+        raise InvalidMapError(f"{where}: expected {{\"source\": {{...}}, \"target\": {{...}}}}")
+    return TransferEndpoints(_int_table(doc["source"], f"{where}.source"), _int_table(doc["target"], f"{where}.target"))
+
+
+def read_endpoints(path: str | Path) -> TransferEndpoints:
+    """Load and parse an endpoints file (``refplan plan --endpoints FILE``); every error names
+    the file, then the JSON path from the file's own root (``$.target["3"]``), as ``read_maps``'s do."""
+    doc = load_json(path)  # its own errors already name the file
+    try:
+        return parse_endpoints(doc, "$")
+    except InvalidMapError as exc:
+        raise InvalidMapError(f"{path}: {exc}") from None
 
 
 def _names(value: Mapping[Any, Any], what: str) -> list[tuple[str, Any]]:
@@ -845,3 +857,44 @@ def xml_text(text: str) -> str:
     Python's own ``ascii`` form, so the name reads as the JSON file's reader would print it.
     """
     return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def write_text_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all: into a temporary file beside it,
+    then renamed over it, so a run that fails while writing (a full disk, a signal) leaves the
+    earlier file as it was, never a truncated one a later reader takes for a result.
+
+    A path that is not a regular file (``/dev/stdout``, a pipe) is written in place, where no
+    rename is possible; a symbolic link's target is replaced, not the link. The new file gets the
+    old one's permissions, or the umask's. ``OSError`` as ``open`` raises it, naming the path.
+    """
+    target = os.path.realpath(os.fspath(path)) if os.path.islink(path) else os.fspath(path)
+    if os.path.exists(target) and not os.path.isfile(target) and not os.path.isdir(target):
+        with open(target, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    if os.path.isdir(target):
+        raise IsADirectoryError(21, "Is a directory", os.fspath(path))
+    folder = os.path.dirname(target) or "."
+    try:
+        handle_fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".part")
+    except OSError as exc:  # a missing folder, no permission: named by the caller's path
+        exc.filename = os.fspath(path)
+        raise
+    try:
+        with os.fdopen(handle_fd, "w", encoding="utf-8") as handle:
+            try:
+                mode = os.stat(target).st_mode & 0o7777
+            except FileNotFoundError:
+                mask = os.umask(0)
+                os.umask(mask)
+                mode = 0o666 & ~mask
+            os.fchmod(handle.fileno(), mode)
+            handle.write(text)
+        os.replace(temporary, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):  # named by the caller's path, never the temporary file's
+            exc.filename = os.fspath(path)
+        raise

@@ -213,10 +213,21 @@ def _write_repro_files(
             "not in the replay: " + "; ".join(problems)
             + f"; the raw input is in {', '.join(str(folder / f) for f in raw_texts)}"
         )
-    # Judged as ``refplan verify`` judges the files: read back, with the command's budget.
-    replayed = verify_plans(
-        parse_maps(json.loads(maps_text), from_json=True).pairs, parse_plans(json.loads(plans_text), from_json=True)
-    )
+    # Judged as ``refplan verify`` judges the files: read back, with the command's budget, and
+    # first its size rules (a tensor above 2**62 elements is bad input there, exit 2, where the
+    # oracle as a library says unverifiable: the replay must not be promised to say the same).
+    from .errors import AffineTransferError
+    from .frames import check_sizes
+
+    replay_pairs = parse_maps(json.loads(maps_text), from_json=True).pairs
+    try:
+        check_sizes(replay_pairs)
+    except AffineTransferError as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        lines.append(f"note: the replay's verdict differs: refplan verify refuses these maps before judging the plan "
+                     f"(exit 2, {type(exc).__name__}: {first})")
+        return "\n".join(lines)
+    replayed = verify_plans(replay_pairs, parse_plans(json.loads(plans_text), from_json=True))
     differ = [name for name in sorted(verdicts) if str(replayed.verdicts.get(name)) != str(verdicts[name])]
     if differ:
         name = differ[0]

@@ -12,12 +12,22 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import limits
 from .errors import AffineTransferError, InputFileError, InvalidMapError
-from .formats import MapsBatch, PlansStream, check_keys, load_json, parse_plans, read_maps, xml_text
+from .formats import (
+    MapsBatch,
+    PlansStream,
+    check_keys,
+    load_json,
+    parse_plans,
+    read_maps,
+    write_text_file,
+    xml_text,
+)
 from .oracle import FALLBACK_MAX_ELEMENTS, MAX_COORDINATE, BatchVerdict, Verdict, verify_plan, verify_plans
 from .oracle.stream import verify_stream
 from .plan import TransferPlan
@@ -111,13 +121,21 @@ def run_verify_cli(
         why = "as asked"
     if stream and not quiet:
         print(f"refplan verify: streaming {plans_path} ({why}): one parameter at a time", file=sys.stderr)
-    plans: dict[str, TransferPlan] | None = None
+    details = _Details()
+    wanted = not as_json and not quiet and (verbose or all_failures)
+
+    def note(name: str, plan: Any, verdict: Verdict) -> None:
+        details.add(batch, name, plan, verdict, verbose, all_failures)
+
     try:
         if stream:
-            result = _verify_streaming(batch, plans_path)
+            result = _verify_streaming(batch, plans_path, note if wanted else None)
         else:
             plans = _plans_of(load_json(plans_path), batch, plans_path)
             result = verify_plans(batch.pairs, plans)
+            if wanted:
+                for name, plan in plans.items():
+                    note(name, plan, result.verdicts[name])
     except InputFileError as exc:
         return _cli_error(exc)
     except AffineTransferError as exc:
@@ -125,17 +143,15 @@ def run_verify_cli(
         return _cli_error(exc, text if text.startswith(str(plans_path)) else f"{plans_path}: {text}")
     if junit is not None:
         try:
-            with open(junit, "w", encoding="utf-8") as handle:
-                handle.write(_cli_junit(result, maps_path, plans_path))
+            write_text_file(junit, _cli_junit(result, maps_path, plans_path))
         except OSError as exc:
             print(f"refplan verify: cannot write {junit}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     elif not quiet:
-        offending = _cli_offending(result, plans, plans_path) if verbose else {}
-        more = _cli_more(result, batch, plans, plans_path) if all_failures else {}
-        print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=offending, more=more))
+        print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=details.offending,
+                          more=details.more))
     for name in sorted(result.verdicts):
         verdict = result.verdicts[name]
         if verdict.status == "invalid_map":
@@ -205,48 +221,46 @@ def _cli_report(
     return "\n".join(lines)
 
 
-def _cli_more(
-    result: BatchVerdict, batch: MapsBatch, plans: Mapping[str, TransferPlan] | None, plans_path: str
-) -> dict[str, list[str]]:
-    """``--all``: under each invalid parameter, every other segment that is wrong on its own
+def _more_lines(verdict: Verdict, target: Any, source: Any, plan: TransferPlan) -> list[str]:
+    """``--all``: every other segment of an invalid plan that is wrong on its own
     (``segment_counterexamples``), bounded, and a line saying when the bound cut the list."""
-    wanted = {n for n, v in result.verdicts.items() if v.status == "invalid" and n in batch.pairs}
-    if not wanted:
-        return {}
-    out: dict[str, list[str]] = {}
-    source: Any = plans.items() if plans is not None else PlansStream(plans_path)
-    for name, plan in source:
-        if name not in wanted:
-            continue
-        first = set(result.verdicts[name].segments)
-        target, src = batch.pairs[name]
-        found, scanned = segment_counterexamples(target, src, plan, limit=SEGMENT_COUNTEREXAMPLES + len(first) + 1)
-        rest = [(k, v) for k, v in found if k not in first]
-        # A one-segment plan's verdict calls its segment "segment 0": name it as the plan does.
-        lines = [re.sub(r"\bsegment 0\b", f"segment {k}", v.reason) for k, v in rest[:SEGMENT_COUNTEREXAMPLES]]
-        if len(rest) > SEGMENT_COUNTEREXAMPLES:
-            lines.append(f"... (at most {SEGMENT_COUNTEREXAMPLES} wrong segments listed per parameter)")
-        if scanned < len(plan.segments):
-            lines.append(f"... (the first {scanned} of {len(plan.segments)} segments were judged one by one)")
-        out[name] = lines
-    return out
+    first = set(verdict.segments)
+    found, scanned = segment_counterexamples(target, source, plan, limit=SEGMENT_COUNTEREXAMPLES + len(first) + 1)
+    rest = [(k, v) for k, v in found if k not in first]
+    # A one-segment plan's verdict calls its segment "segment 0": name it as the plan does.
+    lines = [re.sub(r"\bsegment 0\b", f"segment {k}", v.reason) for k, v in rest[:SEGMENT_COUNTEREXAMPLES]]
+    if len(rest) > SEGMENT_COUNTEREXAMPLES:
+        lines.append(f"... (at most {SEGMENT_COUNTEREXAMPLES} wrong segments listed per parameter)")
+    if scanned < len(plan.segments):
+        lines.append(f"... (the first {scanned} of {len(plan.segments)} segments were judged one by one)")
+    return lines
 
 
-def _cli_offending(
-    result: BatchVerdict, plans: Mapping[str, TransferPlan] | None, plans_path: str
-) -> dict[str, list[dict[str, Any]]]:
-    """The dict form of the segments each failing verdict names (``-v``). A streamed file was
-    not kept, so its failing parameters' plans are read again, one at a time."""
-    wanted = {n: v.segments for n, v in result.verdicts.items() if v.status != "ok" and v.segments}
-    if not wanted:
-        return {}
-    out: dict[str, list[dict[str, Any]]] = {}
-    source: Any = plans.items() if plans is not None else PlansStream(plans_path)
-    for name, plan in source:
-        if name in wanted:
-            segments = plan.segments
-            out[name] = [segments[i].to_dict() for i in wanted[name] if 0 <= i < len(segments)]
-    return out
+def _offending_dicts(verdict: Verdict, plan: TransferPlan) -> list[dict[str, Any]]:
+    """``-v``: the dict form of the segments a verdict that is not ok names."""
+    segments = plan.segments
+    return [segments[i].to_dict() for i in verdict.segments if 0 <= i < len(segments)]
+
+
+@dataclass
+class _Details:
+    """What ``-v`` (``offending``) and ``--all`` (``more``) print under the failing parameters."""
+
+    offending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    more: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, batch: MapsBatch, name: str, plan: Any, verdict: Verdict, verbose: bool, every: bool) -> None:
+        """Called with each plan while it is held (``verify_stream``'s ``on_verdict``), or over a
+        whole file's plans: no plan is ever read twice (a pipe cannot be)."""
+        self.offending.pop(name, None)  # a name given twice keeps its later plan's details only
+        self.more.pop(name, None)
+        if not isinstance(plan, TransferPlan):
+            return
+        if verbose and verdict.status != "ok" and verdict.segments:
+            self.offending[name] = _offending_dicts(verdict, plan)
+        if every and verdict.status == "invalid" and name in batch.pairs:
+            target, source = batch.pairs[name]
+            self.more[name] = _more_lines(verdict, target, source, plan)
 
 
 def _cli_junit(result: BatchVerdict, maps_path: str, plans_path: str) -> str:
@@ -294,11 +308,18 @@ def _plans_of(doc: Any, batch: MapsBatch, plans_path: str) -> dict[str, Transfer
     return parse_plans(doc, from_json=True)
 
 
-def _verify_streaming(batch: MapsBatch, plans_path: str) -> BatchVerdict:
-    """Judge each plan as ``PlansStream`` reads it; a document that turns out not to be a plans
-    batch (a bare plan) is handled as the whole-file path handles it."""
+def _verify_streaming(
+    batch: MapsBatch, plans_path: str, note: Callable[[str, Any, Verdict], None] | None = None
+) -> BatchVerdict:
+    """Judge each plan as ``PlansStream`` reads it (``note`` sees each while it is held); a
+    document that turns out not to be a plans batch (a bare plan) is handled as the whole-file
+    path handles it, from the document already read."""
     plans = PlansStream(plans_path)
-    result = verify_stream(batch.pairs, plans)
+    result = verify_stream(batch.pairs, plans, on_verdict=note)
     if not plans.streamed:
-        return verify_plans(batch.pairs, _plans_of(plans.document, batch, plans_path))
+        whole = _plans_of(plans.document, batch, plans_path)
+        result = verify_plans(batch.pairs, whole)
+        if note is not None:
+            for name, plan in whole.items():
+                note(name, plan, result.verdicts[name])
     return result

@@ -392,3 +392,68 @@ def test_conformance_junit_holds_a_peer_reason_xml_cannot() -> None:
     error = next(root.iter("error"))
     assert error.text == ascii(reason)[1:-1].replace("\\'", "'")
     assert next(root.iter("failure")).get("message", "").startswith("peer raised \\x1b[31m")
+
+
+# -- output files: whole or not at all -------------------------------------------------------------
+
+
+def test_an_output_file_is_written_whole_or_left_as_it_was(tmp_path: Path) -> None:
+    """``-o``, ``--svg``, ``--junit`` were written in place: a full disk left half a JSON file
+    where a valid one had been. They now go through a temporary file renamed over the target."""
+    from refplan.formats import write_text_file
+
+    out = tmp_path / "plans.json"
+    out.write_text("old, valid\n", encoding="utf-8")
+    out.chmod(0o640)
+    with pytest.raises(UnicodeEncodeError):
+        write_text_file(out, "new " + "\udc80")  # fails while writing
+    assert out.read_text(encoding="utf-8") == "old, valid\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plans.json"]  # no temporary file left
+    write_text_file(out, "new\n")
+    assert out.read_text(encoding="utf-8") == "new\n" and out.stat().st_mode & 0o777 == 0o640
+    link = tmp_path / "link.json"
+    link.symlink_to(out)
+    write_text_file(link, "through the link\n")
+    assert link.is_symlink() and out.read_text(encoding="utf-8") == "through the link\n"
+    with pytest.raises(IsADirectoryError):
+        write_text_file(tmp_path, "x")
+    with pytest.raises(FileNotFoundError) as missing:
+        write_text_file(tmp_path / "no" / "such.json", "x")
+    assert missing.value.filename == str(tmp_path / "no" / "such.json")  # the caller's path, not a temporary one
+    write_text_file("/dev/null", "special files are written in place\n")
+
+
+def test_plan_to_a_file_that_cannot_be_finished_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+    import os
+
+    maps = tmp_path / "maps.json"
+    maps.write_text(json.dumps(dump_maps(MapsBatch({"w": (contiguous_split_map((4, 4), [2, 2], 0),) * 2}))),
+                    encoding="utf-8")
+    out = tmp_path / "plans.json"
+    out.write_text("{}\n", encoding="utf-8")
+
+    def full(*_args: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    code, _out, err = _run(["plan", str(maps), "-o", str(out)], capsys)
+    assert code == 2 and f"cannot write {out}: No space left on device" in err, err
+    assert out.read_text(encoding="utf-8") == "{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maps.json", "plans.json"]
+
+
+def test_an_endpoints_file_error_names_the_file_and_its_own_json_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "$.endpoints.target[...]" and no file name, though the endpoints object is the
+    file's root; every other input error starts with its file."""
+    ends = _write(tmp_path / "endpoints.json", {"source": {"0": 0, "1": 1}, "target": {"3": 3.0}})
+    code, _out, err = _run(["plan", _maps(tmp_path), "--endpoints", ends], capsys)
+    assert code == 2, err
+    assert f"InvalidMapError: {ends}: $.target[\"3\"]: 3.0 is not an integer" in err, err
+    bad_key = _write(tmp_path / "endpoints2.json", {"source": {}, "target": {}, "extra": 1})
+    code, _out, err = _run(["plan", _maps(tmp_path), "--endpoints", bad_key], capsys)
+    assert code == 2 and f"{bad_key}: $" in err and "extra" in err, err

@@ -96,9 +96,9 @@ def test_plans_file_is_drawn_and_verified(demo_maps: Path, tmp_path: Path, capsy
 
 def test_folded_segment_that_wraps_a_row_is_drawn() -> None:
     # A physically folded copy (DeepSpeed folds like this): (1,8) at offset 0 of a (2,4) shard.
-    cells = show._cells(0, (4, 1), (1, 8), (2, 4))
-    assert sorted(cells) == [(0, 1, 0, 4), (1, 1, 0, 4)]
-    assert show._cells(8, (8, 1), (2, 2), (4, 8)) == [(1, 2, 0, 2)]
+    cells, omitted = show._cells(0, (4, 1), (1, 8), (2, 4))
+    assert sorted(cells) == [(0, 1, 0, 4), (1, 1, 0, 4)] and omitted == 0
+    assert show._cells(8, (8, 1), (2, 2), (4, 8)) == ([(1, 2, 0, 2)], 0)
     m = contiguous_split_map((2, 4), [2], 0)
     plan = TransferPlan((TransferSegment(0, 0, (4, 1), 0, 0, (4, 1), (1, 8)),), (2, 4), 8)
     svg = show.plan_svg(MapsBatch({"x": (m, m)}), {"x": plan})
@@ -182,3 +182,25 @@ def test_png_is_rendered_with_matplotlib(demo_maps: Path, tmp_path: Path) -> Non
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert width > 200 and height > 200
+
+
+def test_an_oversized_segment_is_drawn_clipped_to_its_shard_in_bounded_work() -> None:
+    """A segment of 10**12 elements along a (2, 4) shard's addresses (a plan the oracle refuses at
+    once) was walked row by row before its rows were clipped: memory grew until the process was
+    killed. It is clipped to the shard first, and at most ``limit`` rectangles are made."""
+    cells, omitted = show._cells(0, (1,), (10**12,), (2, 4))
+    assert cells == [(0, 1, 0, 4), (1, 1, 0, 4)] and omitted == 0
+    cells, omitted = show._cells(0, (1, 1), (10**12, 2), (2, 4), limit=3)
+    assert len(cells) == 3 and omitted >= 1
+
+
+def test_a_box_with_many_column_runs_is_drawn_run_by_run_so_a_gap_shows() -> None:
+    """A box segment of more than 64 column runs was drawn as one rectangle over its span, so a
+    shard half of whose columns nobody writes looked written. Every run is drawn, up to the
+    limit, and what is not drawn is counted."""
+    shard = (2, 100, 4)
+    cells, omitted = show._cells(0, (400, 4, 1), (2, 100, 2), shard)  # columns 0-1 of each of 100 runs
+    assert len(cells) == 100 and omitted == 0
+    assert all(nc == 2 and c0 % 4 == 0 for _r0, _nr, c0, nc in cells)
+    cells, omitted = show._cells(0, (400, 4, 1), (2, 100, 2), shard, limit=10)
+    assert len(cells) == 10 and omitted == 90

@@ -217,3 +217,24 @@ def test_the_helper_needs_neither_torch_nor_hypothesis() -> None:
     code = "import sys, refplan.testing; print(sorted({'torch', 'hypothesis'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_replay_refplan_verify_refuses_for_size_is_said_to_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Above 2**62 elements the oracle says ``unverifiable`` while ``refplan verify`` refuses the
+    maps file (exit 2): the message promised a replay of the same verdict without a note."""
+    n0, n1 = 2**31, 2**32
+    big = ParamAffineMap.from_dict({"logical_shape": [n0, n1], "ranks": {"0": {"shard_shape": [n0, n1], "pieces": [
+        {"shape": [n0, n1], "source": [0, [n1, 1]], "dest": [0, [n1, 1]], "locations": [0]}]}}})
+    plan = {"logical_shape": [n0, n1],
+            "segments": [{"shape": [n0, n1], "source": [0, 0, [n1, 1]], "target": [0, 0, [n1, 1]]}]}
+    with pytest.raises(AssertionError) as failed:
+        assert_plan_valid(big, big, plan, repro_dir=tmp_path)
+    message = str(failed.value)
+    assert "unverifiable" in message
+    assert "note: the replay's verdict differs: refplan verify refuses these maps" in message, message
+    replay = next(line for line in message.splitlines() if line.startswith("replay: refplan verify "))
+    maps_path, plans_path = replay.split()[-2:]
+    assert cli.main(["verify", maps_path, plans_path]) == 2
+    capsys.readouterr()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import re
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -432,3 +433,45 @@ def test_the_stream_passes_the_element_budget_on() -> None:
     assert default.verdicts["x"].status == "ok"
     none = verify_stream(pairs, [("x", plan)], fallback_elements=0)
     assert none.verdicts["x"].status == "unverifiable"
+
+
+def _two_wrong_segments(plan: dict[str, Any]) -> dict[str, Any]:
+    plan = json.loads(json.dumps(plan))
+    plan["segments"][1]["source"][1] += 1  # two segments wrong on their own
+    plan["segments"][3]["target"][1] += 1
+    return plan
+
+
+def test_verbose_and_all_read_a_bare_plan_once_and_report_the_same_streamed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-v`` and ``--all`` read a streamed file a second time for the segments they print: a
+    bare plan gave nothing on that second read, so its "segment i" and "also" lines vanished."""
+    from refplan.maps import replicated_map
+
+    pairs = {"w": (contiguous_split_map((8, 8), [2, 2, 2, 2], 0), replicated_map((8, 8), 2))}
+    maps = write(tmp_path / "maps.json", json.dumps(dump_maps(MapsBatch(pairs))))
+    plan = plan_transfers(pairs)["w"].to_dict()
+    assert len(plan["segments"]) >= 4
+    plans = write(tmp_path / "bare.json", json.dumps(_two_wrong_segments(plan)))
+    expected = cli(maps, plans, capsys, verbose=True, all_failures=True, stream=False)
+    code, out, _err = cli(maps, plans, capsys, verbose=True, all_failures=True, stream=True)
+    assert (code, out) == expected[:2] and code == 1
+    assert re.search(r"segment \d+: \{", out) and "also:" in out, out
+
+
+def test_verbose_and_all_on_a_pipe_read_it_once(tmp_path: Path) -> None:
+    """Read from a pipe, the second read found it drained: "not valid JSON", exit 2, no report."""
+    import subprocess
+    import sys
+
+    maps = write(tmp_path / "maps.json", json.dumps(dump_maps(MapsBatch(PAIRS))))
+    doc = dump_plans(plan_transfers(PAIRS))
+    name = sorted(doc["parameters"])[0]
+    doc["parameters"][name]["segments"][0]["source"][1] += 1
+    script = str(Path(sys.executable).parent / "refplan")
+    for flag in ("--no-stream", "--stream"):
+        done = subprocess.run([script, "verify", str(maps), "/dev/stdin", "--all", "-v", flag],
+                              input=json.dumps(doc), capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 1, (flag, done.stdout, done.stderr)
+        assert "invalid" in done.stdout and "not valid JSON" not in done.stderr, (flag, done.stdout, done.stderr)

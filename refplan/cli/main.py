@@ -14,11 +14,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import AffineTransferError
-from ..formats import MAX_ELEMENT_SIZE, dump_plans, load_json, parse_endpoints, read_maps
+from ..formats import MAX_ELEMENT_SIZE, dump_plans, read_endpoints, read_maps, write_text_file
 from ..limits import STREAM_PLANS_BYTES
 from ..planner import plan_transfers
 from ..policies import POLICIES
@@ -36,7 +35,7 @@ def _write_json(doc: Any, output: str | None) -> None:
         sys.stdout.write(text)
         return
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        write_text_file(output, text)  # whole or not at all: a failed write leaves the old file
     except OSError as exc:  # a missing folder, a directory, no permission: said in words
         raise _CannotWrite(f"cannot write {output}: {exc.strerror or exc}") from None
 
@@ -54,7 +53,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     batch = read_maps(args.maps)
     endpoints = batch.endpoints
     if args.endpoints is not None:
-        endpoints = parse_endpoints(load_json(args.endpoints))
+        endpoints = read_endpoints(args.endpoints)
     element_size = batch.element_size
     if args.element_size is not None:
         element_size = dict.fromkeys(batch.pairs, args.element_size)

@@ -14,8 +14,9 @@ one, ``--svg`` is still written and the message says how to get the PNG.
 
 Exit codes: 0 shown; 1 the plans file's plan is invalid (the oracle's verdict is printed and the
 picture still drawn, so the gap can be seen); 2 bad input (an unreadable or malformed file, naming
-the file, the JSON path and the problem in one line; a refused plan; a PNG asked for without a
-renderer and no SVG to fall back on).
+the file, the JSON path and the problem in one line; a plan that cannot be drawn: a segment
+naming a location the maps lack, a parameter in one file only, which ``refplan verify`` judges
+``invalid`` with exit 1; a PNG asked for without a renderer and no SVG to fall back on).
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from xml.sax.saxutils import escape, quoteattr
 from ..analysis import LoadReport, sender_load
 from ..box import box_in_shard, row_major_strides, volume
 from ..errors import AffineTransferError, InputFileError, InvalidMapError
-from ..formats import MapsBatch, check_keys, load_json, parse_maps, parse_plans, path_key, xml_text
+from ..formats import (
+    MapsBatch,
+    check_keys,
+    load_json,
+    parse_maps,
+    parse_plans,
+    path_key,
+    write_text_file,
+    xml_text,
+)
 from ..frames import check_sizes
 from ..plan import TransferPlan
 from ..policies import POLICIES
@@ -45,7 +55,6 @@ PALETTE = (
 )
 SHARD_W = 180.0
 MAX_RECTS = 20000
-_MAX_RUNS = 64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,29 +161,30 @@ def _view(shard: Sequence[int]) -> tuple[int, int]:
 
 
 def _cells(
-    offset: int, strides: Sequence[int], shape: Sequence[int], shard: Sequence[int]
-) -> list[tuple[int, int, int, int]]:
-    """(row, rows, col, cols) rectangles of the shard view covering what the segment writes.
+    offset: int, strides: Sequence[int], shape: Sequence[int], shard: Sequence[int], limit: int = MAX_RECTS
+) -> tuple[list[tuple[int, int, int, int]], int]:
+    """(row, rows, col, cols) rectangles of the shard view covering what the segment writes, at
+    most ``limit`` of them, and how many more it would take at least (drawn as a count, never
+    guessed at).
 
-    Exact for a segment that is a box in its shard (with at most ``_MAX_RUNS`` column runs, else
-    their span); a strided segment that is not a box is drawn run by run along its last axis.
+    Exact for a segment that is a box in its shard (one rectangle per column run); a strided
+    segment that is not a box is drawn run by run along its last axis, each run clipped to the
+    shard's addresses first. Why so strict: a picture that drew a box's span where it has many
+    runs showed a never-written half of a shard as written, and one that walked an oversized
+    segment row by row before clipping ran out of memory on a plan ``refplan verify`` refuses in
+    a fraction of a second.
     """
     rows, cols = _view(shard)
     if len(shard) == 0 or volume(shape) == 0:
-        return [(0, 1, 0, 1)] if volume(shape) else []
+        return ([(0, 1, 0, 1)] if volume(shape) else []), 0
     origin = box_in_shard(offset, shape, strides, shard)
     if origin is not None:
         if len(shard) == 1:
-            return [(0, 1, origin[0], shape[0])]
-        inner = shard[1:]
-        inner_rm = row_major_strides(inner)
+            return ([(0, 1, origin[0], shape[0])] if limit > 0 else []), 0 if limit > 0 else 1
+        inner_rm = row_major_strides(shard[1:])
         runs = volume(shape[1:-1])
-        if runs > _MAX_RUNS:
-            first = sum(o * s for o, s in zip(origin[1:], inner_rm))
-            last = sum((o + e - 1) * s for o, e, s in zip(origin[1:], shape[1:], inner_rm))
-            return [(origin[0], shape[0], first, last - first + 1)]
         out = []
-        for flat in range(runs):
+        for flat in range(min(runs, limit)):
             idx = []
             for size in reversed(shape[1:-1]):
                 flat, i = divmod(flat, size)
@@ -183,31 +193,39 @@ def _cells(
             coord = [o + i for o, i in zip(origin[1:-1], mid)] + [origin[-1]]
             col = sum(c * s for c, s in zip(coord, inner_rm))
             out.append((origin[0], shape[0], col, shape[-1]))
-        return out
+        return out, runs - len(out)
     # Not a box in the shard (e.g. a physically folded copy that wraps a row): walk address runs.
     out = []
+    end = rows * cols
     lead = volume(shape[:-1])
+    count_last = shape[-1] if shape else 1
     step = strides[-1] if strides else 1
-    for flat in range(min(lead, _MAX_RUNS * 4)):
+    for flat in range(lead):
+        if len(out) >= limit:
+            return out, lead - flat  # at least one rectangle per run not drawn
+        rest = flat
         idx = []
         for size in reversed(shape[:-1]):
-            flat, i = divmod(flat, size)
+            rest, i = divmod(rest, size)
             idx.append(i)
         start = offset + sum(i * s for i, s in zip(reversed(idx), strides[:-1]))
-        count = shape[-1] if shape else 1
         if step != 1:
-            for k in range(min(count, _MAX_RUNS)):
+            for k in range(count_last):
+                if len(out) >= limit:
+                    return out, (count_last - k) + (lead - flat - 1)
                 a = start + k * step
-                out.append((a // cols, 1, a % cols, 1))
+                if 0 <= a < end:
+                    out.append((a // cols, 1, a % cols, 1))
             continue
-        a = start
-        while count > 0:
+        a, stop = max(start, 0), min(start + count_last, end)  # clipped to the shard first
+        while a < stop:
+            if len(out) >= limit:
+                return out, -(-(stop - a) // cols) + (lead - flat - 1)
             row, col = divmod(a, cols)
-            take = min(count, cols - col)
+            take = min(stop - a, cols - col)
             out.append((row, 1, col, take))
             a += take
-            count -= take
-    return [c for c in out if 0 <= c[0] < rows]
+    return out, 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,10 +325,9 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
             canvas.rect(x, top, width, h, "#eeeeee", "#555555", f"target location {loc}, shard {tuple(shard)}")
             for seg in by_target.get(loc, []):
                 key = _source_key(seg.source_rank, batch)
-                for r0, nr, c0, nc in _cells(seg.target_offset, seg.target_strides, seg.shape, shard):
-                    if drawn >= MAX_RECTS:
-                        skipped += 1
-                        continue
+                cells, omitted = _cells(seg.target_offset, seg.target_strides, seg.shape, shard, MAX_RECTS - drawn)
+                skipped += omitted
+                for r0, nr, c0, nc in cells:
                     drawn += 1
                     canvas.rect(
                         x + width * c0 / cols, top + h * r0 / rows,
@@ -322,7 +339,7 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
             x += SHARD_W + 30
         y += row_h + 50
     if skipped:
-        canvas.text(10, y, f"({skipped} more rectangles not drawn)", size=10)
+        canvas.text(10, y, f"(at least {skipped} more rectangles not drawn)", size=10)
         y += 20
     report = _load(batch, plans)
     unit = "bytes" if batch.element_size is not None else "elements"
@@ -464,16 +481,20 @@ def run_show_cli(args: argparse.Namespace) -> int:
         print(f"oracle: {verdict.status}" + (f" ({bad[0]})" if bad else ""))
         code = 0 if verdict.ok else verdict.exit_code  # the picture is still drawn: it shows the gap
     title = f"{Path(args.maps).name}: {origin}"
+    writing: str | None = None
     try:
         if args.svg:
-            Path(args.svg).write_text(plan_svg(batch, plans, title), encoding="utf-8")
+            writing = args.svg
+            write_text_file(args.svg, plan_svg(batch, plans, title))
         if args.png and renderer is not None:
+            writing = args.png
             _write_png(_draw(batch, plans, title), args.png, renderer)
         elif args.png:
             print(f"{prog}: no PNG written: it needs cairosvg or matplotlib (pip install 'refplan[png]'); "
                   f"the SVG is in {args.svg}", file=sys.stderr)
-    except OSError as exc:
-        print(f"{prog}: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # the path being written (a write's own error carries no file name)
+        print(f"{prog}: cannot write {writing if writing is not None else exc.filename}: {exc.strerror or exc}",
+              file=sys.stderr)
         return 2
     return code
 

@@ -48,7 +48,7 @@ from typing import Any
 from .._progress import Progress
 from ..box import Box, box_in_shard, decode_row_major, volume
 from ..errors import describe_exception
-from ..formats import xml_text
+from ..formats import write_text_file, xml_text
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
 from .corpus import ALWAYS_INPUT_KEYS, CASES_DIR, INPUT_KEYS, Case, CaseFormatError, load_cases, select_cases
@@ -969,7 +969,7 @@ def write_markdown(
         lines.append(row)
     text = "\n".join(lines) + "\n"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text, encoding="utf-8")
+    write_text_file(path, text)
     return text
 
 
@@ -1144,8 +1144,7 @@ def _explore_cli(args: argparse.Namespace, prog: str) -> int:
     found = report.shrunk.get("fail") or report.shrunk.get("quality")
     if args.explore_out and found is not None:
         try:
-            Path(args.explore_out).write_text(
-                json.dumps(found[1].input_doc(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            write_text_file(args.explore_out, json.dumps(found[1].input_doc(), indent=1, sort_keys=True) + "\n")
         except OSError as exc:
             print(_one_line(f"{prog}: cannot write {args.explore_out}: {exc.strerror or exc}"), file=sys.stderr)
             return 2
@@ -1159,9 +1158,7 @@ def _report_out(
     """Write ``report`` as asked (JUnit file, JSON or table) and return the exit code."""
     if args.junit:
         try:
-            Path(args.junit).write_text(
-                report.junit_xml(fail_on_quality=bool(getattr(args, "fail_on_quality", False))), encoding="utf-8"
-            )
+            write_text_file(args.junit, report.junit_xml(fail_on_quality=bool(getattr(args, "fail_on_quality", False))))
         except OSError as exc:
             print(_one_line(f"{prog}: cannot write {args.junit}: {exc.strerror or exc}"), file=sys.stderr)
             return 2

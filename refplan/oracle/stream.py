@@ -19,7 +19,7 @@ different verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .. import limits
@@ -37,12 +37,17 @@ def verify_stream(
     plans: Iterable[tuple[str, PlanLike]],
     *,
     fallback_elements: int = FALLBACK_MAX_ELEMENTS,
+    on_verdict: Callable[[str, PlanLike, Verdict], None] | None = None,
 ) -> BatchVerdict:
     """``verify_plans(pairs, dict(plans))`` without holding more than one plan at a time.
 
     A name the iterable gives twice is judged twice and keeps the later verdict, as ``dict``
     would keep the later plan. Whatever the iterable raises propagates (``PlansStream`` raises a
     malformed file's error after its last plan), and no verdict is returned then.
+
+    ``on_verdict(name, plan, verdict)`` is called with each plan while it is still held, so a
+    caller that reports more about a failing plan (``refplan verify -v``/``--all``) need not read
+    the file twice, which a pipe cannot do.
     """
     fallback_elements = fallback_budget(fallback_elements)
     verdicts: dict[str, Verdict] = {}
@@ -60,6 +65,8 @@ def verify_stream(
                     judged.clear()  # a remembered verdict only saves time; do not grow with the file
             else:
                 verdicts[name] = verify_plans({}, {name: plan}).verdicts[name]
+            if on_verdict is not None:
+                on_verdict(name, plan, verdicts[name])
             del plan  # before the iterable reads the next one
         missing = {name: pairs[name] for name in pairs if name not in verdicts}
         verdicts.update(verify_plans(missing, {}).verdicts)
