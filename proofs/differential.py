@@ -376,15 +376,24 @@ def check_intersections(rng: random.Random) -> Check:
 
 
 def _request(box: Box, candidates: Sequence[int] = (3,)) -> ReplicaRequest:
+    """A request for ``box`` held by ``candidates``, each at a layout of its own (offset 17·i,
+    strides times i+1): a checker that read a part with another holder's layout (the first
+    candidate's, say) then differs from the one it names, which equal layouts would hide."""
     strides = row_major_strides(box.extent) if all(e > 0 for e in box.extent) else (1,) * box.ndim
-    cands = tuple(ReplicaCandidate(loc, 0, strides) for loc in candidates)
+    cands = tuple(ReplicaCandidate(loc, 17 * i, tuple(s * (i + 1) for s in strides))
+                  for i, loc in enumerate(candidates))
     return ReplicaRequest("w", 0, None, box.origin, box.extent, 0, strides, cands, (None,) * len(cands), None)
+
+
+_HOLDERS = (3, 5, 7)
+"""The holders of ``check_split_checks``' requests: each part is served by one of them."""
 
 
 def check_split_checks(rng: random.Random) -> Check:
     check = Check("differential.check_answers",
                   "every split of up to 3 parts of a 1-D domain, up to 2 of a 2-D one; 4000 drawn splits up to "
-                  "12 parts in up to 3 axes", ["refplan.check.check_answers"])
+                  "12 parts in up to 3 axes; 3 holders at distinct layouts, each part served by one, and every "
+                  "accepted part resolved to the layout of the holder it names", ["refplan.check.check_answers"])
     compiled: dict[tuple[int, int], Callable[..., tuple[Any, ...]]] = {}
 
     def accepts(request: Box, parts: list[Box]) -> bool:
@@ -398,16 +407,23 @@ def check_split_checks(rng: random.Random) -> Check:
         flat = [v for b in (request, *parts) for v in (*b.origin, *b.extent)]
         return bool(fn(*flat)[0])
 
-    def code(request: Box, parts: list[Box]) -> bool:
-        answer = [ReplicaPart(p.origin, p.extent, 3) for p in parts]
+    def code(request: Box, parts: list[Box], holders: list[int]) -> bool:
+        answer = [ReplicaPart(p.origin, p.extent, loc) for p, loc in zip(parts, holders)]
+        asked = _request(request, _HOLDERS)
         try:
-            check_answers([_request(request)], [answer], min_split_bytes=1)
+            resolved = check_answers([asked], [answer], min_split_bytes=1)
         except InvalidReplicaPolicyError:
             return False
+        # Accepted: each part is read with the layout of the holder it names (Theorem 3's premise
+        # "A: layout of the chosen candidate"), never another holder's.
+        layout = {c.source_rank: (c.source_rank, c.source_offset, c.source_strides) for c in asked.candidates}
+        got = [(box, (c.source_rank, c.source_offset, c.source_strides)) for box, c in resolved[0]]
+        check.same(("resolved", request, parts, holders), got, [(p, layout[loc]) for p, loc in zip(parts, holders)])
         return True
 
-    def one(request: Box, parts: list[Box]) -> None:
-        check.same(("split", request, parts), code(request, parts), accepts(request, parts))
+    def one(request: Box, parts: list[Box], holders: list[int] | None = None) -> None:
+        served = holders if holders is not None else [_HOLDERS[(k + 1) % len(_HOLDERS)] for k in range(len(parts))]
+        check.same(("split", request, parts), code(request, parts, served), accepts(request, parts))
 
     q1 = Box((0,), (4,))
     dom1 = grid_boxes(1, range(-1, 5), range(-1, 5))
@@ -438,11 +454,13 @@ def check_split_checks(rng: random.Random) -> Check:
                 del parts[k]
             else:
                 parts.append(p)
-        one(request, parts)
+        one(request, parts, [rng.choice(_HOLDERS) for _ in parts])
     # an int answer naming a candidate is the one-part split "the whole box"
     for request in grid_boxes(2, range(-1, 2), range(1, 3)):
-        resolved = check_answers([_request(request, (3, 5))], [5], min_split_bytes=1)
-        check.same(("int answer", request), [(box, cand.source_rank) for box, cand in resolved[0]], [(request, 5)])
+        asked = _request(request, (3, 5))
+        resolved = check_answers([asked], [5], min_split_bytes=1)
+        check.same(("int answer", request), [(box, cand) for box, cand in resolved[0]],
+                   [(request, asked.candidates[1])])
     return check
 
 

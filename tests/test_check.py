@@ -294,3 +294,20 @@ def test_a_wrong_twin_answer_is_refused_with_or_without_shared_request_objects(s
     assert [[(box, cand) for box, cand in one] for one in resolved] == [[(request.box, request.candidates[0])]] * 2
     with pytest.raises(InvalidReplicaPolicyError, match=r"answer 1 .*not one of its validated holders"):
         check_answers([request, twin], [good, 99])
+
+
+def test_each_part_is_read_with_the_layout_of_the_holder_it_names() -> None:
+    """Theorem 3's premise "A: layout of the chosen candidate", on the real checker: a part served
+    by the second holder resolves to that holder's offset and strides, never the first's (no
+    proof or contract drew two holders at distinct layouts until an outside audit, 2026-12-06)."""
+    from refplan.box import row_major_strides
+    from refplan.requests import ReplicaCandidate, ReplicaRequest
+
+    strides = row_major_strides((4, 6))
+    first, second = ReplicaCandidate(3, 0, strides), ReplicaCandidate(5, 17, (12, 2))
+    request = ReplicaRequest("w", 0, None, (0, 0), (4, 6), 0, strides, (first, second), (None, None), None)
+    answer = [ReplicaPart((0, 0), (2, 6), 5), ReplicaPart((2, 0), (2, 6), 3)]
+    (resolved,) = check_answers([request], [answer], min_split_bytes=1)
+    assert [(box.origin, cand) for box, cand in resolved] == [((0, 0), second), ((2, 0), first)]
+    (whole,) = check_answers([request], [5], min_split_bytes=1)
+    assert [cand for _box, cand in whole] == [second]
