@@ -103,16 +103,29 @@ def _check_split(
     element_size: int | None,
     min_split_bytes: int,
     name: str,
+    count: int | None = None,
 ) -> ResolvedAnswer:
+    """The parts of one split, each read once, by index, up to ``count`` (the length read when the
+    budget was checked): code the policy controls runs while the parts are read (a part's
+    ``logical_origin`` may be a ``tuple`` subclass) and may change a live list, so a list that
+    then holds another number of parts is refused, and what is planned is only what was read."""
     box = request.box
+    count = len(answer) if count is None else count
 
     def fail(what: str) -> InvalidReplicaPolicyError:
         return _fail(index, request, what, name)
 
-    if len(answer) == 0:
+    if count == 0:
         raise fail("an empty split leaves the whole box unwritten")
     parts: list[tuple[Box, ReplicaCandidate]] = []
-    for k, part in enumerate(answer):
+    # A million copies of one part under a budget that allows them (max_parts_per_request=2**63)
+    # were each checked before the volume sum refused them: 20 s. A repeat is refused on sight.
+    seen: dict[Box, int] = {}
+    for k in range(count):
+        try:
+            part = answer[k]
+        except IndexError:
+            raise fail(f"the split changed while it was checked: it no longer has part {k}") from None
         if not isinstance(part, ReplicaPart):
             raise fail(f"part {k} is a {type(part).__name__}, not a ReplicaPart")
         try:  # read each field once; a subclass's properties or a field's __iter__ may raise
@@ -130,7 +143,12 @@ def _check_split(
         pbox = Box(origin, shape)
         if not box.contains(pbox):
             raise fail(f"part {k} {pbox} lies outside the request's box")
+        earlier = seen.setdefault(pbox, k)
+        if earlier != k:  # a repeat is an overlap: said at once, not after walking every later part
+            raise fail(f"parts {earlier} and {k} overlap in {pbox}")
         parts.append((pbox, _candidate(index, request, location, name)))
+    if len(answer) != count:
+        raise fail(f"the split changed while it was checked: {count} parts when it was read, {len(answer)} after")
     total = sum(p.volume for p, _ in parts)
     if total != box.volume:
         raise fail(f"parts hold {total} elements but the box has {box.volume} (gap or overlap)")
@@ -275,19 +293,21 @@ def check_answers(
             size = None if sizes is None else sizes[name]
             try:  # length first, so an enormous split is refused before anything iterates it
                 count = len(answer)
-                if count <= budget.max_parts_per_request:
-                    # Snapshotted before the count is final, for the same reason as the answers:
-                    # a part's own code could append parts to a live list while it is checked.
-                    parts = tuple(answer)
-                    count = len(parts)
                 if count > budget.max_parts_per_request:
                     what = f"{count} parts exceed max_parts_per_request={budget.max_parts_per_request}"
                     raise _fail(index, request, what, name)
+                # An exact list or tuple is read by index up to this count (C-level reads, no copy:
+                # a million parts stay the policy's memory); anything else is copied once.
+                parts = answer if type(answer) in (list, tuple) else tuple(answer)
+                if len(parts) > budget.max_parts_per_request:
+                    what = f"{len(parts)} parts exceed max_parts_per_request={budget.max_parts_per_request}"
+                    raise _fail(index, request, what, name)
+                count = len(parts)
             except InvalidReplicaPolicyError:
                 raise
             except Exception as exc:
                 raise _fail(index, request, f"the split cannot be read: {_exc_text(exc)}", name) from exc
-            one = _check_split(index, request, parts, size, min_split_bytes, name)
+            one = _check_split(index, request, parts, size, min_split_bytes, name, count)
         else:
             raise _fail(
                 index,

@@ -81,12 +81,33 @@ def test_a_split_grown_while_it_is_checked_is_planned_as_it_was_checked() -> Non
                 out.append(r.candidates[0].source_rank)
         return out
 
-    plan = plan_transfer(TARGET, SOURCE, PlanBudget(max_parts_per_request=2), replica_policy=policy,
-                         min_split_bytes=0)
-    assert len(state["parts"]) == 4  # grown after the count was read
-    assert plan.statistics.requests == 4 and plan.statistics.split_requests == 1
-    assert plan.statistics.segments_before_merge == 2 + 3  # the two parts checked, not four
-    assert verify_plan(TARGET, SOURCE, plan).status == "ok"
+    with pytest.raises(InvalidReplicaPolicyError, match="the split changed while it was checked: 2 parts when "
+                                                        "it was read, 4 after"):
+        plan_transfer(TARGET, SOURCE, PlanBudget(max_parts_per_request=2), replica_policy=policy,
+                      min_split_bytes=0)
+    assert len(state["parts"]) == 4  # grown after the count was read: refused, never planned as four
+
+
+def test_a_million_copies_of_one_part_are_refused_at_the_first_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a budget that allows them, each of a million identical parts was checked before the
+    volume sum refused them (20 s, a fuzz finding); a repeat is now refused on sight, reading the
+    policy's list in place (no copy of it)."""
+    import refplan.check
+
+    reads = []
+    real = refplan.check._int_tuple
+
+    def counted(value: Any) -> Any:
+        reads.append(1)
+        return real(value)
+
+    monkeypatch.setattr(refplan.check, "_int_tuple", counted)
+    million = [ReplicaPart((0,), (1,), 0)] * 1_000_000
+    target, source = replicated_map((10**6,), 1), replicated_map((10**6,), 2)
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parts 0 and 1 overlap"):
+        plan_transfer(target, source, PlanBudget(max_parts_per_request=2**63), replica_policy=lambda r: [million],
+                      min_split_bytes=0)
+    assert len(reads) == 4  # two parts read (origin and shape each), not a million
 
 
 def _split_of(parts: list[ReplicaPart]) -> Any:
