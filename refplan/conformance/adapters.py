@@ -494,7 +494,9 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> tup
                 if fd == in_fd:
                     try:
                         sent += os.write(fd, view[sent:sent + 65536])
-                    except (BrokenPipeError, OSError):  # it stopped reading: what it read is its input
+                    except BlockingIOError:  # the pipe filled between select and write: try again
+                        continue
+                    except OSError:  # it stopped reading (a broken pipe): what it read is its input
                         sent = len(data)
                     if sent >= len(data):
                         selector.unregister(fd)
