@@ -103,14 +103,13 @@ def _check_split(
     element_size: int | None,
     min_split_bytes: int,
     name: str,
-    count: int | None = None,
+    count: int,
 ) -> ResolvedAnswer:
     """The parts of one split, each read once, by index, up to ``count`` (the length read when the
     budget was checked): code the policy controls runs while the parts are read (a part's
     ``logical_origin`` may be a ``tuple`` subclass) and may change a live list, so a list that
     then holds another number of parts is refused, and what is planned is only what was read."""
     box = request.box
-    count = len(answer) if count is None else count
 
     def fail(what: str) -> InvalidReplicaPolicyError:
         return _fail(index, request, what, name)
@@ -182,13 +181,9 @@ class _Enough(Exception):
 
 def _overlap(boxes: Sequence[Box], hole: Box) -> str:
     """Why parts that sum to their box's volume but leave ``hole`` unwritten are refused: one
-    overlapping pair, found at a cost bounded by a few comparisons per part (identical parts by a
-    dict, then the k-d walk under a work limit), else the hole that proves an overlap exists."""
-    first: dict[Box, int] = {}
-    for k, part in enumerate(boxes):
-        if part in first:
-            return f"parts {first[part]} and {k} overlap in {part}"
-        first[part] = k
+    overlapping pair, found by the k-d walk under a work limit of a few comparisons per part (a
+    repeated part never gets here: ``_check_split`` refuses it on sight), else the hole that
+    proves an overlap exists."""
 
     def stop(_count: int) -> None:
         raise _Enough
@@ -292,17 +287,16 @@ def check_answers(
         elif isinstance(answer, (list, tuple)):
             size = None if sizes is None else sizes[name]
             try:  # length first, so an enormous split is refused before anything iterates it
+                parts = answer
                 count = len(answer)
+                if count <= budget.max_parts_per_request and type(answer) not in (list, tuple):
+                    # An exact list or tuple is read by index up to this count (C-level reads, no
+                    # copy: a million parts stay the policy's memory); anything else is copied once.
+                    parts = tuple(answer)
+                    count = len(parts)
                 if count > budget.max_parts_per_request:
                     what = f"{count} parts exceed max_parts_per_request={budget.max_parts_per_request}"
                     raise _fail(index, request, what, name)
-                # An exact list or tuple is read by index up to this count (C-level reads, no copy:
-                # a million parts stay the policy's memory); anything else is copied once.
-                parts = answer if type(answer) in (list, tuple) else tuple(answer)
-                if len(parts) > budget.max_parts_per_request:
-                    what = f"{len(parts)} parts exceed max_parts_per_request={budget.max_parts_per_request}"
-                    raise _fail(index, request, what, name)
-                count = len(parts)
             except InvalidReplicaPolicyError:
                 raise
             except Exception as exc:

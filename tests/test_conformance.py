@@ -47,6 +47,15 @@ def refplan_report(cases: list[Case]) -> Any:
     return run_conformance("refplan", cases)
 
 
+@pytest.fixture(scope="module")
+def deepspeed() -> Adapter:
+    """DeepSpeed's adapter, or the test skipped (visibly) without DeepSpeed."""
+    try:
+        return make_adapter("deepspeed")
+    except ValueError as exc:
+        pytest.skip(f"DeepSpeed is not importable: {exc}")
+
+
 # ---------------------------------------------------------------------------------------------
 # The corpus.
 
@@ -131,12 +140,8 @@ def test_docs_refplan_summary_matches(refplan_report: Any) -> None:
     assert f"| refplan | `{refplan_report.summary_line()}` |" in text
 
 
-def test_deepspeed_summary_matches_docs(cases: list[Case]) -> None:
-    try:
-        adapter = make_adapter("deepspeed")
-    except ValueError as exc:
-        pytest.skip(f"DeepSpeed is not importable: {exc}")
-    report = run_conformance(adapter, cases)
+def test_deepspeed_summary_matches_docs(cases: list[Case], deepspeed: Adapter) -> None:
+    report = run_conformance(deepspeed, cases)
     text = DOCS.read_text(encoding="utf-8")
     match = re.search(r"^\| (deepspeed [^|]*) \| `([^`]*)` \|$", text, re.MULTILINE)
     assert match, "docs/conformance.md has no DeepSpeed summary row"
@@ -404,15 +409,12 @@ def test_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert _cli("--cases", str(tmp_path / "missing.json")) == 2
 
 
-def test_deepspeed_zero_scale_is_judged_by_its_own_contract(cases: list[Case]) -> None:
+def test_deepspeed_zero_scale_is_judged_by_its_own_contract(cases: list[Case], deepspeed: Adapter) -> None:
     """DeepSpeed's map constructor refuses a zero scale with a plain ``ValueError`` as the map is
     built; its error classes are ``plan_transfer``'s, which never sees such a map. That refusal was
     published as a failure ("wrong error class"); a maintainer would close it as intended, so it is
     a ``contract`` result, citing the constructor's file:line."""
-    try:
-        adapter = make_adapter("deepspeed")
-    except ValueError as exc:
-        pytest.skip(f"DeepSpeed is not importable: {exc}")
+    adapter = deepspeed
     case = next(c for c in cases if c.id == "rules/scale-zero-not-invertible")
     outcome = adapter.plan(case)
     assert (outcome.kind, outcome.error) == ("refuse", "ValueError")
@@ -420,16 +422,13 @@ def test_deepspeed_zero_scale_is_judged_by_its_own_contract(cases: list[Case]) -
     assert verdict == "contract" and "affine.py:77-78" in reason and "(refplan: wrong error class" in reason
 
 
-def test_deepspeed_first_holder_is_judged_by_its_own_contract(cases: list[Case]) -> None:
+def test_deepspeed_first_holder_is_judged_by_its_own_contract(cases: list[Case], deepspeed: Adapter) -> None:
     """Without a ``replica_selector`` DeepSpeed reads every region with several holders from the
     first (its documented default, which the batch RFC replaces). Seven such plans were published
     as ``quality`` results naming no cause; a maintainer would close them as intended. They are
     ``contract`` results citing the installed ``plan_transfer``'s own line, which must be the line
     that takes the first holder. Scripted answers (a selector is passed) get no such excuse."""
-    try:
-        adapter = make_adapter("deepspeed")
-    except ValueError as exc:
-        pytest.skip(f"DeepSpeed is not importable: {exc}")
+    adapter = deepspeed
     case = next(c for c in cases if c.id == "batches/balance-three-parameters")
     outcome = adapter.plan(case)
     assert outcome.kind == "accept"

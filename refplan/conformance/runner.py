@@ -462,6 +462,13 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
     reason the contract and then what refplan's rules say. Plans that cannot be read
     (``read_plans``) are a ``fail`` that no contract excuses."""
     outcome, malformed = read_plans(outcome)
+    return _judge_read(case, outcome, malformed, adapter)
+
+
+def _judge_read(
+    case: Case, outcome: Outcome, malformed: str | None, adapter: Adapter
+) -> tuple[str, str, tuple[str, ...]]:
+    """``judge`` of an outcome ``read_plans`` has read (``malformed``: why its plans could not be)."""
     if malformed is not None:
         return "fail", malformed, tuple(outcome.notes)
     verdict, reason, notes = _judge(case, outcome, adapter)
@@ -646,8 +653,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _run_case(case: Case, adapter: Adapter) -> CaseResult:
-    outcome, _malformed = read_plans(adapter.run(case))  # judge() says what a malformed plan is
-    verdict, reason, notes = judge(case, outcome, adapter)
+    outcome, malformed = read_plans(adapter.run(case))  # once: the judge and the loads read these plans
+    verdict, reason, notes = _judge_read(case, outcome, malformed, adapter)
     cause = getattr(adapter, "cause", None)
     if verdict in ("fail", "quality") and callable(cause):  # a peer names the root cause
         reason = f"{reason} — {cause(case.id, verdict)}"
