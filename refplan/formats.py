@@ -859,6 +859,19 @@ def xml_text(text: str) -> str:
     return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
+def output_file_name(text: str) -> str:
+    """An output file option's value, as an ``argparse`` ``type``: refused at once if empty.
+
+    ``-o ''`` (an unset shell variable) was taken for the current folder and said "cannot write :
+    Is a directory" after the whole job had run; it is the caller's mistake, named as one (exit 2).
+    """
+    if text == "":
+        import argparse
+
+        raise argparse.ArgumentTypeError("the file name is empty")
+    return text
+
+
 def write_text_file(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all: into a temporary file beside it,
     then renamed over it, so a run that fails while writing (a full disk, a signal) leaves the

@@ -342,7 +342,8 @@ def _parse_piece(entry: Any, where: Callable[[], str]) -> AffinePiece:
         except OverflowError:
             raise InvalidMapError(f"{where()}.scale: {describe(scale)} does not fit a float") from None
     if scale == 0.0:
-        raise InvalidMapError("a zero scale is not invertible, so F could not be rebuilt from the shard")
+        raise InvalidMapError(
+            f"{where()}.scale: a zero scale is not invertible, so F could not be rebuilt from the shard")
     return _piece(shape_t, src_off, src_strides, dst_off, dst_strides, held, scale)
 
 

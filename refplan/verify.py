@@ -87,7 +87,8 @@ def run_verify_cli(
     map that fails validation, each one line on stderr (``refplan verify: <class>: <message>``,
     the line ``refplan plan`` and ``refplan show`` print for the same input). A map whose sizes
     the planner refuses (an extent or a tensor above 2**62 elements) is refused here too, with
-    the planner's message, before the oracle (which would only call it unverifiable) sees it.
+    the planner's message, before the oracle (which would only call it unverifiable) sees it,
+    and so is a file whose ``endpoints`` or ``process_node`` the planner refuses (``_check_bindings``).
     The plans file is a ``refplan.plans/1`` batch, or a bare ``{logical_shape, segments}`` plan
     dict (DeepSpeed's) when the maps file holds exactly one parameter. ``quiet`` prints no text
     report (the exit code says it all; ``--json`` is still printed, since it was asked for).
@@ -179,17 +180,50 @@ def _cli_error(exc: BaseException, text: str | None = None) -> int:
 
 
 def _cli_check_sizes(batch: MapsBatch) -> None:
-    """Refuse a map the planner refuses for its sizes, with the planner's class and message.
+    """Refuse a maps file the planner refuses for its sizes or its bindings, with the planner's
+    class and message form.
 
     The oracle calls a tensor above 2**62 elements ``unverifiable`` (exit 3, "could not check"),
     which is right for the oracle as a library and wrong for a file no tool can use: ``refplan
     plan`` and ``refplan show`` refuse it as ``InvalidMapError`` (exit 2), and so must verify.
-    Only the size rules are borrowed (``frames.check_sizes``); the plan is still judged by the
-    independent oracle alone.
+    The same holds for the file's ``endpoints`` and ``process_node``: they are planner arguments,
+    not map rules, so the oracle never reads them, but a file whose endpoints leave a location
+    that holds data unbound (or whose ``process_node`` comes without endpoints, or leaves such a
+    location's process without a node) is one ``plan`` refuses, and verify answered ``ok`` for
+    it. Only these rules are borrowed (``frames.check_sizes`` and ``_check_bindings``); the plan
+    is still judged by the independent oracle alone.
     """
     from .frames import check_sizes
 
     check_sizes(batch.pairs)
+    _check_bindings(batch)
+
+
+def _check_bindings(batch: MapsBatch) -> None:
+    """The planner's binding rules for a maps file (``requests._process_of`` / ``_node_of``):
+    every location with a non-empty piece has a process, and with ``process_node`` every such
+    process a node. A target covers the tensor and the source regions tile it (R25, R26), so
+    exactly these locations are the ones the planner's requests bind. Parameters in name order,
+    target side first, smallest location first: one message, the first this order meets."""
+    if batch.process_node is not None and batch.endpoints is None:
+        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+    if batch.endpoints is None:
+        return
+    nodes = batch.process_node
+    for name in sorted(batch.pairs):
+        for side, mapping in zip(("target", "source"), batch.pairs[name]):
+            table = batch.endpoints.target if side == "target" else batch.endpoints.source
+            holding = sorted(loc for loc, pieces in mapping.pieces_by_rank.items()
+                             if any(piece.numel > 0 for piece in pieces))
+            for location in holding:
+                if location not in table:
+                    raise InvalidMapError(
+                        f"parameter {name!r}: endpoints bind no process to {side} location {location}, which "
+                        "holds data of this parameter"
+                    )
+                if nodes is not None and table[location] not in nodes:
+                    raise InvalidMapError(
+                        f"parameter {name!r}: process_node names no node for process {table[location]}")
 
 
 def _cli_summary(result: BatchVerdict) -> str:

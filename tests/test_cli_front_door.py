@@ -208,6 +208,56 @@ def test_process_node_without_endpoints_is_refused_by_the_command_as_by_the_libr
     assert code == 2 and "InvalidMapError: process_node needs endpoints" in err
 
 
+def _bound_doc(change: str) -> Any:
+    doc = _doc({"w": (TARGET, SOURCE)})
+    doc["endpoints"] = {"source": {str(loc): loc for loc in range(4)}, "target": {str(loc): loc for loc in range(4)}}
+    doc["process_node"] = {"0": 0, "1": 0, "2": 1, "3": 1}
+    if change == "source location unbound":
+        del doc["endpoints"]["source"]["3"]
+    elif change == "target location unbound":
+        del doc["endpoints"]["target"]["2"]
+    elif change == "process_node without endpoints":
+        del doc["endpoints"]
+    elif change == "process without a node":
+        del doc["process_node"]["3"]
+    return doc
+
+
+@pytest.mark.parametrize("change", ["source location unbound", "target location unbound",
+                                    "process_node without endpoints", "process without a node"])
+def test_verify_refuses_the_bindings_plan_refuses(
+    change: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file's endpoints and process_node are planner arguments the oracle never reads; verify
+    answered ok for a file plan refuses. Now both refuse it as InvalidMapError, exit 2."""
+    plans = _write(tmp_path / "plans.json", dump_plans(plan_transfers({"w": (TARGET, SOURCE)})))
+    good = _write(tmp_path / "good.json", _bound_doc("none"))
+    assert _run(["plan", good, "-q", "-o", str(tmp_path / "out.json")], capsys)[0] == 0
+    assert _run(["verify", good, plans, "-q"], capsys)[0] == 0
+    maps = _write(tmp_path / "m.json", _bound_doc(change))
+    lines = {}
+    for argv in (["plan", maps, "-q"], ["verify", maps, plans], ["verify", maps, plans, "--stream"]):
+        code, out, err = _run(argv, capsys)
+        assert code == 2 and out == "", (argv, out, err)
+        assert err.startswith(f"refplan {argv[0]}: InvalidMapError: "), err
+        lines[argv[0]] = err.split(": ", 1)[1]
+    assert lines["verify"] == lines["plan"]
+
+
+def test_empty_locations_need_no_binding_in_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A location that holds no data is not bound by the planner's requests, so verify does not
+    require it either (the same file plans)."""
+    empty = ParamAffineMap((8, 8), {**{loc: TARGET.shard_shapes[loc] for loc in TARGET.shard_shapes},
+                                   9: (0, 8)},
+                           {**TARGET.pieces_by_rank, 9: ()})
+    doc = _doc({"w": (empty, SOURCE)})
+    doc["endpoints"] = {"source": {str(loc): loc for loc in range(4)}, "target": {str(loc): loc for loc in range(4)}}
+    maps = _write(tmp_path / "m.json", doc)
+    plans = _write(tmp_path / "plans.json", dump_plans(plan_transfers({"w": (empty, SOURCE)})))
+    assert _run(["plan", maps, "-q", "-o", str(tmp_path / "out.json")], capsys)[0] == 0
+    assert _run(["verify", maps, plans, "-q"], capsys)[0] == 0
+
+
 def test_a_batch_verdict_prints_without_the_command_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = plan_transfer(TARGET, SOURCE)
     assert str(verify_plans({"w": (TARGET, SOURCE)}, {"w": plan})).startswith("1 parameter(s): 1 ok -> ok")
@@ -283,6 +333,45 @@ def test_the_demo_says_its_sync_runs_the_colocated_placement() -> None:
     bound, mode = _bind(pairs, endpoints, "auto", 4)  # what `make demo`'s `refplan sync --nproc 4` does
     assert mode == "colocated" and "colocated" in SYNC_NOTE and "i mod 4" in SYNC_NOTE
     assert bound.source[5 % 4] == 1 and bound.target[1] == 1
+
+
+def test_demo_quiet_prints_only_the_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["demo", "-q"], capsys)
+    assert code == 0 and err == ""
+    assert out.splitlines() == ["oracle verify_plans(first_holder): ok", "oracle verify_plans(balanced): ok"]
+    code, out, _err = _run(["demo"], capsys)
+    assert code == 0 and out.startswith("refplan demo: ") and len(out.splitlines()) > 10
+
+
+def test_demo_fails_when_the_oracle_refuses_a_plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's result is the oracle's verdicts; it exited 0 whatever they said."""
+    import refplan.verify as verify_module
+    from refplan.oracle.verdict import BatchVerdict
+
+    monkeypatch.setattr(verify_module, "verify_plans", lambda pairs, plans: BatchVerdict("invalid"))
+    code, out, _err = _run(["demo", "-q"], capsys)
+    assert code == 1 and out.splitlines() == ["oracle verify_plans(first_holder): invalid",
+                                              "oracle verify_plans(balanced): invalid"]
+
+
+@pytest.mark.parametrize("argv", [["plan", "{maps}", "-o", ""], ["verify", "{maps}", "{plans}", "--junit", ""],
+                                  ["show", "{maps}", "--svg", ""], ["show", "{maps}", "--png", ""],
+                                  ["conformance", "--junit", ""], ["conformance", "--markdown", ""],
+                                  ["conformance", "--explore-out", ""]])
+def test_an_empty_output_file_name_is_refused_before_any_work(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o ''`` (an unset shell variable) ran the whole job and then said "cannot write : Is a
+    directory"; it is refused as a usage error, exit 2, naming the option."""
+    maps = _maps(tmp_path)
+    plans = _write(tmp_path / "plans.json", dump_plans(plan_transfers({"w": (TARGET, SOURCE)})))
+    args = [a.format(maps=maps, plans=plans) for a in argv]
+    with pytest.raises(SystemExit) as raised:
+        main(args)
+    err = capsys.readouterr().err
+    assert raised.value.code == 2 and f"argument {argv[-2]}" in err and "the file name is empty" in err, err
 
 
 # -- empty pieces cost nothing to plan ---------------------------------------------------------

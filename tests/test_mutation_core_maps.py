@@ -68,6 +68,8 @@ P0 = '$.ranks["1"].pieces[0]'
     (lambda d: d["ranks"][1]["pieces"][0].__setitem__("locations", [1, 1, 0, 0, 2]),
      f"{P0}.locations: location(s) [0, 1] listed more than once"),
     (lambda d: d["ranks"][1]["pieces"][0].__setitem__("scale", "x"), f"{P0}.scale: expected a number, got 'x'"),
+    (lambda d: d["ranks"][1]["pieces"][0].__setitem__("scale", 0),
+     f"{P0}.scale: a zero scale is not invertible, so F could not be rebuilt from the shard"),
     (lambda d: d["ranks"].__setitem__("x", d["ranks"].pop(1)), "$.ranks: location key 'x' is not an integer"),
 ])
 def test_dict_form_refusals_name_the_json_path(change: Any, message: str) -> None:

@@ -72,6 +72,15 @@ batch, and without this its different loads read as a contradiction of the plan 
 
 def run_demo() -> str:
     """Plan the demo batch with both policies and return the report ``refplan demo`` prints."""
+    return demo_report()[0]
+
+
+def demo_report(quiet: bool = False) -> tuple[str, bool]:
+    """The report ``refplan demo`` prints, and whether the oracle found every plan ok.
+
+    ``quiet`` (``refplan demo -q``): only the oracle's verdict lines, the results; the tables,
+    the note and the sample segments are the summary that ``-q`` promises to leave out. The
+    verdicts decide the command's exit code, so a demo whose plans the oracle refuses fails."""
     pairs, endpoints, sizes = demo_batch()
     out = [
         "refplan demo: TP=2 x DP=2 trainer (processes 0-3) -> TP=4 engine (processes 4-7), bf16",
@@ -84,14 +93,17 @@ def run_demo() -> str:
         results[name] = plans
         out.append(_table(f"policy {name}", plans, endpoints, sizes))
         out.append("")
-    try:
-        from ..verify import verify_plans
-    except ImportError:  # pragma: no cover - the oracle ships with the package
-        out.append("oracle: not available in this build")
-    else:
-        for name, plans in results.items():
-            verdict = verify_plans(pairs, plans)
-            out.append(f"oracle verify_plans({name}): {verdict.status}")
+    from ..verify import verify_plans  # the oracle ships with the package
+
+    all_ok = True
+    verdicts = []
+    for name, plans in results.items():
+        verdict = verify_plans(pairs, plans)
+        all_ok = all_ok and verdict.status == "ok"
+        verdicts.append(f"oracle verify_plans({name}): {verdict.status}")
+    out.extend(verdicts)
+    if quiet:
+        return "\n".join(verdicts), all_ok
     out.append("")
     out.append(SYNC_NOTE)
     sample = "layers.0.attn.qkv"
@@ -102,4 +114,4 @@ def run_demo() -> str:
             f"  src loc {seg.source_rank} @{seg.source_offset} -> tgt loc {seg.target_rank} @{seg.target_offset}"
             f"  shape {seg.shape}"
         )
-    return "\n".join(out)
+    return "\n".join(out), all_ok

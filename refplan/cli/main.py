@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import AffineTransferError
-from ..formats import MAX_ELEMENT_SIZE, dump_plans, read_endpoints, read_maps, write_text_file
+from ..formats import MAX_ELEMENT_SIZE, dump_plans, output_file_name, read_endpoints, read_maps, write_text_file
 from ..limits import STREAM_PLANS_BYTES
 from ..planner import plan_transfers
 from ..policies import POLICIES
@@ -89,10 +89,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import demo_report
 
-    print(run_demo())
-    return 0
+    report, all_ok = demo_report(quiet=args.quiet)
+    print(report)
+    return 0 if all_ok else 1  # the oracle's verdicts are the demo's result
 
 
 def _version() -> str:
@@ -132,7 +133,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", parents=[common],
                           help="maps JSON (refplan.maps/1) in, plans JSON (refplan.plans/1) out")
     plan.add_argument("maps", help="maps batch file (refplan.maps/1)")
-    plan.add_argument("-o", "--output", help="plans file to write (default: stdout)")
+    plan.add_argument("-o", "--output", type=output_file_name, help="plans file to write (default: stdout)")
     plan.add_argument("--policy", choices=sorted(POLICIES), default="balanced", help=_POLICY_HELP)
     plan.add_argument("--endpoints", metavar="FILE",
                       help="a JSON file {source: {loc: proc}, target: {loc: proc}}; overrides the maps file's")
@@ -147,7 +148,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     verify.add_argument("plans",
                         help="plans file (refplan.plans/1), or one bare plan dict for a one-parameter maps file")
     verify.add_argument("--json", action="store_true", help="machine-readable report (every parameter)")
-    verify.add_argument("--junit", metavar="FILE",
+    verify.add_argument("--junit", metavar="FILE", type=output_file_name,
                         help="also write a JUnit XML report: one testcase per parameter, an invalid plan a failure "
                              "with the verdict's text, a map error an error, unverifiable skipped")
     verify.add_argument("--all", action="store_true",

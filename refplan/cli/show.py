@@ -37,6 +37,7 @@ from ..formats import (
     MapsBatch,
     check_keys,
     load_json,
+    output_file_name,
     parse_maps,
     parse_plans,
     path_key,
@@ -377,8 +378,9 @@ def add_show_arguments(parser: argparse.ArgumentParser) -> None:
                         "default: plan the maps with --policy")
     parser.add_argument("--policy", choices=sorted(POLICIES), default="balanced",
                         help="replica policy when planning here (default: balanced)")
-    parser.add_argument("--svg", metavar="FILE", help="write an SVG picture of the plan")
-    parser.add_argument("--png", metavar="FILE", help="write a PNG (needs cairosvg or matplotlib)")
+    parser.add_argument("--svg", metavar="FILE", type=output_file_name, help="write an SVG picture of the plan")
+    parser.add_argument("--png", metavar="FILE", type=output_file_name,
+                        help="write a PNG (needs cairosvg or matplotlib)")
 
 
 class _BadInput(Exception):

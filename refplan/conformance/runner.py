@@ -48,7 +48,7 @@ from typing import Any
 from .._progress import Progress
 from ..box import Box, box_in_shard, decode_row_major, volume
 from ..errors import describe_exception
-from ..formats import write_text_file, xml_text
+from ..formats import output_file_name, write_text_file, xml_text
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
 from .corpus import ALWAYS_INPUT_KEYS, CASES_DIR, INPUT_KEYS, Case, CaseFormatError, load_cases, select_cases
@@ -997,9 +997,9 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only cases whose id or tag matches (repeatable), e.g. 'rules/*', 'R17', '*1e9*'")
     parser.add_argument("--cases", metavar="PATH", help=f"case file, directory or glob (default: {CASES_DIR.name}/)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report")
+    parser.add_argument("--junit", metavar="FILE", type=output_file_name, help="also write a JUnit XML report")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case for cmd: planners")
-    parser.add_argument("--markdown", metavar="FILE",
+    parser.add_argument("--markdown", metavar="FILE", type=output_file_name,
                         help="write the conformance document of refplan and every installed peer "
                              "(docs/conformance.md); ignores --planner")
     parser.add_argument("--fail-on-quality", action="store_true",
@@ -1019,7 +1019,7 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
                              "dcp-lowest, megatron, megatron-0.16, awex, deepspeed)")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="--explore's seed (default 0): the same seed draws the same configurations")
-    parser.add_argument("--explore-out", metavar="FILE",
+    parser.add_argument("--explore-out", metavar="FILE", type=output_file_name,
                         help="write --explore's shrunk case's input (refplan.conformance-input/1) to FILE: the "
                              "fail's, else the quality finding's")
     parser.add_argument("--dump", metavar="CASE",
