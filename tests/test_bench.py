@@ -1139,7 +1139,8 @@ def test_end_to_end_targets_are_judged_from_the_rows() -> None:
     def row(scenario: str, contender: str, peer: str, build: float, plan: float, verify: float | None = None
             ) -> E2ERow:
         return E2ERow(scenario, contender, peer, peer, 1, build, plan, build + plan, build + plan, build + plan, plan,
-                      build + plan, plan, verify, "ok")
+                      build + plan, plan, verify, "ok",
+                      round_verified=None if verify is None else (build, plan, verify))
 
     report = BenchReport(model={}, deepspeed=None, repeat=1)
     report.e2e = [
@@ -1163,6 +1164,16 @@ def test_end_to_end_targets_are_judged_from_the_rows() -> None:
     assert met["zero2-sync-distinct build+plan <= 1x the fastest peer's build+plan"][0] is True
     assert met["llama-sync verify <= plan"][0] is True and met["zero2-sync-distinct verify <= plan"][0] is False
     assert met["moe-large build + plan + verify <= 2 s"][0] is False  # 2.1 s
+    # Judged on one round's three stages: the best build + plan round (1.2 s) and the least verify
+    # of another round (0.5 s) sum to a 1.7 s no run paid; that round's own verify took 0.9 s.
+    mixed = dataclasses.replace(report.e2e[5], build_seconds=0.5, plan_seconds=0.7, e2e_seconds=1.2,
+                                verify_seconds=0.5, rounds=2, round_verified=(0.5, 0.7, 0.9))
+    judged = {t["target"]: t for t in _e2e_targets(dataclasses.replace(report, e2e=[mixed]))}
+    assert judged["moe-large build + plan + verify <= 2 s"]["met"] is False
+    assert "0.50 + 0.70 + 0.90 = 2.10 s CPU" in judged["moe-large build + plan + verify <= 2 s"]["detail"]
+    unjudged = dataclasses.replace(mixed, round_verified=None)
+    judged = {t["target"]: t for t in _e2e_targets(dataclasses.replace(report, e2e=[unjudged]))}
+    assert judged["moe-large build + plan + verify <= 2 s"]["met"] is None
     assert met["linear replicate: 1024 copies <= 10x 128 copies"][0] is False
     assert "zero2-sync build+plan <= 1x the fastest peer's build+plan" not in met  # not run: not judged
     # Item 2, build per holder: judged only where the rows count the description's holders.
@@ -1274,6 +1285,42 @@ def test_the_build_line_is_scaled_by_the_speed_probed_in_its_own_rounds(monkeypa
     met = {t["target"]: (t["met"], t["detail"]) for t in _e2e_targets(report)}
     assert met[at][0] is True and "limit here is 4.00 us" in met[at][1], met[at]
     assert "best of 3 runs in each of this scenario's rounds" in met[at][1], met[at]
+
+
+def test_the_rounds_keep_one_rounds_build_plan_and_verify_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``E2ERow.round_verified`` is the round with the least build + plan + verify, its three
+    stages as that round paid them: the best build + plan round (round 0 here) and the least
+    verify (round 1's) are not summed, as the moe-large line did before."""
+    from refplan.cli import bench as bench_module
+    from refplan.cli.bench import Contender, Stages, _e2e_rounds
+
+    scenario = _tiny_llama()
+    assert scenario.oracle
+    layout = scenario.layout
+    bound = load_lower_bound(collect_requests(scenario.pairs, endpoints=scenario.endpoints,
+                                              element_size=scenario.element_size))
+    plans = plan_transfers(scenario.pairs, endpoints=scenario.endpoints, element_size=scenario.element_size)
+    stages = iter([(0.5, 0.7), (0.5, 0.7), (0.6, 0.8), (0.6, 0.8)])  # per round: GC on, then off
+
+    def run(_gc_off: bool) -> tuple[Stages, Any]:
+        build, plan = next(stages)
+        return Stages(build, plan, build, plan), (scenario.pairs, plans)
+
+    verifies = iter([0.9, 0.3])
+    real_timed = bench_module._timed
+
+    def timed(fn: Any) -> tuple[float, float, Any]:
+        _cpu, wall, value = real_timed(fn)
+        return next(verifies), wall, value
+
+    monkeypatch.setattr(bench_module, "_timed", timed)
+    monkeypatch.setattr(bench_module, "E2E_MEASURED_SECONDS", 0.0)  # exactly two rounds
+    fake = Contender("refplan:balanced", "refplan", "balanced", run, lambda made: made[1])
+    rows = _e2e_rounds(scenario, layout, [fake], {}, 2, oracle=True, bound=bound)
+    (row,) = rows
+    assert row.rounds == 2 and row.e2e_seconds == pytest.approx(1.2) and row.verify_seconds == pytest.approx(0.3)
+    assert row.round_verified == pytest.approx((0.6, 0.8, 0.3))  # 1.7 s against round 0's 2.1 s, not 1.5 s
+    assert row.oracle == "ok"
 
 
 def test_speed_reference_reads_the_rows_or_measures_the_peer() -> None:

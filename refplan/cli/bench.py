@@ -1772,6 +1772,11 @@ class E2ERow:
     llama-sync's description, µs per parameter, the best of ``SPEED_PROBES`` runs timed at the end
     of every round (``_speed_probe``); what the per-holder build line scales its limit by. ``None``
     without peers, or when that peer cannot run."""
+    round_verified: tuple[float, float, float] | None = None
+    """(build, plan, verify) CPU seconds of the one round with the least build + plan + verify,
+    refplan's only (the oracle runs in each of its rounds, right after the plan it judges): what
+    the moe-large line judges. Adding the best build + plan round to the least verify of any
+    round, as that line did, summed stages that no single run paid."""
 
 
 def _best_build(row: E2ERow) -> float | None:
@@ -1952,6 +1957,9 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
             continue
         best = min(on[c.key], key=lambda s: s.build + s.plan)
         status, seconds, segments, ratio = checked[c.key]
+        joint = None
+        if seconds is not None and len(verified[c.key]) == len(on[c.key]):  # one verify per round
+            joint = min(((st.build, st.plan, cpu) for st, (cpu, _) in zip(on[c.key], verified[c.key])), key=sum)
         rows.append(E2ERow(
             scenario.name, c.key, c.peer, c.label, rounds=len(on[c.key]), build_seconds=best.build,
             plan_seconds=best.plan, e2e_seconds=best.build + best.plan,
@@ -1962,7 +1970,7 @@ def _e2e_rounds(scenario: Scenario, layout: Layout, contenders: list[Contender],
             gc_off_e2e_seconds=min(s.build + s.plan for s in off[c.key]),
             gc_off_plan_seconds=min(s.plan for s in off[c.key]),
             verify_seconds=seconds, oracle=status, segments=segments, lower_bound_ratio=ratio, holders=holders,
-            speed_us=speed,
+            speed_us=speed, round_verified=joint,
         ))
     rows += [E2ERow(scenario.name, key, key, label, error=why) for key, (label, why) in missing.items()]
     return rows
@@ -2178,11 +2186,15 @@ def _e2e_targets(report: BenchReport) -> list[dict[str, Any]]:
                 f"is {limit:.1f} us ({us / peer_us:.2f}x that peer, <= {share:.2f}x)")
     large = _e2e_row(report, "moe-large", "refplan:balanced")
     if large is not None and large.e2e_seconds is not None:
-        total = large.e2e_seconds + (large.verify_seconds or 0.0)
-        add(f"moe-large build + plan + verify <= {TARGET_LARGE_MOE_SECONDS:g} s",
-            total <= TARGET_LARGE_MOE_SECONDS if large.verify_seconds is not None else None,
-            f"{large.build_seconds or 0:.2f} + {large.plan_seconds or 0:.2f} + "
-            f"{large.verify_seconds if large.verify_seconds is not None else float('nan'):.2f} = {total:.2f} s CPU")
+        label = f"moe-large build + plan + verify <= {TARGET_LARGE_MOE_SECONDS:g} s"
+        if large.round_verified is None:  # no oracle ran (or not in every round): nothing to judge
+            add(label, None, f"build + plan {large.e2e_seconds:.2f} s CPU; verify not timed in every round")
+        else:
+            build, plan, check = large.round_verified
+            total = build + plan + check
+            add(label, total <= TARGET_LARGE_MOE_SECONDS,
+                f"{build:.2f} + {plan:.2f} + {check:.2f} = {total:.2f} s CPU, one round's three stages "
+                f"(the least sum of {large.rounds})")
     rep = report.replicate
     if rep is not None and rep.get("ratio") is not None:
         low, high = str(min(rep["copies"])), str(max(rep["copies"]))
