@@ -152,6 +152,27 @@ def test_joining_a_job_ends_within_the_timeout_even_if_its_store_never_answers(t
     assert elapsed < 30, elapsed
 
 
+def test_a_process_that_cannot_join_says_so_in_one_line(tmp_path: Path) -> None:
+    """Nothing listens at the job's address: the process that cannot join printed nothing of its
+    own (rank 0 reports every process, and it never reached rank 0), while torch's C++ log put
+    about 20 lines of stack frames per retry on stderr. Now: its one line, nothing else."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once this closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**{k: v for k, v in os.environ.items()
+              if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_CPP_LOG_LEVEL")},
+           "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    script = Path(sys.executable).parent / "refplan"
+    done = subprocess.run([str(script), "sync", "--model", "demo", "--backend", "gloo", "--timeout", "2"],
+                          capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "frame #" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"refplan sync: process 1: could not join the job at 127.0.0.1:{port}"), lines
+
+
 def _says_hello(rank: int, world: int) -> int:
     return rank
 

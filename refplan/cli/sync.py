@@ -590,6 +590,21 @@ def _first_line(text: str | None) -> str:
 _describe = describe_exception
 
 
+def _job_address() -> str:
+    return f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+
+
+def _quiet_torch_logs() -> None:
+    """Keep torch's C++ log below errors that end the process anyway, unless the caller set it.
+
+    Why: a join that fails made c10d log each retry with the C++ exception's whole backtrace,
+    about 20 lines of stack frames per attempt on stderr, before refplan's own one line; the
+    command promises one line per failure. The level is read when torch loads, so this runs
+    before the command imports it; a launched process inherits it. ``TORCH_CPP_LOG_LEVEL`` set
+    by the caller (``INFO`` to debug a job) is kept, and so is ``-v``'s view: everything."""
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
 @contextlib.contextmanager
 def _join_deadline(rank: int, seconds: float) -> Iterator[None]:
     """End this process, with one line, if joining the job takes more than ``seconds`` (and 2 s).
@@ -604,8 +619,7 @@ def _join_deadline(rank: int, seconds: float) -> Iterator[None]:
 
     def give_up() -> None:
         if not joined.is_set():
-            where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-            print(f"refplan sync: process {rank}: could not join the job at {where} within {seconds:g} s",
+            print(f"refplan sync: process {rank}: could not join the job at {_job_address()} within {seconds:g} s",
                   file=sys.stderr, flush=True)
             os._exit(1)
 
@@ -635,8 +649,16 @@ def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, li
         if cfg.backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
         if not dist.is_initialized():
-            with _join_deadline(rank, cfg.timeout_s):
-                dist.init_process_group(cfg.backend, timeout=timeout)
+            try:
+                with _join_deadline(rank, cfg.timeout_s):
+                    dist.init_process_group(cfg.backend, timeout=timeout)
+            except Exception as exc:
+                # Rank 0 reports every process, but a process that never joined cannot reach it:
+                # without this line its failure was printed by nobody.
+                if rank != 0:
+                    print(f"refplan sync: process {rank}: could not join the job at {_job_address()}: "
+                          f"{_first_line(_describe(exc))}", file=sys.stderr, flush=True)
+                raise
             started_here = True
         mine = RankOutcome(rank, _sync_rank(rank, world, cfg))
     except Exception as exc:
@@ -674,6 +696,8 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         print(f"refplan sync: bad input: {_first_line(str(exc))}", file=sys.stderr, flush=True)
         return 2
     speaker = job is None or job[0] == 0
+    if not getattr(args, "verbose", False):
+        _quiet_torch_logs()
 
     def say(text: str, err: bool = False) -> None:
         if speaker:
