@@ -1,10 +1,11 @@
 """Megatron-Core 0.16.1: a model built with `perform_initialization=False` loses its TP marking.
 
-A model that will load its weights (from a checkpoint, or by a refit) is built with
-`ModelParallelConfig(perform_initialization=False)`. In 0.16.1, `ColumnParallelLinear` and
+A model that will load its weights (from a checkpoint, or by a refit) may be built with
+`ModelParallelConfig(perform_initialization=False)`, an opt-in that skips the random init the load
+would overwrite. In 0.16.1, `ColumnParallelLinear` and
 `RowParallelLinear` set a weight's tensor-parallel attributes (`tensor_model_parallel`,
 `partition_dim`, `partition_stride`) only inside `_initialize_affine_weight_cpu/_gpu`, which they skip
-then (tensor_parallel/layers.py:855 and 878 for the column layer, 1178 and 1201 for the row layer:
+then (tensor_parallel/layers.py:855 and 877 for the column layer, 1178 and 1201 for the row layer:
 `if config.perform_initialization:` with no `else`), so `extract_param_metadata`
 (resharding/utils.py:257) reports a TP-split weight as replicated (`is_tp=False`, no TP group) on every
 rank alike. 0.19.2 sets the attributes in an `else` branch (layers.py:991-994, 1012-1015, and 1354-1357, 1375-1378

@@ -134,10 +134,12 @@ PEER_FINDINGS_OUTSIDE_CORPUS = {
     "megatron-core 0.16": [
         (
             "Weights lose their TP marking when the model is built without initialization (0.16.1; fixed in "
-            "0.19.2). A model that loads its weights (a checkpoint, or a refit's engine) is built with "
-            "`perform_initialization=False`; `ColumnParallelLinear`/`RowParallelLinear` set `tensor_model_parallel`, "
+            "0.19.2). A model about to load its weights (a checkpoint, or a refit's engine) may be built with "
+            "`perform_initialization=False`, an opt-in that skips the random init it would overwrite; "
+            "`ColumnParallelLinear`/`RowParallelLinear` set `tensor_model_parallel`, "
             "`partition_dim` and `partition_stride` only inside `_initialize_affine_weight_*`, which they then skip "
-            "(megatron/core/tensor_parallel/layers.py:855, 878, 1178, 1201: no `else`), so `extract_param_metadata` "
+            "(megatron/core/tensor_parallel/layers.py:855, 877, 1178, 1201: `if config.perform_initialization:` with "
+            "no `else`), so `extract_param_metadata` "
             "(resharding/utils.py:257) reports TP-split weights as replicated on every rank. A refit to such an "
             "engine builds no TP descriptor (planner.py:36-40) and the replicated fallback copies whole shards of "
             "another shape and other rows (TP2xDP2 -> TP4 on 4 ranks: rank 3's (16, 16) shard, rows 16-31, into "

@@ -22,6 +22,7 @@ from .common import (
     _segment,
     _slices,
     merge_dense,
+    one_source_floor,
     peer_version,
 )
 
@@ -46,6 +47,14 @@ class AwexAdapter(PeerAdapter):
         shard's offset the end of the previous one, and the global shape the first replica's sizes
         summed along that axis. A side the resolver cannot have produced is ``Inexpressible``."""
         wm = self._meta
+        empty = sorted(loc for loc, shard in m.shard_shapes.items() if not volume(shard))
+        if empty and len(m.shard_shapes) > len(empty):
+            # Awex's resolver lists every rank's local tensor, empty ones included, as a shard of
+            # its replica (meta_resolver.py:110-142); dropped here, the replica read as one TP rank
+            # short (a 4-rank FSDP side as "TP 3"), and Awex was judged on a layout it was never
+            # given. Its training front door (Megatron) splits evenly and never holds one.
+            raise Inexpressible(f"{what}: location {empty[0]} holds an empty shard, which Awex's resolver would "
+                                "list as a shard of its replica (meta_resolver.py:110-142); not translated")
         boxes = _dense(m, what)
         if not boxes:
             raise Inexpressible(f"{what}: no rank holds data; Awex's resolver lists a parameter from the ranks "
@@ -108,6 +117,17 @@ class AwexAdapter(PeerAdapter):
                 return [("refuse", f"awex {peer_version('awex')}: inference TP {a} and training TP {b} do not divide "
                                    f"each other (parameter {i.name!r}); check_train_infer_params_meta refuses such a "
                                    "pair on purpose before planning (awex/util/common.py:247-261)")]
+        # Awex chooses per inference replica: every rank of one reads the same training replica.
+        receivers = {i.name: {shard.global_rank: index for index, replica in enumerate(i.replicas)
+                              for shard in replica.shards} for i in problem["infer"]}
+        floor = one_source_floor(case, receivers=receivers)
+        bound = case.expect.max_sender_load
+        if floor is not None and bound is not None and floor.bytes > bound:
+            return [("quality", f"awex {peer_version('awex')}: each inference replica receives a parameter from one "
+                                "assigned training replica (awex/transfer/transfer_plan.py:288, 320-323), so target "
+                                f"location {floor.target_location} reads all {floor.bytes} it needs of parameter "
+                                f"{floor.parameter!r} held by {list(floor.holders)} ({floor.regions} region(s)) "
+                                f"from one of them: no assignment of replicas meets the bound {bound}")]
         return []
 
     @staticmethod

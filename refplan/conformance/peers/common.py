@@ -337,6 +337,101 @@ def _replicas(boxes: Mapping[int, tuple[tuple[int, ...], tuple[int, ...]]], what
     return [[locs[c] for _, locs in sorted(by_box.items())] for c in range(copies)]
 
 
+@dataclass(frozen=True)
+class OneSourceFloor:
+    """The largest need no one-source-per-receiver-and-parameter plan can spread (``one_source_floor``)."""
+
+    bytes: int
+    """Bytes (elements without ``element_size``) the busiest such sender moves at least."""
+    parameter: str
+    target_location: int
+    holders: tuple[int, ...]
+    """The source locations one of which moves them: replicas of the same part of the parameter."""
+    regions: int
+    """How many source regions (boxes) of the parameter those bytes come from."""
+
+
+def one_source_floor(case: Case, placement: Mapping[str, Mapping[int, int]] | None = None,
+                     receivers: Mapping[str, Mapping[int, int]] | None = None) -> OneSourceFloor | None:
+    """A lower bound on the busiest sender of any plan that reads, for each target location and
+    parameter, all it needs of one part of the parameter from one replica of that part (a peer
+    whose replica choice is per receiver and parameter), counted as the judge counts loads
+    (``runner.sender_loads``: processes from the case's endpoints, else ``placement``; a need a
+    holder on the receiver's own process could serve as a local copy is left out).
+
+    Why: Megatron-Core picks one source metadata per (destination rank, parameter) and reads every
+    slice from that metadata's TP group (0.16.1 planner.py:306; 0.19.2 planner.py:349, and 279 for
+    a whole tensor), and Awex one training replica per inference replica and parameter
+    (transfer_plan.py:288, 320-323). A bound below this floor is one that no choice of replicas
+    within such a peer's documented granularity can meet: a ``quality`` result there is its
+    contract, not a replica choice refplan's policy would fix. ``receivers`` (parameter -> target
+    location -> group) makes the choice per group of target locations instead (Awex: an inference
+    replica, all of whose ranks read one training replica); the chosen holder then sends what
+    every member of the group not on its own process needs, and the floor takes the holder for
+    which that is least.
+
+    The parts: the parameter's source regions grouped by their holder sets. Where every location
+    holds regions of one holder set only (a TP x DP layout: each set is a TP position, its
+    members the DP replicas of it), whichever replica serves a receiver sends it everything the
+    receiver needs of that set's regions. Otherwise (replicas that hold different combinations
+    of regions) only a single region's need is certain to come from one holder. Computed from the
+    case's maps alone (regions and intersections as the planner builds them), never from the
+    peer's answer; ``None`` when the maps do not validate.
+    """
+    from ...box import WorkCounter
+    from ...frames import normalize
+    from ...regions import intersections, source_regions
+
+    raw = case.raw
+    sizes = raw.get("element_size") or {}
+    ends = raw.get("endpoints")
+    src_proc: dict[int, Any] | None = None
+    tgt_proc: dict[int, Any] | None = None
+    if ends:
+        src_proc = {int(k): v for k, v in ends["source"].items()}
+        tgt_proc = {int(k): v for k, v in ends["target"].items()}
+    elif placement is not None:
+        src_proc, tgt_proc = dict(placement["source"]), dict(placement["target"])
+    best: OneSourceFloor | None = None
+    try:
+        pairs = _case_maps(case, None)
+        for name, (target, source) in pairs.items():
+            regions = source_regions(normalize(source, "source", name), WorkCounter())
+            parts = intersections(normalize(target, "target", name), regions, WorkCounter())
+            holders_of = {r.box: tuple(sorted({f.location for f in r.holders})) for r in regions}
+            sets_of: dict[int, set[tuple[int, ...]]] = {}
+            for holders in holders_of.values():
+                for h in holders:
+                    sets_of.setdefault(h, set()).add(holders)
+            by_set = all(len(found) == 1 for found in sets_of.values())
+            group_of = (receivers or {}).get(name, {})
+            # (receiver group, part) -> target location -> elements, and the regions counted
+            need: dict[tuple[Any, Any], dict[int, int]] = {}
+            counted: dict[tuple[Any, Any], set[Any]] = {}
+            for part in parts:
+                box, location = part.region.box, part.target.location
+                key = (group_of.get(location, ("location", location)), holders_of[box] if by_set else box)
+                members = need.setdefault(key, {})
+                members[location] = members.get(location, 0) + part.box.volume
+                counted.setdefault(key, set()).add(box)
+            unit = int(sizes.get(name, 1))
+            for key, members in need.items():
+                holders = holders_of[next(iter(counted[key]))]  # every region of a part has its holders
+
+                def sent(h: int, members: dict[int, int] = members) -> int:
+                    # A member on the holder's own process copies locally: the judge counts no send.
+                    if src_proc is None or tgt_proc is None or src_proc.get(h) is None:
+                        return sum(members.values())
+                    return sum(n for t, n in members.items() if tgt_proc.get(t) != src_proc[h])
+
+                nbytes = min(map(sent, holders)) * unit
+                if best is None or nbytes > best.bytes:
+                    best = OneSourceFloor(nbytes, name, min(members), holders, len(counted[key]))
+    except (AffineTransferError, Inexpressible):
+        return None
+    return best
+
+
 def _dtype_name(case: Case, name: str) -> str:
     sizes = case.raw.get("element_size")
     if not sizes:

@@ -41,9 +41,11 @@ _MEGATRON_LOAD = (
     # its reads of those cases are local copies or the least remote data, not a finding.
     "batches/local-first", "batches/local-first-over-balance", "peers/finding-megatron-pure-dp-reads-one-rank",
 )
+# Three more cases were listed until 2026-12-06: in two of them one receiver reads a whole
+# replicated parameter, which no choice of one training replica per inference replica can spread
+# (``common.one_source_floor``: a ``contract`` now), and Awex's resolver would list the third's
+# empty shard, which the adapter does not translate (unsupported).
 _AWEX_LOAD = ("batches/balance-spans-two-parameters", "batches/balance-three-parameters", "batches/balance-by-bytes",
-              "peers/finding-dcp-dedup-counts-items", "peers/finding-dcp-dedup-dtensor-hsdp",
-              "peers/finding-megatron-pure-dp-reads-one-rank",
               "peers/finding-megatron-tp2dp2-uses-one-replica", "peers/finding-awex-one-inference-replica")
 
 FINDINGS: tuple[Finding, ...] = (
@@ -96,8 +98,10 @@ FINDINGS: tuple[Finding, ...] = (
         why="0.19.2 rewrote the replica choice (local copies first, then a round robin over DP groups and TP "
             "groups), but the round robin is keyed by the destination rank only, never by the parameter: a "
             "destination rank reads all its parameters from one replica. Load only: the copies are exact.",
+        # ``peers/finding-dcp-dedup-counts-items`` was listed until 2026-12-06: its one receiver reads
+        # a whole replicated parameter, which no per-(rank, parameter) choice spreads (a contract now).
         witnesses=("batches/balance-spans-two-parameters", "batches/balance-three-parameters",
-                   "batches/balance-by-bytes", "peers/finding-dcp-dedup-counts-items",
+                   "batches/balance-by-bytes",
                    "peers/finding-dcp-dedup-dtensor-hsdp", "peers/finding-megatron-pure-dp-reads-one-rank",
                    "peers/finding-megatron-tp2dp2-uses-one-replica",
                    "peers/finding-awex-one-inference-replica"),
@@ -110,10 +114,13 @@ FINDINGS: tuple[Finding, ...] = (
         cause="awex/transfer/transfer_plan.py:320-323: `train_replica_idx = inf_replica_idx % num_training_replicas`, "
               "the same for every parameter (no rotation)",
         configuration="one inference engine (num_infer_engines=1) fed by a trainer with DP > 1",
-        why="With fewer inference replicas than training replicas, training replicas T-1.. never send: one "
-            "inference engine reads every parameter from training replica 0, which the comments at "
-            "transfer_plan.py:286 and 315-316 (\"each training replica gets an equal number of inference "
-            "replicas\") do not intend. Load only: the copies are exact. Awex's own test "
+        why="Documented design, not a defect by Awex's contract: each inference replica receives from one "
+            "assigned training replica (transfer_plan.py:284-288), and with fewer inference replicas than "
+            "training replicas the equal share the comment at 315-316 aims at cannot exist, so training "
+            "replicas 1.. never send and one inference engine reads every parameter from training replica 0. "
+            "What refplan's batch policy does instead is rotate the replica per parameter; the cases listed are "
+            "those where that rotation meets a bound Awex's assignment does not. Load only: the copies are "
+            "exact. Awex's own test "
             "`test_build_parameter_plan_uses_original_training_replica_order` pins the first training replica "
             "for one parameter, and with a one-rank engine its receive link bounds the sync, so the gain in "
             "practice is below the 2x of the busiest sender.",

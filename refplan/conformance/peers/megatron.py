@@ -26,6 +26,7 @@ from .common import (
     _segment,
     _slices,
     merge_dense,
+    one_source_floor,
     peer_version,
 )
 
@@ -324,7 +325,19 @@ class MegatronAdapter(PeerAdapter):
         return problem
 
     def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, str]]:
-        found: list[tuple[str, str]] = problem["contract"]
+        found: list[tuple[str, str]] = list(problem["contract"])
+        floor = one_source_floor(case, problem.get("placement"))
+        bound = case.expect.max_sender_load
+        if floor is not None and bound is not None and floor.bytes > bound:
+            where = ("planner.py:349 picks one source metadata per destination rank and parameter, and 279 or "
+                     "_determine_source_ranks_for_dst_param reads every slice from its owner"
+                     if self._worker is not None else
+                     "planner.py:306 picks one source metadata per destination rank and parameter, and "
+                     "_determine_source_ranks_for_dst_param reads every slice from its TP group")
+            found.append(("quality", f"{self.name}: {where}, so target location {floor.target_location} reads all "
+                                     f"{floor.bytes} it needs of parameter {floor.parameter!r} held by "
+                                     f"{list(floor.holders)} ({floor.regions} region(s)) from one of them: no choice "
+                                     f"of source meets the bound {bound}"))
         return found
 
     def placement(self, case: Case, problem: Mapping[str, Any]) -> Mapping[str, Mapping[int, int]] | None:
