@@ -13,13 +13,18 @@ it holds *in local order*, kept as runs of consecutive indices; the shard is the
 of those indices (so it is contiguous, as a DTensor's local tensor, a DCP chunk and a Megatron
 parameter are). Its pieces are the Cartesian products of one run per axis, and a piece's
 ``locations`` are all the locations whose holdings are identical. Every map is then validated by
-``frames.normalize`` before it is returned, so a returned map is one the planner accepts, and a
-description whose replicas are cut at different boundaries is refused with the validator's message.
+``frames.normalize`` and checked to hold every element before it is returned, so a returned map is
+one the planner accepts; a description whose replicas are cut at different boundaries is refused
+with the validator's message, and one that leaves part of a tensor held nowhere with
+``InvalidMapError`` naming the parameter. Corrupt or self-contradictory metadata (a negative chunk
+size, a TP group listing a rank twice) is ``InvalidMapError`` naming the parameter and the rank or
+chunk; a caller's bad argument is ``TypeError``/``ValueError``.
 
 torch is imported only inside the DTensor, state-dict and DCP functions, and Megatron-Core never (its
 metadata is read by attribute), so ``import refplan`` needs neither. Locations are what the other
-system addresses: a DeviceMesh's global ranks, the rank that wrote a checkpoint file, Megatron's
-global ranks; element sizes come from the tensors' own dtypes (``maps_from_state_dict``,
+system addresses: a DeviceMesh's global ranks, the rank that wrote a checkpoint file (its rank in
+the process group that saved, which ``group_ranks`` translates to global ranks), Megatron's global
+ranks; element sizes come from the tensors' own dtypes (``maps_from_state_dict``,
 ``dcp_element_sizes``), so planned bytes are the model's.
 """
 
@@ -35,7 +40,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from .errors import InvalidMapError, UnsupportedLayoutError
+from .errors import InvalidMapError, UnsupportedLayoutError, show_int, show_ints, show_list
 from .frames import normalize
 from .maps import ParamAffineMap, runs_map
 
@@ -103,15 +108,37 @@ def _extent(runs: Sequence[Run]) -> int:
     return sum(size for _, size in runs)
 
 
-def _build(logical_shape: tuple[int, ...], holdings: Mapping[int, Holding], parameter: str) -> ParamAffineMap:
+def _build(logical_shape: tuple[int, ...], holdings: Mapping[int, Holding], parameter: str,
+           holders: str = "the locations") -> ParamAffineMap:
     """The map of ``holdings`` (location -> per-axis runs), validated as a source map.
 
     Locations with identical holdings are replicas and name each other in ``locations``; the
     sources of this module guarantee that different holdings are disjoint, and ``normalize``
     proves it (or refuses, naming the parameter) before anyone plans with the map.
+
+    A source map must also hold every element: the planner refuses one with a hole, but only
+    later and under its own name for the parameter. Since ``normalize`` has proved distinct
+    holdings disjoint, they cover F exactly when their volumes sum to its size, so coverage is
+    arithmetic on one number per distinct holding, never per element. A hole is
+    ``InvalidMapError`` (the description says part of the tensor is stored nowhere: a corrupt
+    checkpoint, or metadata that contradicts itself); ``holders`` words who holds it.
     """
     result = runs_map(logical_shape, holdings)  # one pass (issue 27); the product of runs per location
     normalize(result, "source", parameter)
+    total = 1
+    for n in logical_shape:
+        total *= n
+    held = 0
+    for holding in set(holdings.values()):
+        size = 1
+        for runs in holding:
+            size *= _extent(runs)
+        held += size
+    if held != total:
+        raise InvalidMapError(
+            f"{parameter}: {holders} hold {show_int(held)} of the {show_int(total)} elements of its shape "
+            f"{show_ints(logical_shape)}; the rest is held nowhere, so no reader could be given it"
+        )
     return result
 
 
@@ -124,9 +151,38 @@ def _shape(values: Any, what: str, *, minimum: int = 0) -> tuple[int, ...]:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{what} must hold integers, got {v!r}")
         if int(v) < minimum:
-            raise ValueError(f"{what} {tuple(values)} has {int(v)}; each entry must be at least {minimum}")
+            shown = _show_values(values)
+            raise ValueError(f"{what} {shown} has {show_int(int(v))}; each entry must be at least {minimum}")
         out.append(int(v))
     return tuple(out)
+
+
+def _show_value(value: Any) -> str:
+    """One entry of a description for an error message: its ``repr``, except that an integer too
+    long for ``str`` (a hostile one) is worded by its length (``show_int``) instead of raising."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return show_int(int(value))
+    return repr(value)
+
+
+def _show_values(values: Iterable[Any], brackets: str = "()") -> str:
+    """A shape-like sequence for an error message, as ``str(tuple(values))`` (or, with
+    ``brackets="[]"``, ``str(list(values))``) prints it, each entry by ``_show_value``."""
+    items = [_show_value(v) for v in values]
+    if brackets == "()" and len(items) == 1:
+        return f"({items[0]},)"
+    return f"{brackets[0]}{', '.join(items)}{brackets[1]}"
+
+
+def _stored_shape(values: Any, what: str) -> tuple[int, ...]:
+    """``_shape`` for a shape read from another system's metadata (a DCP chunk, a Megatron
+    ``ParameterMetadata``), where a negative or non-integer entry is not a caller's slip but a
+    description that cannot be true: ``InvalidMapError`` (errors.py: the map may describe a corrupt
+    checkpoint, never fall back), as the neighbouring checks of the same fields raise."""
+    try:
+        return _shape(values, what)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMapError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,11 +332,11 @@ def from_dtensor(
     hold identical shards and are each other's replicas.
 
     ``Partial`` placements are refused with ``UnsupportedLayoutError`` (a partial sum is not a
-    slice of the tensor); a placement of another type, a wrong count or a bad shape is a
-    ``TypeError``/``ValueError``. ``parameter`` names the tensor in error messages. Only
-    placements are read: a DTensor whose spec carries an explicit non-default ``shard_order`` is
-    refused (``UnsupportedLayoutError``), and a ``DTensorSpec`` with one is outside what
-    placements passed by hand describe.
+    slice of the tensor), on a 0-axis tensor as on any other; a placement of another type, a
+    wrong count or a bad shape is a ``TypeError``/``ValueError``. ``parameter`` names the tensor
+    in error messages. Only placements are read: a DTensor whose spec carries an explicit
+    non-default ``shard_order`` is refused (``UnsupportedLayoutError``), and a ``DTensorSpec``
+    with one is outside what placements passed by hand describe.
     """
     if _is_dtensor(global_shape):
         if mesh_shape is not None or placements is not None:
@@ -309,8 +365,14 @@ def from_dtensor(
         raise TypeError(f"placements must be a sequence of placements, got {type(placements).__name__}")
     if len(placements) != len(mesh):
         raise ValueError(f"{len(placements)} placements for a mesh of {len(mesh)} axes {mesh}")
-    if not shape and any(True for p in placements if not _is_replicate(p)):
-        raise ValueError(f"{parameter}: a 0-axis tensor cannot be sharded; got placements {list(placements)}")
+    if not shape:
+        # A Partial (or a non-placement) is refused for what it is, as on a tensor with axes: a
+        # partial sum is not a slice at any rank, so it is UnsupportedLayoutError, not a bad shard.
+        for axis, p in enumerate(placements):
+            if not _is_replicate(p) and not _is_shard(p):
+                _placement(p, 0, axis, parameter)
+        if any(True for p in placements if not _is_replicate(p)):
+            raise ValueError(f"{parameter}: a 0-axis tensor cannot be sharded; got placements {list(placements)}")
     kinds = [_placement(p, len(shape), axis, parameter) for axis, p in enumerate(placements)]
     locations = _mesh_location_lookup(mesh_locations, mesh)
     holdings = {
@@ -362,18 +424,26 @@ def _is_replicate(placement: Any) -> bool:
     return isinstance(placement, Replicate)
 
 
+def _is_shard(placement: Any) -> bool:
+    from torch.distributed.tensor.placement_types import Shard, _StridedShard
+
+    return isinstance(placement, (Shard, _StridedShard))
+
+
 # ---------------------------------------------------------------------------------------------
 # DCP.
 
 
-def _storage_paths(metadata: Any, location: str = "file") -> dict[tuple[str, tuple[int, ...]], str]:
-    """``(fqn, chunk offsets) -> relative path`` from ``metadata.storage_data``."""
+def _storage_paths(metadata: Any, missing: str) -> dict[tuple[str, tuple[int, ...]], str]:
+    """``(fqn, chunk offsets) -> relative path`` from ``metadata.storage_data``.
+
+    ``missing`` is the message for ``Metadata`` without file storage (never written); it is the
+    caller's, so it speaks of the argument the caller really has. ``{kind}`` is replaced by the
+    type found there.
+    """
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(storage, Mapping):
-        raise ValueError(
-            f"location={location!r} needs metadata.storage_data (written by FileSystemWriter), but it is "
-            f"{type(storage).__name__}; Metadata that was never written can be read with location='chunk'"
-        )
+        raise ValueError(missing.format(kind=type(storage).__name__))
     paths: dict[tuple[str, tuple[int, ...]], str] = {}
     for index, info in storage.items():
         fqn = getattr(index, "fqn", None)
@@ -384,27 +454,92 @@ def _storage_paths(metadata: Any, location: str = "file") -> dict[tuple[str, tup
                 "_StorageInfo with relative_path); this storage writer is not file based"
             )
         offset = getattr(index, "offset", None)
-        paths[(fqn, tuple(int(v) for v in offset) if offset is not None else ())] = path
+        # strict, not int(): a float offset truncated to an int could match another chunk's entry
+        paths[(fqn, _stored_shape(offset, f"{fqn}: storage_data offsets") if offset is not None else ())] = path
     return paths
+
+
+_UNWRITTEN_FILES = (
+    "dcp_storage_files: the storage files are listed in metadata.storage_data (as FileSystemWriter "
+    "records them), but it is {kind}: this Metadata was never written (a save planner's global plan), "
+    "so it has no storage files"
+)
 
 
 def dcp_storage_files(checkpoint: Any) -> list[str]:
     """The storage files of a DCP checkpoint, sorted: location ``i`` of ``location='file'`` maps is
     file ``i`` of this list, the same numbering for every tensor so the maps can share endpoints.
-    ``checkpoint`` is what ``from_dcp_metadata`` takes."""
-    return sorted(set(_storage_paths(_dcp_metadata(checkpoint)).values()))
+    ``checkpoint`` is what ``from_dcp_metadata`` takes. ``Metadata`` that was never written
+    (``storage_data`` is ``None``) has no files and is a ``ValueError`` saying so."""
+    return sorted(set(_storage_paths(_dcp_metadata(checkpoint), _UNWRITTEN_FILES).values()))
 
 
-_DCP_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+_RANK_DIGITS = 18
+"""At most this many digits in a file name's rank and counter. No job has 10**18 ranks (or a rank
+writes that many files), so a longer number is not a name FileSystemWriter wrote; and ``int()``
+refuses more than 4300 digits with a bare ``ValueError``, which a hostile name must not reach."""
+
+_DCP_FILE = re.compile(
+    rf"__(0|[1-9][0-9]{{0,{_RANK_DIGITS - 1}}})_(0|[1-9][0-9]{{0,{_RANK_DIGITS - 1}}})\.distcp", re.ASCII
+)
 """A storage file as ``FileSystemWriter`` names it: ``__{rank}_{count}.distcp`` (the rank's
-``_StoragePrefix`` and its file counter; torch 2.13 ``checkpoint/filesystem.py``)."""
+``_StoragePrefix`` and its file counter; torch 2.13 ``checkpoint/filesystem.py``). Both numbers are
+Python ints formatted by ``str``: ASCII digits, no sign, no leading zero; anything else (``__01_0``,
+Arabic-Indic or full-width digits, which ``\\d`` and ``int()`` would accept) is not its name, and
+two spellings of one number must never let two files claim one rank."""
 
 
-def dcp_file_rank(path: str) -> int | None:
+def dcp_file_rank(path: str | os.PathLike[str]) -> int | None:
     """The rank that wrote a DCP storage file, read from its name (``__3_0.distcp`` -> 3), or
-    ``None`` for a name ``FileSystemWriter`` does not write."""
-    found = _DCP_FILE.fullmatch(PurePosixPath(path.replace("\\", "/")).name)
+    ``None`` for a name ``FileSystemWriter`` does not write (see ``_DCP_FILE``).
+
+    The number is the writer's rank *in the process group given to* ``dcp.save`` (the group's
+    default, the whole world, when none is given): torch numbers each file by its rank's position
+    among the plans gathered over that group (``FileSystemWriter.prepare_global_plan``, and
+    ``dist.get_rank(group)`` with ``use_collectives=False``). It is the global rank only when the
+    group is the world; ``from_dcp_metadata(..., group_ranks=...)`` translates it. ``path`` is a
+    ``str`` or ``os.PathLike`` of one (only its last component is read; ``\\`` separates too).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"dcp_file_rank takes a file name (str or os.PathLike), got {type(path).__name__}")
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise TypeError(f"dcp_file_rank takes a file name as str, got a path of {type(name).__name__}")
+    found = _DCP_FILE.fullmatch(PurePosixPath(name.replace("\\", "/")).name)
     return int(found.group(1)) if found else None
+
+
+def _show_path(path: str) -> str:
+    """A storage file's name for an error message: its ``repr``, cut in the middle past 200
+    characters (a hostile name may be thousands long)."""
+    text = repr(path)
+    return text if len(text) <= 200 else f"{text[:120]}...{text[-60:]} ({len(path)} characters)"
+
+
+def _group_ranks(value: Any) -> tuple[int, ...]:
+    """``group_ranks`` as distinct non-negative ints: the global rank of each group rank, in group
+    order, as ``torch.distributed.get_process_group_ranks(group)`` returns them. Coercion would
+    approximate (``1.9`` is no rank, ``True`` no number), so only integers are taken."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(
+            "group_ranks must be a sequence of global ranks (as torch.distributed.get_process_group_ranks "
+            f"returns them), got {type(value).__name__}"
+        )
+    out: list[int] = []
+    seen: set[int] = set()
+    for position, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"group_ranks must hold integers (global ranks), got {v!r} at group rank {position}")
+        rank = int(v)
+        if rank < 0:
+            raise ValueError(f"group_ranks[{position}] is {show_int(rank)}; a global rank is at least 0")
+        if rank in seen:
+            raise ValueError(f"group_ranks lists rank {show_int(rank)} twice; a process group's ranks are distinct")
+        seen.add(rank)
+        out.append(rank)
+    if not out:
+        raise ValueError("group_ranks must name at least one rank (a process group has at least one)")
+    return tuple(out)
 
 
 def _dcp_metadata(checkpoint: Any) -> Any:
@@ -462,6 +597,7 @@ def from_dcp_metadata(
     *,
     location: Literal["rank", "chunk", "file"] = "rank",
     non_tensors: Literal["skip", "refuse"] = "skip",
+    group_ranks: Sequence[int] | np.ndarray[Any, Any] | None = None,
 ) -> dict[str, ParamAffineMap]:
     """Source maps of the tensors a DCP checkpoint stores, keyed by fully qualified name.
 
@@ -475,13 +611,22 @@ def from_dcp_metadata(
 
     - ``location="rank"`` (default): location ``r`` is the rank that wrote the chunk's storage
       file, read from the file name ``FileSystemWriter`` gives it (``__{r}_{i}.distcp``;
-      ``dcp_file_rank``). The numbering is the same for every tensor and is the job's own, so
-      the maps describe who saved what, and a rank that reads back the file it wrote is
-      location ``r`` in every map. (Chunk indices are not: in a real 2-rank checkpoint
-      location 0 was rank 1's file for one tensor and rank 0's for another.) A storage file
-      named otherwise is refused, naming it. ``Metadata`` that no writer has finished
-      (``storage_data`` is ``None``: a save planner's global plan, never written) has no files
-      and so no writers; it is numbered as with ``"chunk"``.
+      ``dcp_file_rank``). That ``r`` is the writer's rank *in the process group passed to*
+      ``dcp.save`` (``process_group=``; the default group, the whole world, when none is given),
+      because torch numbers each file by its rank's position among the plans gathered over that
+      group. It is the global rank only when that group is the world: global ranks 2 and 3 saving
+      on ``new_group([2, 3])`` write ``__0_0`` and ``__1_0``. Pass ``group_ranks``, the global
+      rank of each group rank in group order (``torch.distributed.get_process_group_ranks(group)``),
+      and location ``group_ranks[r]`` is used instead: the global rank, the same number
+      ``from_dtensor`` gives the DTensor that was saved. A file whose ``r`` is not a position of
+      ``group_ranks`` is ``InvalidMapError`` naming it (the checkpoint is not that group's). The
+      numbering is the same for every tensor, so the maps describe who saved what, and a rank
+      that reads back the file it wrote is location ``r`` in every map. (Chunk indices are not: in
+      a real 2-rank checkpoint location 0 was rank 1's file for one tensor and rank 0's for
+      another.) A storage file named otherwise is refused, naming it. ``Metadata`` that no writer
+      has finished (``storage_data`` is ``None``: a save planner's global plan, never written) has
+      no files and so no writers; it is numbered as with ``"chunk"`` (and ``group_ranks``, having
+      nothing to translate, is a ``ValueError`` there).
     - ``location="chunk"``: location ``i`` is chunk ``i`` of that tensor, the index DCP's own
       ``MetadataIndex`` hints at. Each read of a checkpoint addresses one chunk, so this is
       the granularity a load plan works at; ids are per tensor.
@@ -489,62 +634,96 @@ def from_dcp_metadata(
       (from ``storage_data``, as ``FileSystemWriter`` records it), numbered alike for every tensor,
       so the maps can be bound to one set of readers, e.g. one per file.
 
+    ``group_ranks`` applies to ``location="rank"`` only (a ``ValueError`` beside another); it must
+    hold distinct non-negative integers (``TypeError``/``ValueError`` otherwise).
+
     With ``"rank"`` and ``"file"`` a location that holds two different chunks of one tensor is
     refused (a location holds one shard; use ``"chunk"``). Identical chunks stored twice (no
-    dedup) are replicas; chunks that overlap otherwise are refused by the validator. Non-tensor
-    entries (``BytesStorageMetadata``) are skipped, or with ``non_tensors="refuse"`` raise
-    ``UnsupportedLayoutError`` naming the key.
+    dedup) are replicas; chunks that overlap otherwise are refused by the validator. Chunks that
+    leave part of a tensor stored nowhere (rows missing, or no chunks for a non-empty tensor) are
+    ``InvalidMapError`` naming the fqn, as is corrupt chunk geometry (a negative or non-integer
+    offset or size, a wrong axis count), naming the chunk: such metadata describes a checkpoint
+    that cannot be read back whole. Non-tensor entries (``BytesStorageMetadata``) are skipped, or
+    with ``non_tensors="refuse"`` raise ``UnsupportedLayoutError`` naming the key.
     """
     if location not in ("rank", "chunk", "file"):
         raise ValueError(f"location must be 'rank', 'chunk' or 'file', got {location!r}")
+    group: tuple[int, ...] | None = None
+    if group_ranks is not None:
+        if location != "rank":
+            raise ValueError(
+                f"group_ranks translates the group ranks in storage file names, so it applies to location='rank' "
+                f"only, not location={location!r}"
+            )
+        group = _group_ranks(group_ranks)
     metadata = _dcp_metadata(checkpoint)
     entries = _dcp_entries(metadata, non_tensors)
     paths: dict[tuple[str, tuple[int, ...]], str] = {}
     file_ids: dict[str, int] = {}
     if location == "file":
-        paths = _storage_paths(metadata, location)
+        paths = _storage_paths(
+            metadata,
+            "location='file' needs metadata.storage_data (written by FileSystemWriter), but it is {kind}; "
+            "Metadata that was never written can be read with location='chunk'",
+        )
         file_ids = {path: i for i, path in enumerate(sorted(set(paths.values())))}
     elif location == "rank" and getattr(metadata, "storage_data", None) is None:
+        if group is not None:
+            raise ValueError(
+                "group_ranks translates the group ranks in storage file names, but this Metadata was never "
+                "written (storage_data is None): it has no files, and its locations are chunk indices"
+            )
         location = "chunk"  # never written: no files, so no writers to number by (see the docstring)
     elif location == "rank":
-        paths = _storage_paths(metadata, location)
+        paths = _storage_paths(metadata, "location='rank' needs metadata.storage_data, but it is {kind}")
         for path in sorted(set(paths.values())):
             rank = dcp_file_rank(path)
             if rank is None:
                 raise UnsupportedLayoutError(
-                    f"storage file {path!r} is not named __{{rank}}_{{i}}.distcp as FileSystemWriter names them, "
-                    "so the rank that wrote it is unknown; use location='file' or location='chunk'"
+                    f"storage file {_show_path(path)} is not named __{{rank}}_{{i}}.distcp as FileSystemWriter names "
+                    "them, so the rank that wrote it is unknown; use location='file' or location='chunk'"
                 )
             file_ids[path] = rank
     out: dict[str, ParamAffineMap] = {}
     for fqn, entry in entries.items():
-        shape = _shape(entry.size, f"{fqn}: size")
+        shape = _stored_shape(entry.size, f"{fqn}: size")
         holdings: dict[int, Holding] = {}
         for i, chunk in enumerate(entry.chunks):
-            offsets = _shape(chunk.offsets, f"{fqn}: chunk {i} offsets")
-            sizes = _shape(chunk.sizes, f"{fqn}: chunk {i} sizes")
+            offsets = _stored_shape(chunk.offsets, f"{fqn}: chunk {i} offsets")
+            sizes = _stored_shape(chunk.sizes, f"{fqn}: chunk {i} sizes")
             if len(offsets) != len(shape) or len(sizes) != len(shape):
                 raise InvalidMapError(
-                    f"{fqn}: chunk {i} (offsets {offsets}, sizes {sizes}) does not have the {len(shape)} axes "
-                    f"of the tensor {shape}"
+                    f"{fqn}: chunk {i} (offsets {show_ints(offsets)}, sizes {show_ints(sizes)}) does not have the "
+                    f"{len(shape)} axes of the tensor {show_ints(shape)}"
                 )
             holding = tuple(((o, s),) if s else () for o, s in zip(offsets, sizes))
             key = i
             if location != "chunk":
                 stored = paths.get((fqn, offsets))
                 if stored is None:
-                    raise InvalidMapError(f"{fqn}: chunk {i} at offsets {offsets} has no storage_data entry")
+                    raise InvalidMapError(
+                        f"{fqn}: chunk {i} at offsets {show_ints(offsets)} has no storage_data entry"
+                    )
                 key = file_ids[stored]
+                if group is not None:
+                    if key >= len(group):
+                        count = f"{len(group)} rank{'s' if len(group) != 1 else ''}"
+                        raise InvalidMapError(
+                            f"{fqn}: chunk {i} at offsets {show_ints(offsets)} is stored in {stored!r}, written by "
+                            f"group rank {key}, but group_ranks has {count} {show_list(group)}; the checkpoint was "
+                            "not saved by that process group"
+                        )
+                    key = group[key]
                 if key in holdings:
                     if holdings[key] == holding:  # the same chunk listed twice: still one shard
                         continue
                     what = f"file {stored!r}" if location == "file" else f"rank {key} (file {stored!r})"
                     raise UnsupportedLayoutError(
                         f"{fqn}: {what} holds more than one chunk of the tensor (chunk {i} at "
-                        f"offsets {offsets} among them); a location holds one shard, so use location='chunk'"
+                        f"offsets {show_ints(offsets)} among them); a location holds one shard, so use location='chunk'"
                     )
             holdings[key] = holding
-        out[fqn] = _build(shape, holdings, fqn)
+        out[fqn] = _build(shape, holdings, fqn, "the stored chunks")
     return out
 
 
@@ -566,7 +745,7 @@ class StateDictMaps(NamedTuple):
 def maps_from_state_dict(
     state_dict: Mapping[str, Any] | Any,
     *,
-    plain_location: int | Sequence[int] = 0,
+    plain_location: int | Sequence[int] | np.ndarray[Any, Any] = 0,
     non_tensors: Literal["skip", "refuse"] = "skip",
 ) -> StateDictMaps:
     """Maps and element sizes of every tensor of a model's state dict (or of the module itself,
@@ -579,6 +758,13 @@ def maps_from_state_dict(
     rank of a DDP job). Non-tensor values (ints, nested dicts) are skipped, or with
     ``non_tensors="refuse"`` raise ``UnsupportedLayoutError`` naming the key. Element sizes come
     from each tensor's ``dtype.itemsize``, so planned bytes are the model's own.
+
+    A map describes a dense row-major shard, so a tensor stored otherwise is refused with
+    ``UnsupportedLayoutError`` naming the key rather than planned as if it were dense: a sparse
+    tensor (COO, CSR, ...: a (1000, 1000) one may store a few values, not a million) and a nested
+    tensor (no single shape at all). Maps are keyed by ``str(key)``, so two tensor keys that print
+    alike (``1`` and ``"1"``) are a ``ValueError`` naming both, never one silently replacing the
+    other. ``plain_location`` may be an integer (a 0-d integer array too) or a sequence of them.
     """
     import torch
 
@@ -591,12 +777,28 @@ def maps_from_state_dict(
     plain = _plain_locations(plain_location)
     maps: dict[str, ParamAffineMap] = {}
     sizes: dict[str, int] = {}
+    keys: dict[str, Any] = {}
     for key, value in state_dict.items():
         name = str(key)
         if not isinstance(value, torch.Tensor):
             if non_tensors == "refuse":
                 raise UnsupportedLayoutError(f"{name}: a {type(value).__name__} value is not a tensor")
             continue
+        if name in keys:
+            raise ValueError(
+                f"state dict keys {keys[name]!r} and {key!r} are both {name!r} as map keys (maps are keyed by "
+                "str(key)), so one tensor's map would replace the other's; rename one"
+            )
+        keys[name] = key
+        if value.is_nested:
+            raise UnsupportedLayoutError(
+                f"{name}: a nested tensor (layout {value.layout}) has no single shape, so it is no row-major shard"
+            )
+        if value.layout is not torch.strided:
+            raise UnsupportedLayoutError(
+                f"{name}: a {value.layout} tensor stores its values compressed, not as the dense row-major shard "
+                "a map describes; convert it with .to_dense() (or plan its index and value tensors) first"
+            )
         if _is_dtensor(value):
             maps[name] = from_dtensor(value, parameter=name)
         else:
@@ -608,11 +810,20 @@ def maps_from_state_dict(
 
 
 def _plain_locations(value: Any) -> tuple[int, ...]:
-    """``plain_location`` as distinct integer locations (one, or the replicas' in order)."""
+    """``plain_location`` as distinct integer locations (one, or the replicas' in order). A 0-d
+    numpy array is its scalar (``np.array(3)`` is location 3, as ``np.int64(3)`` is)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
     many = not isinstance(value, (int, np.integer))
     if many and (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)):
         raise TypeError(f"plain_location must be an integer or a sequence of them, got {type(value).__name__}")
-    values = list(value) if many else [value]
+    try:
+        values = list(value) if many else [value]
+    except TypeError:  # iterable by type but not in fact, e.g. a 0-d torch tensor
+        raise TypeError(
+            f"plain_location must be an integer or a sequence of them, got a {type(value).__name__} that cannot be "
+            "iterated (a 0-d tensor? pass int(x))"
+        ) from None
     out: list[int] = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -653,39 +864,82 @@ def _ranked(metadata_by_rank: Any) -> Iterator[tuple[int, Any]]:
         yield int(rank), metas
 
 
-def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], Holding]:
-    """(logical shape, holding) of one rank's parameter, as Megatron's refit planner reads it.
+def _is_int(value: Any) -> bool:
+    """A Python or numpy integer, not a ``bool`` (``True`` is no rank, axis or stride)."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
+
+
+def _tp_group(meta: Any, where: str) -> tuple[int, ...]:
+    """``tensor_parallel_group_ranks`` as distinct non-negative ints, or ``InvalidMapError``.
+
+    Nothing is coerced: ``int()`` would turn ``1.9`` into rank 1 and ``"1"`` or ``True`` into a
+    rank, an approximation of metadata that is simply wrong. A rank listed twice leaves the group
+    one position short of its width, so the logical tensor would have a part no rank holds.
+    """
+    group = meta.tensor_parallel_group_ranks
+    if isinstance(group, (str, bytes, Mapping)) or not isinstance(group, Iterable):
+        raise InvalidMapError(f"{where}: tensor_parallel_group_ranks {group!r} is not a list of ranks")
+    values = list(group)
+    for v in values:
+        if not _is_int(v) or int(v) < 0:
+            raise InvalidMapError(
+                f"{where}: tensor_parallel_group_ranks {_show_values(values, '[]')} holds {_show_value(v)}, which "
+                "is not a rank (a non-negative integer)"
+            )
+    out = tuple(int(v) for v in values)
+    seen: set[int] = set()
+    for member in out:
+        if member in seen:
+            raise InvalidMapError(
+                f"{where}: TP group {show_list(out)} lists rank {show_int(member)} twice, so the group has fewer "
+                f"members than its {len(out)} positions and part of the parameter is held nowhere"
+            )
+        seen.add(member)
+    return out
+
+
+def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], Holding, tuple[int, ...] | None]:
+    """(logical shape, holding, TP group or ``None``) of one rank's parameter, as Megatron's refit
+    planner reads it.
 
     A TP parameter of local extent ``n`` on ``partition_dim`` with ``W`` group ranks spans ``W*n``.
     With ``partition_stride`` s, that axis is ``W*s`` equal segments, and group position p holds
     segments ``p, p+W, p+2W, ...`` in that order (gated-MLP ``[gate; up]`` interleave): the
     segment-to-owner rule of ``_plan_multi_dim_lcm``. ``n`` must divide by s for that to be exact.
+    ``partition_dim`` and ``partition_stride`` may be numpy integers, as every integer field of
+    this module may.
     """
     where = f"{key} on rank {rank}"
-    local = _shape(meta.shape, f"{where}: shape")
+    local = _stored_shape(meta.shape, f"{where}: shape")
     if getattr(meta, "is_ep", False) and getattr(meta, "global_expert_index", None) is None:
         ep = getattr(meta, "expert_parallel_group_ranks", None) or []
         if len(ep) > 1:
+            # Megatron-Core sets global_expert_index only for names it can make global (TEGroupedMLP's
+            # per-expert "weight{i}"); a fused GroupedMLP tensor and a SequentialMLP "local_experts.{i}"
+            # parameter (0.16.1 utils.py) both keep a rank-local name, so each EP rank holds different
+            # experts under it and which ones is not said.
             raise UnsupportedLayoutError(
-                f"{where}: a fused expert tensor under expert parallelism ({len(ep)} EP ranks): each EP rank "
-                "holds different experts under one name, and the metadata does not say which axis stacks them"
+                f"{where}: an expert parameter without a global expert index under expert parallelism "
+                f"({len(ep)} EP ranks): its name is local to each EP rank (a fused expert tensor, or a "
+                "SequentialMLP local expert), so each EP rank holds different experts under it and the "
+                "metadata does not say which"
             )
     if not meta.is_tp:
-        return local, tuple(((0, n),) if n else () for n in local)
-    group = meta.tensor_parallel_group_ranks
-    if group is None:
+        return local, tuple(((0, n),) if n else () for n in local), None
+    if meta.tensor_parallel_group_ranks is None:
         raise UnsupportedLayoutError(
             f"{where}: marked tensor-parallel but has no tensor_parallel_group_ranks, so its TP position is unknown"
         )
-    group = [int(g) for g in group]
+    group = _tp_group(meta, where)
     if rank not in group:
-        raise InvalidMapError(f"{where}: rank {rank} is not in its own TP group {group}")
+        raise InvalidMapError(f"{where}: rank {rank} is not in its own TP group {show_list(group)}")
     dim = meta.partition_dim
     stride = meta.partition_stride
-    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(local):
+    if not _is_int(dim) or not 0 <= dim < len(local):
         raise InvalidMapError(f"{where}: partition_dim {dim!r} is not an axis of the local shape {local}")
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+    if not _is_int(stride) or stride < 1:
         raise InvalidMapError(f"{where}: partition_stride {stride!r} must be a positive integer")
+    dim, stride = int(dim), int(stride)
     width = len(group)
     position = group.index(rank)
     if local[dim] % stride:
@@ -698,12 +952,12 @@ def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], 
     axes: list[tuple[Run, ...]] = [((0, n),) if n else () for n in logical]
     blocks = getattr(meta, "partition_sizes", None)
     if blocks is not None:
-        axes[dim] = _join(_block_runs(_shape(blocks, f"{where}: partition_sizes"), local[dim], width, position,
-                                      stride, where))
-        return tuple(logical), tuple(axes)
+        axes[dim] = _join(_block_runs(_stored_shape(blocks, f"{where}: partition_sizes"), local[dim], width,
+                                      position, stride, where))
+        return tuple(logical), tuple(axes), group
     segment = local[dim] // stride
     axes[dim] = _join([((position + k * width) * segment, segment)] for k in range(stride))
-    return tuple(logical), tuple(axes)
+    return tuple(logical), tuple(axes), group
 
 
 def _block_runs(sizes: tuple[int, ...], local: int, width: int, position: int, stride: int, where: str) -> list[
@@ -744,13 +998,18 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
     ``partition_stride`` that divides the local extent (interleaved segments), block-interleaved
     ``partition_sizes`` where present (newer Megatron-Core; 0.16.1's metadata has no such field),
     per-expert parameters (whose ``resolved_name`` is global), any TP group order, ranks on
-    disjoint PP stages. Refused with ``UnsupportedLayoutError`` naming parameter and rank: a fused
-    expert tensor over more than one EP rank, a TP parameter without TP group ranks, a stride that
-    does not divide the local extent, ``partition_sizes`` beside a stride other than 1. Refused with
-    ``InvalidMapError``: ranks disagreeing on the logical shape, a parameter listed twice on a rank,
-    ``partition_sizes`` that do not sum to the local extent,
-    an ``owner_rank`` that is not the reporting rank, a TP group member that does not report the
-    parameter in the same group.
+    disjoint PP stages. Refused with ``UnsupportedLayoutError`` naming parameter and rank: an
+    expert parameter without a global expert index over more than one EP rank (a fused expert
+    tensor, or a SequentialMLP ``local_experts.{i}`` parameter, whose names Megatron leaves local to
+    each EP rank), a TP parameter without TP group ranks, a stride that does not divide the local
+    extent, ``partition_sizes`` beside a stride other than 1. Refused with ``InvalidMapError``
+    (metadata that cannot be true, so part of the parameter would be held nowhere or twice): ranks
+    disagreeing on the logical shape, a parameter listed twice on a rank, a negative or non-integer
+    ``shape`` or ``partition_sizes`` entry, ``partition_sizes`` that do not sum to the local
+    extent, an ``owner_rank`` that is not the reporting rank, TP group ranks that are not distinct
+    non-negative integers (never coerced: ``1.9``, ``"1"`` and ``True`` are not ranks), a TP group
+    member that does not report the parameter in the same group. Integer fields may be numpy
+    integers (``partition_dim``, ``partition_stride``, group ranks), as everywhere in this module.
     """
     held: dict[str, dict[int, Holding]] = {}
     shapes: dict[str, tuple[tuple[int, ...], int]] = {}
@@ -769,7 +1028,7 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
             per_rank = held.setdefault(key, {})
             if rank in per_rank:
                 raise InvalidMapError(f"{key} on rank {rank}: the rank lists the parameter twice")
-            logical, holding = _megatron_holding(meta, rank, key)
+            logical, holding, group = _megatron_holding(meta, rank, key)
             if key in shapes and shapes[key][0] != logical:
                 other_shape, other = shapes[key]
                 raise InvalidMapError(
@@ -777,19 +1036,19 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
                 )
             shapes.setdefault(key, (logical, rank))
             per_rank[rank] = holding
-            tp = meta.tensor_parallel_group_ranks
-            groups.setdefault(key, {})[rank] = tuple(int(g) for g in tp) if meta.is_tp and tp is not None else None
+            groups.setdefault(key, {})[rank] = group
     for key, by_rank in groups.items():
-        for rank, group in sorted(by_rank.items()):
-            for member in group or ():
+        for rank, reported in sorted(by_rank.items()):
+            for member in reported or ():
                 if member not in by_rank:
                     raise InvalidMapError(
-                        f"{key} on rank {rank}: TP group {list(group or ())} includes rank {member}, which does not "
-                        "report the parameter, so part of it is held nowhere"
+                        f"{key} on rank {rank}: TP group {show_list(reported or ())} includes rank "
+                        f"{show_int(member)}, which does not report the parameter, so part of it is held nowhere"
                     )
-                if by_rank[member] != group:
+                theirs = by_rank[member]
+                if theirs != reported:
                     raise InvalidMapError(
-                        f"{key} on rank {rank}: TP group {list(group or ())}, but rank {member} reports TP group "
-                        f"{by_rank[member]}"
+                        f"{key} on rank {rank}: TP group {show_list(reported or ())}, but rank {show_int(member)} "
+                        f"reports TP group {show_list(theirs) if theirs is not None else 'None (not tensor-parallel)'}"
                     )
     return {key: _build(shapes[key][0], by_rank, key) for key, by_rank in held.items()}
