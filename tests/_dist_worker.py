@@ -1522,14 +1522,99 @@ def s2_concurrent(me: int, world: int) -> dict[str, Any]:
     cols = contiguous_split_map((8, 6), [3, 3], 1)
     first_pairs: Pairs = {"w": (cols, rows)}
     ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
-    out: dict[str, Any] = {case: _concurrent_case(me, case, first_pairs, {"v": (rows, cols)}, ends)
-                           for case in ("shared", "distinct", "late", "early")}
-    out["after"] = run_exact(first_pairs, ends, {"w": torch.float32}, me)
+    out: dict[str, Any] = {}
+    # Each case on a group of its own: a call that one process made alone (the refused second
+    # call) leaves that group's processes at different calls for good, which is the point of
+    # "after_same_group"; the world stays in step for the scenarios that follow.
+    for case in ("shared", "distinct", "late", "early"):
+        group = dist.new_group([0, 1])
+        out[case] = _concurrent_case(me, case, first_pairs, {"v": (rows, cols)}, ends, group)
+        if case == "shared":
+            buffers = make_buffers(first_pairs, ends, me, {"w": torch.float32})
+            out["after_same_group"] = expect_rejection(
+                partial(execute_transfers, plan(first_pairs, ends, {"w": torch.float32}, "balanced"),
+                        buffers.sources, buffers.targets, ends, dtypes={"w": torch.float32}, timeout=TIMEOUT,
+                        group=group),
+                buffers,
+            )
+    out["shifted"] = _shifted_case(me, first_pairs, ends, dist.new_group([0, 1]))
+    out["after"] = run_exact(first_pairs, ends, {"w": torch.float32}, me, group=dist.new_group([0, 1]))
     return out
 
 
+def _shifted_case(me: int, pairs: Pairs, ends: TransferEndpoints, group: Any) -> dict[str, Any]:
+    """Both processes make the same calls, keyed alike; only the timing differs: on process 0 the
+    second call starts while the first is in flight (held right after its verdict) and is refused
+    there alone, on process 1 it is a real call. Process 1's second call then pairs with process
+    0's third, and so on: equal keys and digests matched them, and each returned normally with
+    the other iteration's data. Every later call must now be refused on both processes."""
+    import threading
+
+    from refplan.execute import call as call_phase  # where _execute looks up _move
+
+    dtypes = {"w": torch.float32}
+    plans = plan(pairs, ends, dtypes, "balanced")
+
+    def sync(b: Buffers) -> Callable[[], Any]:
+        return partial(execute_transfers, plans, b.sources, b.targets, ends, dtypes=dtypes, timeout=TIMEOUT,
+                       key="w", group=group)
+
+    first_buffers, second_buffers = (make_buffers(pairs, ends, me, dtypes) for _ in range(2))
+    later = [make_buffers(pairs, ends, me, dtypes) for _ in range(3 if me == 0 else 2)]
+    if me == 1:
+        first = _error_of(sync(first_buffers))
+        second = expect_rejection(sync(second_buffers), second_buffers)
+    else:
+        entered, go = threading.Event(), threading.Event()
+        original = call_phase._move
+        first = {}
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            entered.set()
+            go.wait(10)
+            return original(*args, **kwargs)
+
+        call_phase._move = held  # type: ignore[assignment]
+        thread = threading.Thread(target=lambda: first.update(_error_of(sync(first_buffers))))
+        try:
+            thread.start()
+            entered.wait(10)
+            call_phase._move = original  # type: ignore[assignment]  # only the first call is held
+            second = expect_rejection(sync(second_buffers), second_buffers)
+        finally:
+            go.set()
+            thread.join(30)
+            call_phase._move = original  # type: ignore[assignment]
+    return {"first": first, "second": second, "later": [expect_rejection(sync(b), b) for b in later]}
+
+
+def s2_abandoned(me: int, world: int) -> dict[str, Any]:
+    """A store agreement one process stopped waiting for: process 0's verdict times out after 1 s
+    and it raises "no data moved"; process 1 arrives 3 s late. Its arrival completed the count with
+    process 0's stale record, so it moved data and returned normally (its outcome agreement then
+    completed by process 0's next call). Now process 1 raises too, and a retry on both moves."""
+    group = dist.new_group([0, 1])
+    rows = contiguous_split_map((6, 4), [3, 3], 0)
+    pairs: Pairs = {"w": (contiguous_split_map((6, 4), [2, 2], 1), rows)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    greeted = run_exact(pairs, ends, dtypes, me, group=group)  # the group's first call: its store linked
+    plans = plan(pairs, ends, dtypes, "balanced")
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    if me == 1:
+        time.sleep(3.0)
+    before = buffers.snapshot()
+    started = time.monotonic()
+    late = _error_of(partial(execute_transfers, plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                             timeout=timedelta(seconds=1 if me == 0 else 20), group=group))
+    late["seconds"] = time.monotonic() - started
+    late["unchanged"] = all(np.array_equal(a, b) for a, b in zip(before, buffers.snapshot()))
+    retry = run_exact(pairs, ends, dtypes, me, group=group)
+    return {"greeted": greeted, "late": late, "retry": retry}
+
+
 def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
-                     ends: TransferEndpoints) -> dict[str, Any]:
+                     ends: TransferEndpoints, group: Any = None) -> dict[str, Any]:
     import threading
 
     from refplan.execute import call as call_phase  # where _execute looks up _move, _outcome and _prepare
@@ -1538,7 +1623,7 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
     plans = plan(first_pairs, ends, {"w": dtypes["w"]}, "balanced")
     buffers = make_buffers(first_pairs, ends, me, {"w": dtypes["w"]})
     first_call = partial(execute_transfers, plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
-                         timeout=TIMEOUT)
+                         timeout=TIMEOUT, group=group)
     if me != 0:
         return {"first": _error_of(first_call)}
     entered, go = threading.Event(), threading.Event()
@@ -1568,7 +1653,7 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
         started = time.monotonic()
         refused = expect_rejection(
             partial(execute_transfers, second_plans, second.sources, second.targets, ends, dtypes=dtypes,
-                    timeout=TIMEOUT),
+                    timeout=TIMEOUT, group=group),
             second,
         )
         refused["seconds"] = time.monotonic() - started
@@ -1741,6 +1826,7 @@ TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("header", s2_header),
     ("outcome", s2_outcome),
     ("concurrent", s2_concurrent),
+    ("abandoned", s2_abandoned),
     ("keys", s2_keys),
     ("brief", s2_brief),
 ]

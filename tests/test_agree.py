@@ -118,20 +118,21 @@ def _last_arrival(
 
 
 def test_the_last_arrival_answers_in_one_round_trip_and_a_uniform_agreement_exchanges_no_records() -> None:
-    """Protocol 8: the process that completes the count writes the answer with ``set`` (sent
-    without waiting for a reply), not ``compare_set``; an agreement whose settling records are all
-    the same (the outcome's status word) appends none, and the count alone decides."""
+    """The process that completes the count writes the answer with one ``compare_set`` from
+    empty (protocol 9: a process that stopped waiting may have marked it abandoned; protocol 8's
+    ``set`` would have overwritten the mark); an agreement whose settling records are all the same
+    (the outcome's status word) appends none, and the count alone decides."""
     shared = HashStore()
     stores = [_Counting(shared) for _ in range(3)]
     links = [agree._Link(store, "refplan/agree/test", 3) for store in stores]
     got, made = _last_arrival(stores, links, [[0], [0], [0]], uniform=True)
     assert all(got[i][0] == [0] for i in range(3)), got
-    assert made == {"set_timeout": 1, "add": 1, "set": 1}, made
-    assert not shared.check(["refplan/agree/test/1/v"]), "a uniform agreement appended records"
+    assert made == {"set_timeout": 1, "add": 1, "compare_set": 1}, made
+    assert not shared.check(["refplan/agree/test/1v/v"]), "a uniform agreement appended records"
     # Not uniform: the last arrival reads the records once (a compare_set that changes nothing).
     got, made = _last_arrival(stores, links, [[3, 1], [2, 4], [0, 0]], uniform=False)
     assert all(got[i][0] == [3, 4] for i in range(3)), got
-    assert made == {"set_timeout": 1, "append": 1, "add": 1, "compare_set": 1, "set": 1}, made
+    assert made == {"set_timeout": 1, "append": 1, "add": 1, "compare_set": 2}, made
     # A uniform agreement with a failure: the early record is everyone's answer.
     early = _together(links, [[0], [1], [0]], early=[False, True, False])
     assert all(early[i][0] == [1] for i in range(3)), early
@@ -143,6 +144,38 @@ def test_a_missing_peer_is_a_timeout_not_a_hang() -> None:
     got = _together(links, [[0], [0]], only=[0], timeout=SECOND)
     assert isinstance(got[0], Exception) and "timeout" in str(got[0]).lower(), got
     assert time.monotonic() - started < 10
+
+
+def test_an_agreement_a_process_stopped_waiting_for_is_completed_by_nobody() -> None:
+    """Process 0 arrives, waits 1 s and gives up; process 1 arrives after that. Its arrival
+    completed the count, process 0's stale record with it, and it went on alone (before protocol 9).
+    Now process 0's mark makes it raise at once; the next agreement of both is one again."""
+    links = _links(2)
+    first = _together(links, [[1], [1]], only=[0], timeout=SECOND)
+    assert isinstance(first[0], Exception) and "timeout" in str(first[0]).lower(), first
+    started = time.monotonic()
+    late = _together(links, [[1], [1]], only=[1])
+    assert isinstance(late[1], agree.AbandonedError), late
+    assert "stopped waiting for this agreement" in str(late[1]) and time.monotonic() - started < 5
+    again = _together(links, [[2], [5]])
+    assert all(again[i][0] == [5] for i in range(2)), again
+
+
+def test_an_answer_that_comes_while_a_process_gives_up_is_used() -> None:
+    """The answer written between a process's timed-out wait and its mark wins the compare_set:
+    that process reads it and returns, as the others do (no process may raise alone)."""
+    shared = HashStore()
+    links = _links(2, shared)
+
+    class _LateAnswer(_Counting):
+        def wait(self, keys: Any, timeout: Any) -> None:
+            # The other process completes the count right as this one's wait ends with its timeout.
+            agree.agree_max(links[1], [7], timedelta(seconds=5))
+            raise RuntimeError("Wait timeout")
+
+    links[0].store = _LateAnswer(shared)
+    got = agree.agree_max(links[0], [3], SECOND)
+    assert got[0] == [7], got
 
 
 def test_the_keys_of_old_agreements_are_deleted() -> None:

@@ -298,6 +298,43 @@ def test_two_calls_in_flight_on_one_group_both_fail(two: dict[str, list[Any]], c
     assert firsts[0]["targets"] == firsts[1]["targets"] == {"w": (0, 1)}, firsts
     for rank, res in enumerate(per_process):
         assert all(res["after"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['after']}"
+        # Process 0 made a call there that process 1 never made: that group is out of step for good.
+        same = res["after_same_group"]
+        assert same["raised"] == "TransferRejectedError" and same["unchanged"], (rank, same)
+        assert "different calls on this group" in same["message"] and "dist.new_group" in same["message"], same
+
+
+def test_a_call_refused_on_one_process_alone_never_pairs_later_calls_wrongly(two: dict[str, list[Any]]) -> None:
+    """The race of the second call lost on process 0 only: there it was refused before touching
+    the group, on process 1 it was a real call. Before, calls stayed paired one apart (same key,
+    same digest) and returned normally with the other iteration's data; now every later call is
+    refused on both processes, and nothing moves."""
+    per_process = scenario(two, "concurrent")
+    zero, one = (r["shifted"] for r in per_process)
+    assert zero["second"]["raised"] == "TransferRejectedError", zero["second"]
+    assert "another execute_transfers call on this process group" in zero["second"]["message"]
+    assert zero["first"]["raised"] == one["first"]["raised"] == "TransferExecutionError", (zero, one)
+    later = [one["second"], *one["later"]]
+    assert len(later) == len(zero["later"]) == 3
+    for a, b in zip(zero["later"], later):
+        for res in (a, b):
+            assert res["raised"] == "TransferRejectedError" and res["unchanged"], res
+            assert "different calls on this group" in res["message"], res["message"]
+        assert a["message"] == b["message"], (a, b)
+
+
+def test_an_agreement_a_process_stopped_waiting_for_is_completed_by_nobody(two: dict[str, list[Any]]) -> None:
+    """Process 0's verdict timed out (1 s) and it raised "no data moved"; process 1 arrived 3 s
+    late and used to complete the agreement with process 0's stale record, move, and return
+    normally. Now it raises "no data moved" at once, nothing moved, and a retry on both moves."""
+    zero, one = (r for r in scenario(two, "abandoned"))
+    for res in (zero, one):
+        assert all(res["greeted"][k] for k in ("exact", "guards", "sources_intact")), res["greeted"]
+        assert all(res["retry"][k] for k in ("exact", "guards", "sources_intact")), res["retry"]
+        assert res["late"]["raised"] == "TransferExecutionError" and res["late"]["unchanged"], res["late"]
+        assert "no data moved" in res["late"]["message"], res["late"]["message"]
+    assert "timed out" in zero["late"]["message"], zero["late"]
+    assert "stopped waiting for this agreement" in one["late"]["message"] and one["late"]["seconds"] < 2, one["late"]
 
 
 def test_a_call_marked_after_its_outcome_went_out_still_does_not_return_normally(two: dict[str, list[Any]]) -> None:

@@ -25,14 +25,24 @@ since calls on a group are matched in the order each process makes them):
    (``verdict._exchange``, ``outcome._outcome``);
 5. every other process waits for ``d`` (with the caller's timeout) and reads it.
 
-``d`` is written once either way: by the one process that completed a count with no unsettled
-record in it, or by unsettled processes, whose count can never complete — so the process that
-completes it needs no ``compare_set`` (a round trip) to write it. An agreement whose settling
+``d`` is written once either way, always by ``compare_set`` from empty: by the one process that
+completed a count with no unsettled record in it, by unsettled processes, whose count can never
+complete, or by a process that stopped waiting (step 6).
+
+6. a process whose wait for ``d`` ends with its timeout writes ``_ABANDONED`` to ``d`` (from
+   empty: an answer that came meanwhile wins, and is used). Its own arrival is already counted,
+   so before protocol 9 the late processes completed the count with its stale record and went on
+   as if it were with them — moving data, and having their outcome agreement completed by its next
+   call's brief — while it had raised "no data moved". Every process that reads or writes ``d``
+   now finds the mark and raises, so an agreement is completed by all or by none. An agreement whose settling
 records are all the same (``uniform``: the outcome's status word, which only says "every process
 finished its part") exchanges no records: the count alone says that all arrived with that record,
 and the process that completes it writes its own as the answer. On the path every warm call takes
 this costs the last process to arrive one round trip (its ``add``) and the others one more (their
 read) after ``d`` appears, where protocol 7 took two more (reading the records, ``compare_set``).
+
+An agreement's keys also name its kind (``v`` a verdict's brief, ``o`` an outcome), so that
+records of one kind never complete an agreement of the other.
 
 The first process to arrive at agreement ``seq`` (settled or not) deletes the keys of agreement
 ``seq - 2`` (``_forget_older``): every process has finished reading them, since each has arrived
@@ -55,7 +65,7 @@ import struct
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -81,6 +91,11 @@ equal the group's size (at most ``_STORE_MAX_PROCESSES``), so nobody computes or
 beside the unsettled process's own."""
 
 
+_ABANDONED = b"abandoned: a process stopped waiting for this agreement"
+"""What a process that stopped waiting writes as an agreement's answer (step 6 of the module's
+text). Its length is no multiple of 8, so it can never be an answer of records."""
+
+
 _POLL_SECONDS = 0.0005
 """Least time between two looks at whether the agreement has completed while packing ahead
 (``Meanwhile``): each look is a round trip to the store."""
@@ -95,6 +110,9 @@ class _Link:
     prefix: str
     size: int
     seq: int = 0
+    kinds: dict[int, str] = field(default_factory=dict)
+    """The kind of each of the last agreements (by number), so that ``_forget_older`` deletes the
+    keys that agreement used and no others (a delete is a round trip)."""
 
 
 _LINKS: weakref.WeakKeyDictionary[object, _Link] = weakref.WeakKeyDictionary()
@@ -153,6 +171,21 @@ def _pack(words: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(words)}q", *words)
 
 
+class AbandonedError(RuntimeError):
+    """An agreement that a process stopped waiting for (its timeout passed) before it completed."""
+
+
+def _answered(raw: Any) -> bytes:
+    """``raw`` as the agreement's answer; ``AbandonedError`` if it is the abandoned mark."""
+    answer = bytes(raw)
+    if answer == _ABANDONED:
+        raise AbandonedError(
+            "another process stopped waiting for this agreement (its timeout passed) before every process had "
+            "arrived; it went on without it, so nobody does"
+        )
+    return answer
+
+
 def _unpack(raw: bytes, count: int) -> list[int]:
     if len(raw) != 8 * count:
         raise RuntimeError(f"an agreement's answer has {len(raw)} bytes, not {8 * count}")
@@ -178,17 +211,21 @@ def agree_max(
     early: bool = False,
     meanwhile: Meanwhile | None = None,
     uniform: bool = False,
+    kind: str = "v",
 ) -> tuple[list[int], frozenset[tuple[int, int, int]]]:
     """The elementwise maximum of ``words`` over the group's processes (see the module's text);
     ``early``: this process's own record already settles the call as not agreed, so it is written
     as the answer at once. ``uniform``: every process whose record settles the call sends this
     same record, so no records are exchanged (the count decides). ``meanwhile`` runs while this
     process waits for the answer, told when it has come; what it returns is passed on (empty
-    without it). Raises on a timeout or a store failure (the callers turn that into the call's
-    error)."""
+    without it). ``kind`` names the agreement's kind in its keys (``v`` a brief, ``o`` an outcome).
+    Raises on a timeout or a store failure, and ``AbandonedError`` for an agreement another
+    process stopped waiting for (the callers turn either into the call's error)."""
     store = link.store
     link.seq += 1
-    base = f"{link.prefix}/{link.seq}/"
+    link.kinds[link.seq] = kind
+    link.kinds.pop(link.seq - 3, None)  # three kept: this one and the two ``_forget_older`` may need
+    base = f"{link.prefix}/{link.seq}{kind}/"
     count = len(words)
     mine = _pack(words)
     store.set_timeout(timeout)
@@ -206,13 +243,14 @@ def agree_max(
             try:
                 answer = _maximum(store.compare_set(base + "v", "x", ""), count, link.size)
             except Exception:
-                store.set(base + "d", mine)  # so that nobody waits for an answer that never comes
+                store.compare_set(base + "d", "", mine)  # so that nobody waits for an answer that never comes
                 raise
-        store.set(base + "d", answer)
+        # From empty only: a process that stopped waiting may have marked it abandoned (step 6).
+        answer = _answered(store.compare_set(base + "d", "", answer))
         if meanwhile is not None:  # told that the agreement has completed: it packs nothing ahead
             done = meanwhile(lambda: True)
     elif early:
-        answer = store.compare_set(base + "d", "", mine)
+        answer = _answered(store.compare_set(base + "d", "", mine))
         if arrived % _UNSETTLED == 1:  # the first to arrive, unsettled: after its answer is out
             _forget_older(link)
     else:
@@ -220,9 +258,19 @@ def agree_max(
             _forget_older(link)
         if meanwhile is not None:
             done = meanwhile(_poller(store, base + "d"))
-        store.wait([base + "d"], timeout)
-        answer = store.compare_set(base + "d", "x", "")
-    return _unpack(bytes(answer), count), done
+        try:
+            store.wait([base + "d"], timeout)
+        except Exception:
+            # Stopped waiting: mark it so that no late process completes it without this one; an
+            # answer that came meanwhile wins the compare_set and is used.
+            try:
+                late = bytes(store.compare_set(base + "d", "", _ABANDONED))
+            except Exception:
+                late = _ABANDONED  # the store is gone too: the wait's error says what happened
+            if late == _ABANDONED:
+                raise
+        answer = _answered(store.compare_set(base + "d", "x", ""))
+    return _unpack(answer, count), done
 
 
 def _forget_older(link: _Link) -> None:
@@ -233,8 +281,9 @@ def _forget_older(link: _Link) -> None:
     arrival was a refusing process (a refusal is quick, so it usually is) left its three keys in
     the store for good: about 0.9 keys a refused call on 4 processes, never reclaimed.
     """
-    if link.seq > 2:
-        old = f"{link.prefix}/{link.seq - 2}/"
+    kind = link.kinds.get(link.seq - 2)
+    if kind is not None:
+        old = f"{link.prefix}/{link.seq - 2}{kind}/"
         for suffix in ("v", "n", "d"):
             link.store.delete_key(old + suffix)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -43,10 +44,17 @@ from .verdict import _exchange, _verdict_device
 @dataclass
 class _Call:
     """A call in flight on a process group in this process; ``poisoned`` once another call on the
-    same group starts before it ends (``_enter``)."""
+    same group starts before it ends (``_enter``); ``number`` its number on the group here."""
 
     group: object  # held, so that its id stays this group's while the call is registered
     poisoned: bool = False
+    number: int = 0
+
+
+_NUMBERS: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+"""Calls started on each group in this process, refused ones included (``_enter``): a call's number
+goes into its verdict (``verdict._exchange``), so processes at different calls on one group are
+refused instead of paired."""
 
 
 _IN_FLIGHT: dict[int, _Call] = {}
@@ -77,13 +85,22 @@ def _enter(ctx: _Context) -> _Call | None:
         return None
     group = ctx.group if ctx.group is not None else dist.group.WORLD
     with _IN_FLIGHT_LOCK:
+        # Counted before the refusal below: the refused call is one this process made, and its
+        # peers may have made it for real (the race is per process), so its number is spent here
+        # as there. The next call's number then differs from the one its peers' pending call
+        # carries, and their verdicts refuse the pair instead of matching it.
+        try:
+            number = _NUMBERS.get(group, 0) + 1
+            _NUMBERS[group] = number
+        except TypeError:  # a group object that cannot be weakly referenced: unnumbered (0) everywhere
+            number = 0
         running = _IN_FLIGHT.get(id(group))
         if running is not None:
             running.poisoned = True
             raise TransferRejectedError(
                 f"transfer rejected before any data moved: process {ctx.me}: {_CONCURRENT_TEXT}", (ctx.me,)
             )
-        call = _IN_FLIGHT[id(group)] = _Call(group)
+        call = _IN_FLIGHT[id(group)] = _Call(group, number=number)
     return call
 
 
@@ -223,7 +240,8 @@ def _execute(
         mine = max((len(q) for q in (*sched.incoming.values(), *sched.outgoing.values())), default=0)
         phases: dict[str, float] = {"checks": time.perf_counter() - started}
         packed, sched.most_rounds = _exchange(
-            ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases
+            ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases,
+            call.number if call is not None else 0,
         )
 
         moving = time.perf_counter()

@@ -89,7 +89,7 @@ def _outcome(
         link = agree.link_of(ctx.group if ctx.group is not None else dist.group.WORLD)
         if link is not None:
             # Every process that finished sends the same word (``_OK``): the count decides.
-            answer = agree.agree_max(link, [status], limit, early=status != _OK, uniform=True)[0][0]
+            answer = agree.agree_max(link, [status], limit, early=status != _OK, uniform=True, kind="o")[0][0]
         else:
             word = torch.tensor([status], dtype=torch.int64, device=device)
             work = dist.all_reduce(word, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)

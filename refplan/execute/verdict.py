@@ -35,7 +35,7 @@ from .common import (
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
 
 
-_PROTOCOL = 8  # the verdict's messages and the agreements (7: a greeted group's through its store; 8: shorter)
+_PROTOCOL = 9  # the verdict's messages and the agreements (8: shorter; 9: call numbers, abandoned agreements)
 
 
 _HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
@@ -62,14 +62,19 @@ its brief and outcome agreements through its store (``agree``), a third of the c
 Protocol 8 keeps this message and makes those agreements shorter (``agree``: the process that
 completes a count with no unsettled record writes the answer without ``compare_set``, and the
 outcome exchanges no records): a process of protocol 7 would wait for answers written another
-way, so the two disagree here instead.
+way, so the two disagree here instead. Protocol 9 adds the call's number on its group (``call``:
+every call a process starts on the group, one refused there as concurrent included) to the header
+and to what the brief requires equal, and marks a store agreement a process stopped waiting for
+(``agree``), which protocol 8's processes would not read as such.
 """
 
 
-_HEADER_WORDS = 10  # magic, protocol, length, outcome, rounds, digest, rejected flag, global rank, device type, nonce
+_HEADER_WORDS = 11
+"""magic, protocol, length, outcome, rounds, digest, rejected flag, global rank, device type, nonce,
+call number."""
 
 
-_REASON_BYTES = (_HELLO_WORDS - _HEADER_WORDS) * 8  # 216
+_REASON_BYTES = (_HELLO_WORDS - _HEADER_WORDS) * 8  # 208
 
 
 
@@ -259,6 +264,7 @@ def _exchange(
     outcome: bool = True,
     rounds: int = 0,
     phases: dict[str, float] | None = None,
+    number: int = 0,
 ) -> tuple[frozenset[tuple[int, int, int]], int]:
     """Agree on every process's verdict: on a greeted group first by the two-word brief
     (``_BRIEF_WORDS``), which returns at once when it settles the call; otherwise (the group's
@@ -274,6 +280,14 @@ def _exchange(
     schedule has (``rounds`` is this process's), which bounds how long the outcome agreement may
     wait for the slowest process. ``phases`` receives the seconds of the exchange (with
     ``meanwhile``) as ``verdict``.
+
+    ``number`` is the call's number on its group in this process (``call._enter``: every call
+    started on the group, one refused there as concurrent included). Calls are matched in the
+    order each process makes them, so a call that some processes refused alone (before it touched
+    the group) leaves the others' calls paired with their next ones: equal keys and digests
+    matched a process's k-th call with a peer's (k-1)-th, and both returned normally with the
+    other iteration's data. The number must be equal too; a group whose processes disagree about
+    it is out of step for good, and every later call on it is refused.
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -290,13 +304,13 @@ def _exchange(
     group = _group_of(ctx)
     greeted = bool(_GREETED.get(group))
     header = [_MAGIC, _PROTOCOL, _HELLO_WORDS, int(outcome), rounds, digest, int(reason is not None),
-              ctx.global_rank, code, 0 if greeted else agree.offer(group)]
+              ctx.global_rank, code, 0 if greeted else agree.offer(group), number]
     started = time.monotonic()
     done: frozenset[tuple[int, int, int]] = frozenset()
     if greeted:
         # Everything the full message requires equal (its first ``_HELLO_AGREED`` words), the
         # digest and the device type, read from the header the full exchange would send.
-        brief = _brief((*header[:_HELLO_AGREED], digest, code), reason is not None, rounds)
+        brief = _brief((*header[:_HELLO_AGREED], digest, code, number), reason is not None, rounds)
         try:
             reduced, done = _reduce(ctx, device, brief, timeout, meanwhile)
         except Exception as exc:
@@ -334,6 +348,19 @@ def _exchange(
             f"options ({detail})",
             tuple(ctx.members),
         )
+    numbers: dict[int, list[int]] = {}
+    for r, row in enumerate(rows):
+        numbers.setdefault(row[10], []).append(ctx.members[r])
+    if len(numbers) > 1:
+        # Before refusals and digests: rows of different calls say nothing about one call.
+        detail = "; ".join(f"call {n} on processes {procs}" for n, procs in sorted(numbers.items()))
+        raise TransferRejectedError(
+            "transfer rejected before any data moved: the processes are at different calls on this group "
+            f"({detail}); calls on a group are matched in the order each process makes them, and a call that some "
+            "processes refused alone (two at once in one process) or never made leaves the group out of step for "
+            "good: every later call on it is refused. Use a new process group (dist.new_group) for later calls",
+            tuple(ctx.members),
+        )
     most_rounds = max(max(row[4], 0) for row in rows)
     refused = [(r, row) for r, row in enumerate(rows) if row[6]]
     if refused:
@@ -349,7 +376,7 @@ def _exchange(
         detail = ", ".join(f"{d & (2**64 - 1):#018x} on processes {procs}" for d, procs in sorted(digests.items()))
         raise TransferRejectedError(
             "transfer rejected before any data moved: processes disagree about the transfer schedule "
-            f"(plans, endpoints, budget, dtypes or endpoint_ranks): {detail}",
+            f"(plans, endpoints, budget, dtypes, endpoint_ranks or key): {detail}",
             tuple(ctx.members),
         )
     kinds: dict[int, list[int]] = {}
