@@ -17,7 +17,15 @@ import torch
 
 from refplan import TransferEndpoints, TransferPlan, TransferSegment
 from refplan.cli.sync import run_ranks
-from refplan.execute import StagingBudget, TransferRejectedError, call, checks, execute_transfer, schedule
+from refplan.execute import (
+    StagingBudget,
+    TransferRejectedError,
+    call,
+    checks,
+    execute_transfer,
+    execute_transfers,
+    schedule,
+)
 from refplan.execute.common import _Context, _Refusal
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("execute")]
@@ -42,15 +50,15 @@ def test_the_batch_s_segments_alone_are_refused_before_any_is_checked() -> None:
                          budget=StagingBudget(max_work=max_work))
 
     with pytest.raises(TransferRejectedError) as info:
-        call(5)  # 3 segments x 2 units
+        call(8)  # 1 parameter x 3 units + 3 segments x 2 units
     message = str(info.value)
     assert message.endswith(
-        "the batch is estimated at 6 work units, above max_work=5: raise StagingBudget(max_work=...) to accept it "
-        "(3 segments, each checked by every process before the verdict; a unit is about 20 µs)"
+        "the batch is estimated at 9 work units, above max_work=8: raise StagingBudget(max_work=...) to accept it "
+        "(1 parameter and 3 segments, each checked by every process before the verdict; a unit is about 20 µs)"
     ), message
-    assert "above max_work=5" in message and "StagingBudget(max_work=...)" in message
+    assert "above max_work=8" in message and "StagingBudget(max_work=...)" in message
     assert torch.equal(target, torch.zeros(3))
-    call(6)  # exactly the estimate passes
+    call(9)  # exactly the estimate passes
     assert torch.equal(target, source)
 
 
@@ -97,6 +105,23 @@ def test_the_default_bound_refuses_ten_to_the_five_segments_without_checking_the
     assert checked == [0, 1, 2, 0, 1, 2] and digests == ["checks", "call"], (checked, digests)
 
 
+def test_many_parameters_are_weighed_before_any_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each parameter costs more than its segments (its plan, dtype, buffers and digest entry):
+    30 000 one-segment parameters passed the default bound by their 30 000 segments and took
+    about 4 s a process; they are now refused by their count, before any is checked."""
+    monkeypatch.setattr(checks, "_check_segment", lambda *a: pytest.fail("a segment checked for a refused batch"))
+    n = 30_000
+    plans = {f"p{i}": _plan(1) for i in range(n)}
+    ends = TransferEndpoints({0: 0}, {0: 0})
+    buffers = {name: {0: torch.zeros(1)} for name in plans}
+    with pytest.raises(TransferRejectedError) as info:
+        execute_transfers(plans, buffers, {name: {0: torch.zeros(1)} for name in plans}, ends,
+                          dtypes=dict.fromkeys(plans, torch.float32))
+    message = str(info.value)
+    assert f"estimated at {n * 5} work units, above max_work=131072" in message, message
+    assert f"({n} parameters and {n} segments, each checked" in message, message
+
+
 def _context(me: int) -> _Context:
     """Process ``me`` of a 2-process group, for the checks alone (no collective is made)."""
     return _Context(None, True, me, (0, 1), (0, 1), me, "gloo", {"cpu": "gloo"})
@@ -106,14 +131,14 @@ def test_chunks_and_rounds_of_this_process_are_weighed_before_any_chunk_is_built
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A one-element staging budget on 4096 elements: 4096 chunks and rounds, within max_chunks and
-    max_rounds, refused by arithmetic (2 + 4096 + 8 x 4096 units) before ``_chunks`` runs; a
+    max_rounds, refused by arithmetic (3 + 2 + 4096 + 8 x 4096 units) before ``_chunks`` runs; a
     receiving process weighs its side the same way."""
     seg = TransferSegment(0, 0, (1,), 0, 0, (1,), (4096,))
     plan = TransferPlan((seg,), (4096,), 4096)
     ends = TransferEndpoints({0: 0}, {0: 1})
     # Replaced where _build_queues looks it up; the accepted schedule at the end shows it is.
     monkeypatch.setattr(schedule, "_chunks", lambda *a: pytest.fail("chunks built for a refused schedule"))
-    budget = StagingBudget(8, max_work=2 + 4096 + 8 * 4096 - 1)  # 4 bytes a message: one float32
+    budget = StagingBudget(8, max_work=3 + 2 + 4096 + 8 * 4096 - 1)  # 4 bytes a message: one float32
     for me, side in ((0, "source"), (1, "target")):
         buffers: dict[str, dict[int, Any]] = {"w": {0: torch.zeros(4096)}}
         source, target = (buffers, {}) if side == "source" else ({}, buffers)
@@ -121,8 +146,8 @@ def test_chunks_and_rounds_of_this_process_are_weighed_before_any_chunk_is_built
             checks._prepare(_context(me), {"w": plan}, source, target, ends, {"w": torch.float32}, budget, None,
                             "global", torch.device("cpu"))
         message = str(info.value)
-        assert message.startswith(f"the schedule of this process is estimated at {2 + 4096 + 8 * 4096} work units, "
-                                  "above max_work=36865: raise StagingBudget(max_work=...)"), message
+        assert message.startswith(f"the schedule of this process is estimated at {3 + 2 + 4096 + 8 * 4096} work "
+                                  "units, above max_work=36868: raise StagingBudget(max_work=...)"), message
         assert "4096 network chunks, at least 4096 rounds with bytes_per_peer=8" in message, message
     # The same schedule under the default budget is accepted and does reach the replaced _chunks.
     with pytest.raises(pytest.fail.Exception, match="chunks built"):
@@ -139,7 +164,7 @@ def test_work_bound_is_collective_and_the_default_lets_small_schedules_through()
     assert all(r["raised"] == "TransferRejectedError" and r["unchanged"] for r in refused), refused
     assert len({r["message"] for r in refused}) == 1, refused
     message = refused[0]["message"]
-    assert "process 0:" in message and "process 1:" in message and "above max_work=2305" in message
+    assert "process 0:" in message and "process 1:" in message and "above max_work=2308" in message
     for r in results:
         for case in ("at_estimate", "default"):
             assert r[case]["exact"] and r[case]["guards"] and r[case]["sources_intact"], (case, r[case])

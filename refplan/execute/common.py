@@ -117,11 +117,12 @@ class StagingBudget:
     parameter is refused the same way. Exhausting ``bytes_per_peer`` makes more rounds, never a
     larger message.
     ``max_work`` bounds what one process does before the verdict (and the per-piece part of its
-    movement), estimated by arithmetic before anything is built (``_work``): every segment of the
-    batch (each process checks and hashes all of them) costs ``_SEGMENT_WORK`` units, every network
-    chunk of this process ``_CHUNK_WORK`` and every round of its schedule ``_ROUND_WORK``; a unit is
-    about 20 µs on 4 processes sharing 2 cores. The default (2**17, about 2.6 s there; at most 65 536
-    segments in a batch) refuses a schedule of many tiny pieces (10**5 one-element segments, a
+    movement), estimated by arithmetic before anything is built (``_work``): every parameter of
+    the batch costs ``_PARAMETER_WORK`` units and every segment ``_SEGMENT_WORK`` (each process
+    checks and hashes all of them), every network chunk of this process ``_CHUNK_WORK`` and every
+    round of its schedule ``_ROUND_WORK``; a unit is about 20 µs on 4 processes sharing 2 cores.
+    The default (2**17, about 2.6 s there; at most 26 214 one-segment parameters, or one parameter
+    of 65 534 segments, in a batch) refuses a schedule of many tiny pieces (10**5 one-element segments, a
     one-element staging budget) at once, with a message naming this field, instead of spending tens
     of seconds on every process before any byte moves. Raise it to accept such a schedule.
     """
