@@ -43,22 +43,68 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LoadReport:
-    """Bytes (or elements) sent per source process (or location), local copies apart."""
+    """Bytes (or elements) sent per source process (or location), local copies apart.
+
+    ``senders``: the processes (locations) that could send, as far as ``sender_load`` knew them
+    (the ``senders`` it was given, every process ``endpoints`` binds a source location to, and
+    every one that sent), sorted; ``None`` when it could not know them: without endpoints or
+    ``senders``, the plans name only the locations that did send, not the other holders.
+    """
 
     sent: dict[int, int]
     local: dict[int, int]
     by_process: bool
+    senders: tuple[int, ...] | None = None
 
     @property
     def total_sent(self) -> int:
         return sum(self.sent.values())
 
     def imbalance(self, senders: int | None = None) -> float:
-        """Busiest sender over the even share among ``senders`` (default: those that could send)."""
-        count = senders if senders is not None else len(self.sent)
-        if count == 0 or self.total_sent == 0:
+        """Busiest sender over the even share among ``senders`` (default: those that could send,
+        ``self.senders``); 1.0 when nothing was sent.
+
+        Why no fallback to the senders in ``sent``: those are only the ones that did send, so a
+        plan sending everything from one of four replicas would report perfect balance (1.0). When
+        the report does not know who could send (``self.senders`` is ``None``) and something was
+        sent, this raises ``ValueError`` rather than print that number: pass the count here, or
+        ``senders=`` (or ``endpoints=``) to ``sender_load``.
+        """
+        if self.total_sent == 0:
+            return 1.0
+        if senders is not None:
+            count = senders
+        elif self.senders is not None:
+            count = len(self.senders)
+        else:
+            raise ValueError(
+                "imbalance() cannot tell which senders could send: the report was made without "
+                "endpoints or senders; pass the count (imbalance(n)) or senders= to sender_load"
+            )
+        if count == 0:
             return 1.0
         return max(self.sent.values()) / (self.total_sent / count)
+
+
+def _check_endpoints(endpoints: object) -> None:
+    """``endpoints`` must be a ``TransferEndpoints`` or ``None``: ``TypeError`` in
+    ``plan_transfers``'s words, before a report reads it (a maps file's ``{"source": ...,
+    "target": ...}`` dict, the likely mistake, ended in a bare ``AttributeError``)."""
+    if endpoints is not None and not isinstance(endpoints, TransferEndpoints):
+        raise TypeError(
+            f"endpoints must be a TransferEndpoints(source, target) (location -> process on each side) "
+            f"or None, got a {type(endpoints).__name__}"
+        )
+
+
+def _cost_model(cost: object) -> CostModel:
+    """``cost`` or the default ``CostModel``; ``TypeError`` for anything else (before, a string
+    or a dict ended in a bare ``AttributeError`` of ``.network``)."""
+    if cost is None:
+        return CostModel()
+    if not isinstance(cost, CostModel):
+        raise TypeError(f"cost must be a CostModel or None, got a {type(cost).__name__}")
+    return cost
 
 
 def _bound(endpoints: TransferEndpoints, plans: Mapping[str, TransferPlan]) -> None:
@@ -105,8 +151,12 @@ def sender_load(
     since it uses no link. ``senders`` pre-seeds zero rows so idle senders show up.
     ``element_size`` is what ``plan_transfers`` takes (an ``int`` for every parameter, or one
     per parameter); a parameter without one, or a location ``endpoints`` does not bind, is
-    refused by name.
+    refused by name; ``endpoints`` that is not a ``TransferEndpoints`` is a ``TypeError``, as in
+    ``plan_transfers``. The report keeps who could send (``LoadReport.senders``: the ``senders``
+    given and the processes ``endpoints`` binds source locations to), read off those arguments
+    with no per-element work, so ``imbalance()`` divides by them and not by who happened to send.
     """
+    _check_endpoints(endpoints)
     sent: dict[int, int] = dict.fromkeys(senders or [], 0)
     local: dict[int, int] = {}
     try:
@@ -123,7 +173,12 @@ def sender_load(
         if endpoints is not None:
             _bound(endpoints, plans)  # names the unbound location
         raise
-    return LoadReport(sent, local, endpoints is not None)
+    could: set[int] | None = None
+    if senders is not None or endpoints is not None:
+        could = set(sent)
+        if endpoints is not None:
+            could.update(endpoints.source.values())
+    return LoadReport(sent, local, endpoints is not None, None if could is None else tuple(sorted(could)))
 
 
 @dataclass(frozen=True)
@@ -154,9 +209,11 @@ def estimate_sync_time(
 
     Without endpoints, source and target locations stand for processes in two disjoint sets
     (nothing is local, every path is ``network``); without element sizes, elements count as bytes.
-    ``element_size`` and ``endpoints`` are checked as in ``sender_load``.
+    ``element_size`` and ``endpoints`` are checked as in ``sender_load``; a ``cost`` that is not a
+    ``CostModel`` is a ``TypeError``.
     """
-    model = cost or CostModel()
+    _check_endpoints(endpoints)
+    model = _cost_model(cost)
     egress: dict[int, float] = {}
     ingress: dict[int, float] = {}
     local: dict[int, float] = {}
@@ -304,12 +361,15 @@ def _augment(
     return 0
 
 
-def max_load_for(groups: Mapping[tuple[int, ...], int], capacity: Fraction) -> tuple[bool, tuple[int, ...]]:
+def max_load_for(groups: Mapping[tuple[int, ...], int], capacity: Fraction | int) -> tuple[bool, tuple[int, ...]]:
     """Can ``groups`` (candidate units → bytes) be served with at most ``capacity`` per unit?
 
     Returns (feasible, a violating unit set when infeasible). Exact: capacities are scaled to
-    integers by the denominator of ``capacity``.
+    integers by the denominator of ``capacity``, so it must be a ``Fraction`` or an ``int``
+    (``TypeError`` otherwise: a float has no exact denominator, and a bool is no capacity).
     """
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, Fraction)):
+        raise TypeError(f"capacity must be a Fraction or an int, got a {type(capacity).__name__}")
     units = sorted({u for members in groups for u in members})
     index = {u: i for i, u in enumerate(units)}
     keys = sorted(groups)
@@ -395,9 +455,9 @@ def sync_time_lower_bound(
     The busiest sender moves at least ``bound.bytes`` in at least one message, at best at the
     fastest non-local path's speed; each target process receives its non-local bytes the same
     way. With ``process_node`` a same-node path may be the fastest; without it every remote path
-    is ``network``.
+    is ``network``. A ``cost`` that is not a ``CostModel`` is a ``TypeError``.
     """
-    model = cost or CostModel()
+    model = _cost_model(cost)
     links = [model.network] + ([model.node] if process_node is not None else [])
     alpha = min(link.alpha for link in links)
     beta = max(link.beta for link in links)

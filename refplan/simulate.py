@@ -32,7 +32,7 @@ import numpy as np
 
 from .box import volume
 from .errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
-from .maps import ParamAffineMap
+from .maps import ParamAffineMap, as_int
 from .plan import TransferPlan, TransferSegment
 
 __all__ = [
@@ -59,6 +59,40 @@ def _refuse_budget(what: str, needed: int, max_elements: int) -> None:
         )
 
 
+def _extents(shape: Any, what: str) -> tuple[int, ...]:
+    """``shape`` as non-negative exact ints (``maps.as_int``: no bool, no float, no truncation), or
+    ``InvalidMapError`` naming ``what``.
+
+    Why before anything else: the element budget is a sum of volumes, and the volume of a shape
+    with one negative extent is negative, so an unchecked shape could cancel a huge shard elsewhere
+    and let it be allocated under ``max_elements`` (two negative extents even make a positive
+    volume: ``(-2, -3)`` passed as 6 elements). ``int()`` would also truncate a 3.7 into a
+    3-element shard that no map describes."""
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise InvalidMapError(f"{what}: shape {shape!r} is not a sequence of extents") from None
+    out: list[int] = []
+    for extent in items:
+        value = as_int(extent)
+        if value is None:
+            raise InvalidMapError(f"{what}: extent {extent!r} of shape {items!r} is not an integer "
+                                  f"(a {type(extent).__name__})")
+        if value < 0:
+            raise InvalidMapError(f"{what}: shard shape {items!r} has a negative extent")
+        out.append(value)
+    return tuple(out)
+
+
+def _location(key: Any, what: str) -> int:
+    """A location key as an exact int (``maps.as_int``), or ``InvalidMapError``: ``int(0.5)`` would
+    silently make it location 0."""
+    value = as_int(key)
+    if value is None:
+        raise InvalidMapError(f"{what} location {key!r} is not an integer (a {type(key).__name__})")
+    return value
+
+
 def logical_markers(
     shape: Sequence[int], dtype: Any = np.int64, *, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> Array:
@@ -67,9 +101,18 @@ def logical_markers(
     Markers make a value identify its logical element, so "target equals expected" means "every
     element landed where it belongs" rather than "the data happened to agree". A narrow dtype
     (fp16 above 2048, int8 above 127) would repeat values and hide a misplaced element, so the
-    round trip back to int64 must be exact or this raises ``ValueError``.
+    round trip back to int64 must be exact or this raises ``ValueError``. Extents follow the
+    integer rule (``maps.as_int``): a float or a bool is a ``TypeError``, never truncated (``int()``
+    made ``(2.9,)`` a 2-element F), and a negative extent a ``ValueError``.
     """
-    shape_t = tuple(int(s) for s in shape)
+    extents: list[int] = []
+    for extent in shape:
+        value = as_int(extent)
+        if value is None:
+            raise TypeError(f"logical shape {tuple(shape)!r}: extent {extent!r} is not an integer "
+                            f"(a {type(extent).__name__})")
+        extents.append(value)
+    shape_t = tuple(extents)
     if any(s < 0 for s in shape_t):
         raise ValueError(f"logical shape {shape_t} has a negative extent")
     numel = volume(shape_t)
@@ -157,9 +200,11 @@ def extract_shards(
         raise InvalidMapError(f"full tensor has shape {tuple(full.shape)}, the map describes {logical}")
     flat_full = np.ascontiguousarray(full).reshape(-1)
     ranks = param_map.ranks
+    # Every shard shape is checked before its volume enters the budget (see ``_extents``).
+    shards = {rank: _extents(shape, f"location {rank}") for rank, shape in param_map.shard_shapes.items()}
     needed = 0
     for rank in ranks:
-        shard = param_map.shard_shapes.get(rank)
+        shard = shards.get(rank)
         if shard is not None:
             needed += volume(shard)
         needed += sum(p.numel for p in param_map.pieces_by_rank.get(rank, ()) if _nonempty(p.shape))
@@ -167,13 +212,11 @@ def extract_shards(
     out: dict[int, Array] = {}
     for rank in ranks:
         pieces = param_map.pieces_by_rank.get(rank, ())
-        shard_shape = param_map.shard_shapes.get(rank)
+        shard_shape = shards.get(rank)
         if shard_shape is None:
             if any(_nonempty(p.shape) for p in pieces):
                 raise InvalidMapError(f"location {rank} lists pieces but declares no shard shape")
             continue
-        if any(s < 0 for s in shard_shape):
-            raise InvalidMapError(f"location {rank}: shard shape {shard_shape} has a negative extent")
         flat = np.zeros(volume(shard_shape), dtype=flat_full.dtype)
         written = np.zeros(flat.size, dtype=np.int64)
         for index, piece in enumerate(pieces):
@@ -303,14 +346,21 @@ def simulate(
     shard: running it would read or write memory that is not the shard, and ``as_strided`` would
     not stop it. The refusal check runs before any copy, and the elements that will be touched
     (segment elements plus all buffers) must fit ``max_elements`` or the whole run is refused.
+    Target shapes and location keys are checked first (non-negative exact ints, ``maps.as_int``;
+    else ``InvalidMapError`` naming the location): a negative extent would make that budget sum
+    lie (see ``_extents``), and ``int()`` would truncate a float extent into another shape.
     """
     if guard < 0:
         raise ValueError(f"guard must be non-negative, got {guard}")
     segments, _shape = _segments_of(plan)
-    sources = {int(r): np.ascontiguousarray(a).reshape(-1) for r, a in source_shards.items()}
+    sources = {_location(r, "source"): np.ascontiguousarray(a).reshape(-1) for r, a in source_shards.items()}
     dtype = np.result_type(*sources.values()) if sources else np.dtype(np.int64)
     fill = _default_sentinel(dtype) if sentinel is None else sentinel
-    shapes = {int(r): tuple(int(s) for s in shape) for r, shape in target_shapes.items()}
+    # Checked before the budget sums their volumes and before any buffer exists (see ``_extents``).
+    shapes: dict[int, tuple[int, ...]] = {}
+    for r, shape in target_shapes.items():
+        rank = _location(r, "target")
+        shapes[rank] = _extents(shape, f"target location {rank}")
     source_shapes = {r: (a.size,) for r, a in sources.items()}
 
     refused: list[str] = []

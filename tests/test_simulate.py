@@ -277,3 +277,81 @@ def test_guards_catch_a_stray_write_if_the_bounds_check_were_wrong(monkeypatch: 
     assert not result.guards_intact
     with pytest.raises(AssertionError, match="leave its buffer"):  # without guards: refused, not run
         simulate(hand_plan(segs), _sources(), TARGET.shard_shapes, guard=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes are checked before the budget is summed or anything is allocated (an outside audit).
+
+_BIG = 10**6
+_ONE = ParamAffineMap((4,), {0: (4,)}, {0: [AffinePiece((4,), 0, (1,), 0, (1,), [0])]})
+# location 0 declares a 1e6-element shard, location 1 a shard whose negative extent cancels it
+_CANCELLING = ParamAffineMap(
+    (4,), {0: (_BIG,), 1: (-1, _BIG - 8)}, {0: [AffinePiece((4,), 0, (1,), 0, (1,), [0])]}
+)
+
+
+def _peak_bytes(fn: object) -> tuple[BaseException | None, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()  # type: ignore[operator]
+        caught: BaseException | None = None
+    except Exception as exc:
+        caught = exc
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return caught, peak
+
+
+def test_extract_shards_checks_every_shape_before_the_budget() -> None:
+    """A negative extent in one location's shape made its volume negative, cancelling a huge shard
+    elsewhere in the budget sum: 8 MB were allocated under ``max_elements=1000`` and the error was
+    an unrelated "written 0 times". Now the bad location is named before anything is allocated."""
+    caught, peak = _peak_bytes(lambda: extract_shards(_CANCELLING, logical_markers((4,)), max_elements=1000))
+    assert isinstance(caught, InvalidMapError) and "location 1" in str(caught), caught
+    assert peak < 100_000
+
+
+def test_simulate_transfer_checks_target_shapes_before_allocating() -> None:
+    caught, peak = _peak_bytes(lambda: simulate_transfer(_CANCELLING, _ONE, [], max_elements=1000))
+    assert isinstance(caught, InvalidMapError) and "location 1" in str(caught), caught
+    assert peak < 100_000
+
+
+def test_simulate_refuses_a_negative_target_extent_before_allocating() -> None:
+    """``simulate`` allocated 8 MB, then failed with numpy's bare "negative dimensions"."""
+    caught, peak = _peak_bytes(
+        lambda: simulate([], {0: np.arange(4)}, {0: (_BIG,), 1: (-_BIG + 8,)}, max_elements=1000)
+    )
+    assert isinstance(caught, InvalidMapError) and "location 1" in str(caught), caught
+    assert peak < 100_000
+
+
+def test_simulate_refuses_two_negative_extents() -> None:
+    """(-2, -3) has volume 6 and was taken as a 6-element target."""
+    with pytest.raises(InvalidMapError, match="location 0"):
+        simulate([], {0: np.arange(4)}, {0: (-2, -3)})
+
+
+def test_simulate_still_refuses_an_honest_budget_overrun() -> None:
+    with pytest.raises(AffineTransferError, match="max_elements"):
+        simulate([], {0: np.arange(4)}, {0: (_BIG,)}, max_elements=1000)
+
+
+@pytest.mark.parametrize("shape", [(3.7,), (True,), (2, "3")])
+def test_simulate_refuses_non_integer_target_extents(shape: tuple[object, ...]) -> None:
+    """``int()`` truncated 3.7 to a 3-element target; the integer rule refuses it instead."""
+    with pytest.raises(InvalidMapError, match="location 0"):
+        simulate([], {0: np.arange(4)}, {0: shape})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("shape", [(2.9,), (True, 2), (np.float64(2.0),)])
+def test_logical_markers_refuses_non_integer_extents(shape: tuple[object, ...]) -> None:
+    """``logical_markers((2.9,))`` returned shape (2,): a truncated F."""
+    with pytest.raises(TypeError, match="integer"):
+        logical_markers(shape)  # type: ignore[arg-type]
+
+
+def test_logical_markers_takes_numpy_integer_extents() -> None:
+    assert logical_markers((np.int64(2), 3)).shape == (2, 3)

@@ -371,9 +371,15 @@ def sender_loads(
     case: Case, plans: Mapping[str, Any], placement: Mapping[str, Mapping[int, int]] | None = None
 ) -> dict[int, int]:
     """Bytes (elements without ``element_size``) per sending process (location without endpoints,
-    unless the adapter placed the locations: ``Outcome.placement``)."""
+    unless the adapter placed the locations: ``Outcome.placement``).
+
+    ``element_size`` is read as the planner reads it: one ``int`` is every parameter's size (the
+    maps format's ``"element_size": 2``, which ``parse_case`` accepts; before, ``sizes.get`` on it
+    ended in ``AttributeError``), a mapping gives one per parameter (1 for a name it lacks)."""
     raw = case.raw
-    sizes = raw.get("element_size") or {}
+    given = raw.get("element_size")
+    every = given if type(given) is int else None  # bool excluded, as in limits.element_sizes
+    sizes = given if isinstance(given, Mapping) else {}
     ends = raw.get("endpoints")
     src_proc = {int(k): v for k, v in ends["source"].items()} if ends else None
     tgt_proc = {int(k): v for k, v in ends["target"].items()} if ends else None
@@ -381,7 +387,7 @@ def sender_loads(
         src_proc, tgt_proc = dict(placement["source"]), dict(placement["target"])
     load: dict[int, int] = {}
     for name, plan in plans.items():
-        unit = int(sizes.get(name, 1))
+        unit = every if every is not None else int(sizes.get(name, 1))
         for seg in plan["segments"]:
             src, tgt = seg["source"][0], seg["target"][0]
             if src_proc is not None and tgt_proc is not None:
