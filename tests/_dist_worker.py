@@ -1613,6 +1613,51 @@ def s2_abandoned(me: int, world: int) -> dict[str, Any]:
     return {"greeted": greeted, "late": late, "retry": retry}
 
 
+def s2_broken(me: int, world: int) -> dict[str, Any]:
+    """A group that agrees by its collectives (its store path turned off): process 0's verdict
+    all-reduce times out after 1 s, process 1 arrives 3 s late. A collective has no abandoned mark:
+    the late process may still complete it, and its next collective would meet process 0's next
+    call. So process 0 never uses that group again (refused at once, before anything is posted);
+    process 1's call raises too. A group that is not a group is refused by name."""
+    from refplan.execute import agree
+
+    saved = agree._STORE_MAX_PROCESSES
+    agree._STORE_MAX_PROCESSES = 1  # read when the group's first call offers its store: none offered
+    try:
+        group = dist.new_group([0, 1])
+        rows = contiguous_split_map((6, 4), [3, 3], 0)
+        pairs: Pairs = {"w": (contiguous_split_map((6, 4), [2, 2], 1), rows)}
+        dtypes = {"w": torch.float32}
+        ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+        greeted = run_exact(pairs, ends, dtypes, me, group=group)
+        linked = agree.link_of(group) is not None
+        plans = plan(pairs, ends, dtypes, "balanced")
+        buffers = make_buffers(pairs, ends, me, dtypes)
+        if me == 1:
+            time.sleep(3.0)
+        late = _error_of(partial(execute_transfers, plans, buffers.sources, buffers.targets, ends, dtypes=dtypes,
+                                 timeout=timedelta(seconds=1 if me == 0 else 5), group=group))
+        out: dict[str, Any] = {"greeted": greeted, "linked": linked, "late": late}
+        if me == 0:
+            again = make_buffers(pairs, ends, me, dtypes)
+            started = time.monotonic()
+            out["again"] = expect_rejection(
+                partial(execute_transfers, plans, again.sources, again.targets, ends, dtypes=dtypes,
+                        timeout=TIMEOUT, group=group),
+                again,
+            )
+            out["again"]["seconds"] = time.monotonic() - started
+        not_a_group = make_buffers(pairs, ends, me, dtypes)
+        out["not_a_group"] = expect_rejection(
+            partial(execute_transfers, plans, not_a_group.sources, not_a_group.targets, ends, dtypes=dtypes,
+                    timeout=TIMEOUT, group="world"),  # type: ignore[arg-type]
+            not_a_group,
+        )
+        return out
+    finally:
+        agree._STORE_MAX_PROCESSES = saved
+
+
 def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
                      ends: TransferEndpoints, group: Any = None) -> dict[str, Any]:
     import threading
@@ -1827,6 +1872,7 @@ TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("outcome", s2_outcome),
     ("concurrent", s2_concurrent),
     ("abandoned", s2_abandoned),
+    ("broken", s2_broken),
     ("keys", s2_keys),
     ("brief", s2_brief),
 ]

@@ -359,6 +359,26 @@ def test_a_call_marked_before_its_verdict_is_refused_everywhere(two: dict[str, l
     assert "process 0: another execute_transfers call on this process group" in firsts[0]["message"]
 
 
+def test_a_group_whose_collective_failed_here_is_not_used_again(two: dict[str, list[Any]]) -> None:
+    """On a group that agrees by its collectives, process 0's verdict timed out while process 1
+    was late; nothing marks a collective abandoned, so the late process could complete it and its
+    next collective meet process 0's next call (a retry), which left the processes of one call
+    disagreeing, or the group out of step. Process 0 now refuses that group at once; the late
+    process's call raises as well."""
+    zero, one = (r for r in scenario(two, "broken"))
+    for res in (zero, one):
+        assert not res["linked"], "the group agreed through its store: the collective path was not tested"
+        assert all(res["greeted"][k] for k in ("exact", "guards", "sources_intact")), res["greeted"]
+        assert res["not_a_group"]["raised"] == "TransferRejectedError", res["not_a_group"]
+        assert "group must be a torch.distributed ProcessGroup or None, got str" in res["not_a_group"]["message"]
+    assert zero["late"]["raised"] == "TransferExecutionError" and "no data moved" in zero["late"]["message"]
+    assert one["late"]["raised"] == "TransferExecutionError", one["late"]
+    again = zero["again"]
+    assert again["raised"] == "TransferRejectedError" and again["unchanged"] and again["seconds"] < 2, again
+    assert "an earlier call's collective on this process group failed" in again["message"], again["message"]
+    assert "dist.new_group" in again["message"]
+
+
 def test_keys_refuse_same_shaped_syncs_issued_in_different_orders(two: dict[str, list[Any]]) -> None:
     per_process = scenario(two, "keys")
     for index in (0, 1):

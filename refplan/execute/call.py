@@ -38,7 +38,7 @@ from .common import (
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
 from .transport import _drain, _keep, _move, _pack_ahead, _program
-from .verdict import _exchange, _verdict_device
+from .verdict import _exchange, _verdict_device, broken
 
 
 @dataclass
@@ -84,6 +84,15 @@ def _enter(ctx: _Context) -> _Call | None:
     if not ctx.collective:
         return None
     group = ctx.group if ctx.group is not None else dist.group.WORLD
+    failed = broken(group)
+    if failed is not None:
+        raise TransferRejectedError(
+            f"transfer rejected before any data moved: process {ctx.me}: an earlier call's collective on this "
+            f"process group failed in this process ({failed}); a peer may still complete it, and its next "
+            "collective would meet this call, so the group is not used again: use a new process group "
+            "(dist.new_group)",
+            (ctx.me,),
+        )
     with _IN_FLIGHT_LOCK:
         # Counted before the refusal below: the refused call is one this process made, and its
         # peers may have made it for real (the race is per process), so its number is spent here

@@ -219,6 +219,13 @@ def _context(group: dist.ProcessGroup | None, mode: str) -> _Context:
         if group is not None:
             raise TransferRejectedError("a process group was given but torch.distributed is not initialized")
         return _Context(None, False, 0, (0,), (0,), 0, "", {})
+    non_member = getattr(getattr(dist, "GroupMember", None), "NON_GROUP_MEMBER", None)  # new_group's answer outside
+    if group is not None and group is not non_member and not isinstance(group, dist.ProcessGroup):
+        # A bare KeyError from torch's group registry before; no peer's collective can include a
+        # call whose group this process cannot name.
+        raise TransferRejectedError(
+            f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}"
+        )
     global_ranks = tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
     group_rank = dist.get_rank(group)
     if group_rank < 0:

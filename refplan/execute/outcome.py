@@ -23,7 +23,7 @@ import torch.distributed as dist
 from . import agree
 from .common import MAX_TIMEOUT, TransferExecutionError, _Context, _describe, _ended
 from .schedule import _Schedule
-from .verdict import _gather
+from .verdict import _gather, mark_broken
 
 _OK, _FAILED, _CONCURRENT = 0, 1, 2  # status words of the outcome agreement
 
@@ -92,9 +92,13 @@ def _outcome(
             answer = agree.agree_max(link, [status], limit, early=status != _OK, uniform=True, kind="o")[0][0]
         else:
             word = torch.tensor([status], dtype=torch.int64, device=device)
-            work = dist.all_reduce(word, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
-            if work is not None:
-                work.wait(limit)
+            try:
+                work = dist.all_reduce(word, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
+                if work is not None:
+                    work.wait(limit)
+            except Exception as exc:
+                mark_broken(ctx.group if ctx.group is not None else dist.group.WORLD, "an outcome's all-reduce", exc)
+                raise
             answer = int(word.item())
         if answer == _OK:  # the same answer everywhere: every process returns here
             return

@@ -13,6 +13,7 @@ rejections read exactly as before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import weakref
@@ -137,6 +138,30 @@ a group whose collective already failed, which torch.distributed does not promis
 (a destroyed group's object takes its entry with it; a new group greets again)."""
 
 
+_BROKEN: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+"""Groups on which one of this executor's collectives (an all-reduce or all-gather of a verdict or
+an outcome) failed or timed out in this process, with what happened. A store agreement that a
+process gives up on is marked abandoned so that nobody completes it (``agree``); a collective has
+no such mark: a peer arriving after this process's timeout may still complete it with this
+process's contribution, and its next collective then meets this process's next call. So such a
+group is refused from then on in this process (``call.execute_transfers``), before anything is
+posted on it, as torch.distributed does not promise a group usable after a failed collective."""
+
+
+def broken(group: object) -> str | None:
+    """What failed on ``group`` in this process (``_BROKEN``), or ``None``."""
+    try:
+        return _BROKEN.get(group)
+    except TypeError:  # not weakly referenceable: never marked
+        return None
+
+
+def mark_broken(group: object, what: str, exc: BaseException) -> None:
+    """Record that a collective of this executor failed on ``group`` (``_BROKEN``)."""
+    with contextlib.suppress(TypeError):  # not weakly referenceable: never marked
+        _BROKEN.setdefault(group, f"{what}: {_describe(exc)}")
+
+
 def _group_of(ctx: _Context) -> object:
     return ctx.group if ctx.group is not None else dist.group.WORLD
 
@@ -189,10 +214,14 @@ def _reduce(
         return agree.agree_max(link, words, timeout, early=_settled([words[0], words[1]]) is None,
                                meanwhile=meanwhile)
     mine = torch.tensor(list(words), dtype=torch.int64, device=device)
-    work = dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
-    done = _run_meanwhile(meanwhile, work)
-    if work is not None:
-        work.wait(timeout)
+    try:
+        work = dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=ctx.group, async_op=True)
+        done = _run_meanwhile(meanwhile, work)
+        if work is not None:
+            work.wait(timeout)
+    except Exception as exc:
+        mark_broken(_group_of(ctx), "a verdict's all-reduce", exc)
+        raise
     return [int(v) for v in mine.cpu().tolist()], done
 
 
@@ -242,10 +271,14 @@ def _gather(
     ``meanwhile`` runs while it is in flight."""
     mine = torch.tensor(list(words), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in ctx.members]
-    work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
-    done = _run_meanwhile(meanwhile, work)
-    if work is not None:
-        work.wait(timeout)
+    try:
+        work = dist.all_gather(gathered, mine, group=ctx.group, async_op=True)
+        done = _run_meanwhile(meanwhile, work)
+        if work is not None:
+            work.wait(timeout)
+    except Exception as exc:
+        mark_broken(_group_of(ctx), "an all-gather of verdicts or outcomes", exc)
+        raise
     return [[int(v) for v in t.cpu().tolist()] for t in gathered], done
 
 
@@ -287,7 +320,8 @@ def _exchange(
     the group) leaves the others' calls paired with their next ones: equal keys and digests
     matched a process's k-th call with a peer's (k-1)-th, and both returned normally with the
     other iteration's data. The number must be equal too; a group whose processes disagree about
-    it is out of step for good, and every later call on it is refused.
+    it is out of step for good, and every later call on it is refused. A call some processes never
+    started is not seen by numbers (a per-iteration ``key`` is, spec/executor.md guarantee 10).
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -357,7 +391,7 @@ def _exchange(
         raise TransferRejectedError(
             "transfer rejected before any data moved: the processes are at different calls on this group "
             f"({detail}); calls on a group are matched in the order each process makes them, and a call that some "
-            "processes refused alone (two at once in one process) or never made leaves the group out of step for "
+            "processes started and refused alone (two at once in one process) leaves the group out of step for "
             "good: every later call on it is refused. Use a new process group (dist.new_group) for later calls",
             tuple(ctx.members),
         )
