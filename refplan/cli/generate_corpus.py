@@ -256,7 +256,9 @@ def rules() -> Family:
     f.add("R0-a7-reshape", "A7: target (8,8) vs source (64,); equal numel is not a transfer, a reshape is refused",
           ["R0", "A7"], (full((8, 8)), full((64,))), refuse(IME, "describes"))
     for side in SIDES:
-        f.add(f"R1-max-ndim-{side}", f"R1: a 2-d {side} map under max_ndim=1 exceeds the axis budget",
+        f.add(f"R1-max-ndim-{side}", f"R1: a 2-d {side} map under max_ndim=1 exceeds the axis budget"
+              + ("" if side == "source" else " (R0 makes both sides 2-d and the source is checked first, so "
+                 "this is R1-max-ndim-source again; kept so that results keyed by its id line up)"),
               ["R1", "budget"], sided(full((4, 4)), side), refuse(ULE, "max_ndim"), budget={"max_ndim": 1})
     nine, eight = (1,) * 9, (1,) * 7 + (2,)
     f.add("R1-default-max-ndim-9", "R1: the default max_ndim is 8, so a 9-axis parameter is refused",
@@ -348,8 +350,10 @@ def rules() -> Family:
     for side in SIDES:
         for src_s, dst_s, name in variants:
             bad = pmap((8, 8), {0: (8, 8)}, {0: [piece((8, 8), 0, src_s, 0, dst_s, [0])]})
-            f.add(f"R13-{name}-{side}", f"R13: {side} piece with strides {src_s}/{dst_s}; a permutation is not a box "
-                  "copy", ["R13", "A3"] if "a3" in name else ["R13"], sided(bad, side), refuse(ULE, "strides"))
+            what = ("a transpose is not a box copy" if "transpose" in name else
+                    "strides other than the row-major ones of F and of the shard are not a box copy")
+            f.add(f"R13-{name}-{side}", f"R13: {side} piece with strides {src_s}/{dst_s}; {what}",
+                  ["R13", "A3"] if "a3" in name else ["R13"], sided(bad, side), refuse(ULE, "strides"))
     free = pmap((4, 8), {r: (1, 8) for r in range(4)},
                 {r: [piece((1, 8), 8 * r, (123, 1), 0, (77, 1), [r])] for r in range(4)})
     for side in SIDES:
@@ -428,8 +432,9 @@ def rules() -> Family:
     })
     f.add("R21-a19-target-partial-declaration", "A19: target location 1 declares row 1 as [1] while location 0 "
           "also holds it", ["R21", "A19"], sided(a19, "target"), refuse(IME, "different locations"))
-    f.add("R22-region-pair-budget", "R22: 16 source regions cannot be checked pairwise with max_pair_checks=1",
-          ["R22", "budget"], (full((16, 2)), contiguous_split_map((16, 2), [1] * 16, 0)),
+    f.add("R22-region-pair-budget", "R22: 16 source regions cannot be checked pairwise with max_pair_checks=1 "
+          "(the map's own pair checks, R16/R19, already need more, so the budget refuses it there)",
+          ["R22", "R19", "max_pair_checks", "budget"], (full((16, 2)), contiguous_split_map((16, 2), [1] * 16, 0)),
           refuse(ATE, "max_pair_checks"), budget={"max_pair_checks": 1})
     r23 = pmap((4,), {0: (4,), 1: (4,)}, {0: [piece((4,), 0, (1,), 0, (1,), [0, 1])],
                                            1: [piece((4,), 0, (1,), 0, (1,), [1])]})
@@ -454,10 +459,13 @@ def rules() -> Family:
     f.add("R26-a18-target-nothing", "A18: a target with no shards and no pieces drops all of F", ["R26", "A18"],
           (pmap((4,), {}, {}), full((4,))), refuse(IME, "target pieces do not cover"))
     row2, col4 = contiguous_split_map((8, 8), [4, 4], 0), contiguous_split_map((8, 8), [2] * 4, 1)
-    f.add("R27-a8-pair-checks", "A8: row2 -> col4 (8,8) with max_pair_checks=1", ["R27", "A8", "budget"],
+    f.add("R27-a8-pair-checks", "A8: row2 -> col4 (8,8) with max_pair_checks=1 (the source map's own pair checks, "
+          "R16/R19, already need more, so the budget refuses it there)", ["R27", "R19", "A8", "max_pair_checks",
+                                                                           "budget"],
           (col4, row2), refuse(ATE, "max_pair_checks"), budget={"max_pair_checks": 1})
-    f.add("R28-gap-under-target-frame", "R28: 4 target frames over a source holding half of F; a frame would "
-          "receive part of its elements", ["R28", "R25"], (contiguous_split_map((16, 8), [4] * 4, 0), a1),
+    f.add("R28-gap-under-target-frame", "4 target frames over a source holding half of F: refused by R25 (the "
+          "source does not cover F), which runs first; R28 cannot fire once R15, R24 and R25 hold, since the source "
+          "regions then tile F", ["R25", "R28"], (contiguous_split_map((16, 8), [4] * 4, 0), a1),
           refuse(IME, "of its"))
     reverse = pmap((16, 2), {0: (16, 2)}, {0: [piece((1, 2), 2 * i, (2, 1), 2 * i, (2, 1), [0])
                                                for i in reversed(range(16))]})
@@ -508,8 +516,9 @@ def rules() -> Family:
           ["A13", "accept"], (three, none), accept())
     zero_scale = map_dict(full((4,)))
     zero_scale["ranks"]["0"]["pieces"][0]["scale"] = 0.0
-    f.add("scale-zero-not-invertible", "A zero scale is not invertible: the map is invalid, not merely unsupported",
-          ["R10", "scale-0"], sided(zero_scale, "source"), refuse(IME, "scale"))
+    f.add("scale-zero-not-invertible", "A zero scale is not invertible: the map is invalid (InvalidMapError, when "
+          "the piece is built), not merely unsupported as R10's other scales are", ["R10", "scale-0"],
+          sided(zero_scale, "source"), refuse(IME, "scale"))
     return f
 
 
@@ -968,7 +977,9 @@ def peers() -> Family:
         src_e = _experts(h, ffn, 4, ep_s, dp_s)
         tgt_e = _experts(h, ffn, 4, ep_t, 1)
         f.add(f"experts-ep{ep_s}xdp{dp_s}-to-ep{ep_t}", f"Four experts, EP={ep_s} x DP={dp_s} -> EP={ep_t}: each "
-              "expert a parameter of its own, read from one of its DP copies", ["peers", "experts", "replicas"],
+              "expert a parameter of its own, "
+              + ("read from one of its DP copies" if dp_s > 1 else "held once (no replica to choose)"),
+              ["peers", "experts", "replicas"] if dp_s > 1 else ["peers", "experts"],
               {n: (tgt_e[n], src_e[n]) for n in sorted(src_e)}, accept())
     def stage(i: int) -> ParamAffineMap:
         return relabel(contiguous_split_map((ffn, h), [16, 16], 0), {0: 2 * (i // 2), 1: 2 * (i // 2) + 1})
@@ -978,7 +989,7 @@ def peers() -> Family:
           "one TP=4 engine", ["peers", "pp"], stages, accept())
     for shape, s, t in (((10, 8), 3, 2), ((10, 8), 4, 3), ((7, 5), 2, 3)):
         f.add(f"uneven-tp{s}-to-tp{t}-{shape[0]}x{shape[1]}", f"Uneven TP: {shape[0]} rows over {s} -> {t} ranks "
-              "(torch's chunking leaves a short last shard)", ["peers", "uneven"],
+              "(DeepSpeed's split: the first rows % ranks ranks hold one row more)", ["peers", "uneven"],
               (contiguous_split_map(shape, split(shape[0], t), 0), contiguous_split_map(shape, split(shape[0], s), 0)),
               accept())
     # Layouts as torch places DTensors (refplan.interop.from_dtensor), the form DCP users save and load.
@@ -1051,7 +1062,7 @@ def peers() -> Family:
                                                     1: [piece((4, 4), 16, (4, 1), 0, (4, 1), [1])]})
     f.add("finding-awex-overlapping-shards", "Source shards [0,6) and [4,8) overlap without being equal (and "
           "declare one holder each): refused (Awex reads rows 4-5 twice, a double write)",
-          ["peers", "finding", "awex", "R20"], (full((8, 4)), overlap), refuse(IME))
+          ["peers", "finding", "awex", "R21"], (full((8, 4)), overlap), refuse(IME))
     f.add("finding-awex-shape-mismatch", "The two sides disagree on the logical shape ((8,4) vs (4,8)): refused "
           "with a clear error (Awex plans the (4,4) intersection and leaves the rest unwritten; with a different "
           "number of axes it crashes with IndexError)", ["peers", "finding", "awex", "R0"],
