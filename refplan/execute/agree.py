@@ -23,23 +23,23 @@ since calls on a group are matched in the order each process makes them):
    reader then reads a record that does not settle the call, as the maximum would not, and all of
    them go on to the full all-gather over the group, which names what happened
    (``verdict._exchange``, ``outcome._outcome``);
-5. every other process waits for ``d`` (with the caller's timeout) and reads it.
-
-``d`` is written once either way, always by ``compare_set`` from empty: by the one process that
-completed a count with no unsettled record in it, by unsettled processes, whose count can never
-complete, or by a process that stopped waiting (step 6).
-
+5. every other process waits for ``d`` (with the caller's timeout) and reads it;
 6. a process whose wait for ``d`` ends with its timeout writes ``_ABANDONED`` to ``d`` (from
    empty: an answer that came meanwhile wins, and is used). Its own arrival is already counted,
    so before protocol 9 the late processes completed the count with its stale record and went on
    as if it were with them — moving data, and having their outcome agreement completed by its next
    call's brief — while it had raised "no data moved". Every process that reads or writes ``d``
-   now finds the mark and raises, so an agreement is completed by all or by none. An agreement whose settling
+   now finds the mark and raises, so an agreement is completed by all or by none.
+
+``d`` is written once either way, always by ``compare_set`` from empty: by the one process that
+completed a count with no unsettled record in it, by unsettled processes, whose count can never
+complete, or by a process that stopped waiting (step 6). An agreement whose settling
 records are all the same (``uniform``: the outcome's status word, which only says "every process
 finished its part") exchanges no records: the count alone says that all arrived with that record,
 and the process that completes it writes its own as the answer. On the path every warm call takes
-this costs the last process to arrive one round trip (its ``add``) and the others one more (their
-read) after ``d`` appears, where protocol 7 took two more (reading the records, ``compare_set``).
+this costs the last process to arrive two round trips (its ``add``, and the ``compare_set`` that
+writes the answer, where protocol 8's ``set`` was sent without waiting) and the others one more
+(their read) after ``d`` appears; measured, about 0.2–0.3 ms of a warm call (docs/performance.md).
 
 An agreement's keys also name its kind (``v`` a verdict's brief, ``o`` an outcome), so that
 records of one kind never complete an agreement of the other.
