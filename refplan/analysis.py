@@ -123,6 +123,27 @@ def _bound(endpoints: TransferEndpoints, plans: Mapping[str, TransferPlan]) -> N
                     )
 
 
+def _checked_nodes(
+    plans: Mapping[str, TransferPlan], endpoints: TransferEndpoints | None, process_node: Mapping[int, int] | None
+) -> dict[int, int] | None:
+    """``process_node`` read once and held to the planner's rules (``InvalidMapError`` in its
+    words): it needs endpoints (nodes are known per process), and it names a node for every
+    process a segment moves between. Before, an estimate ignored a ``process_node`` given without
+    endpoints and counted a process missing from it as a network hop, where the planner refuses
+    both; an estimate of a batch the planner cannot plan is no estimate."""
+    if process_node is None:
+        return None
+    if endpoints is None:
+        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+    nodes = dict(process_node.items())
+    for name in sorted(plans):
+        for seg in plans[name].segments:
+            for process in (endpoints.source.get(seg.source_rank), endpoints.target.get(seg.target_rank)):
+                if process is not None and process not in nodes:
+                    raise InvalidMapError(f"parameter {name!r}: process_node names no node for process {process}")
+    return nodes
+
+
 def _sized(
     plans: Mapping[str, TransferPlan], element_size: Mapping[str, int] | int | None
 ) -> Iterator[tuple[TransferSegment, int]]:
@@ -210,10 +231,12 @@ def estimate_sync_time(
     Without endpoints, source and target locations stand for processes in two disjoint sets
     (nothing is local, every path is ``network``); without element sizes, elements count as bytes.
     ``element_size`` and ``endpoints`` are checked as in ``sender_load``; a ``cost`` that is not a
-    ``CostModel`` is a ``TypeError``.
+    ``CostModel`` is a ``TypeError``; ``process_node`` is held to the planner's rules (it needs
+    endpoints and a node for every process a segment moves between, else ``InvalidMapError``).
     """
     _check_endpoints(endpoints)
     model = _cost_model(cost)
+    process_node = _checked_nodes(plans, endpoints, process_node)
     egress: dict[int, float] = {}
     ingress: dict[int, float] = {}
     local: dict[int, float] = {}

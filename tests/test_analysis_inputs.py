@@ -153,3 +153,25 @@ def test_max_load_for_refuses_a_capacity_that_is_not_exact(capacity: Any) -> Non
 def test_max_load_for_takes_an_int_or_a_fraction() -> None:
     assert max_load_for({(0, 1): 4}, 2) == (True, ())
     assert max_load_for({(0, 1): 4}, Fraction(3, 2)) == (False, (0, 1))
+
+
+def test_an_estimate_holds_process_node_to_the_planner_s_rules() -> None:
+    """``estimate_sync_time`` ignored a ``process_node`` given without endpoints and counted a
+    process missing from it as a network hop; the planner refuses both, in these words."""
+    from refplan import TransferEndpoints, contiguous_split_map
+    from refplan.analysis import estimate_sync_time
+    from refplan.errors import InvalidMapError
+    from refplan.planner import plan_transfers
+
+    rows, cols = contiguous_split_map((8, 8), [4, 4], 0), contiguous_split_map((8, 8), [4, 4], 1)
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 2, 1: 3})
+    plans = plan_transfers({"w": (cols, rows)}, endpoints=ends)
+    nodes = {0: 0, 1: 0, 2: 1, 3: 1}
+    assert estimate_sync_time(plans, endpoints=ends, process_node=nodes).seconds > 0
+    for kwargs, words in (({"process_node": nodes}, "process_node needs endpoints"),
+                          ({"endpoints": ends, "process_node": {0: 0, 1: 0, 2: 1}},
+                           "parameter 'w': process_node names no node for process 3")):
+        with pytest.raises(InvalidMapError, match=words):
+            estimate_sync_time(plans, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(InvalidMapError, match=words):
+            plan_transfers({"w": (cols, rows)}, **kwargs)  # type: ignore[arg-type]
