@@ -202,6 +202,28 @@ class Case:
                 doc[key] = raw[key]
         return doc
 
+    def unit(self, name: str) -> int:
+        """Bytes per element of parameter ``name`` as the judge counts loads: one ``int``
+        ``element_size`` is every parameter's (the maps format's ``"element_size": 2``), a mapping
+        gives one per parameter, 1 for a name it lacks or without one (loads in elements)."""
+        given = self.raw.get("element_size")
+        if type(given) is int:  # bool excluded, as in limits.element_sizes
+            return given
+        return int(given.get(name, 1)) if isinstance(given, Mapping) else 1
+
+    def processes(
+        self, placement: Mapping[str, Mapping[int, int]] | None = None
+    ) -> tuple[dict[int, Any], dict[int, Any]] | None:
+        """(source location -> process, target location -> process) for judging loads: the case's
+        endpoints, else the locations an adapter ran them on (``Outcome.placement``), else ``None``
+        (every location its own sender, nothing local)."""
+        ends = self.raw.get("endpoints")
+        if ends:
+            return ({int(k): v for k, v in ends["source"].items()}, {int(k): v for k, v in ends["target"].items()})
+        if placement is not None:
+            return dict(placement["source"]), dict(placement["target"])
+        return None
+
     def map_pairs(self) -> dict[str, tuple[Any, Any]]:
         """Parameter name -> (target map dict, source map dict), as the oracle takes them."""
         return {name: (pair["target"], pair["source"]) for name, pair in self.parameters.items()}

@@ -373,21 +373,14 @@ def sender_loads(
     """Bytes (elements without ``element_size``) per sending process (location without endpoints,
     unless the adapter placed the locations: ``Outcome.placement``).
 
-    ``element_size`` is read as the planner reads it: one ``int`` is every parameter's size (the
-    maps format's ``"element_size": 2``, which ``parse_case`` accepts; before, ``sizes.get`` on it
-    ended in ``AttributeError``), a mapping gives one per parameter (1 for a name it lacks)."""
-    raw = case.raw
-    given = raw.get("element_size")
-    every = given if type(given) is int else None  # bool excluded, as in limits.element_sizes
-    sizes = given if isinstance(given, Mapping) else {}
-    ends = raw.get("endpoints")
-    src_proc = {int(k): v for k, v in ends["source"].items()} if ends else None
-    tgt_proc = {int(k): v for k, v in ends["target"].items()} if ends else None
-    if not ends and placement is not None:
-        src_proc, tgt_proc = dict(placement["source"]), dict(placement["target"])
+    ``element_size`` is read by ``Case.unit``: one ``int`` is every parameter's size (the maps
+    format's ``"element_size": 2``, which ``parse_case`` accepts; before, ``sizes.get`` on it ended
+    in ``AttributeError``), a mapping gives one per parameter (1 for a name it lacks)."""
+    bound = case.processes(placement)
+    src_proc, tgt_proc = bound if bound is not None else (None, None)
     load: dict[int, int] = {}
     for name, plan in plans.items():
-        unit = every if every is not None else int(sizes.get(name, 1))
+        unit = case.unit(name)
         for seg in plan["segments"]:
             src, tgt = seg["source"][0], seg["target"][0]
             if src_proc is not None and tgt_proc is not None:

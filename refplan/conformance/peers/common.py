@@ -382,16 +382,8 @@ def one_source_floor(case: Case, placement: Mapping[str, Mapping[int, int]] | No
     from ...frames import normalize
     from ...regions import intersections, source_regions
 
-    raw = case.raw
-    sizes = raw.get("element_size") or {}
-    ends = raw.get("endpoints")
-    src_proc: dict[int, Any] | None = None
-    tgt_proc: dict[int, Any] | None = None
-    if ends:
-        src_proc = {int(k): v for k, v in ends["source"].items()}
-        tgt_proc = {int(k): v for k, v in ends["target"].items()}
-    elif placement is not None:
-        src_proc, tgt_proc = dict(placement["source"]), dict(placement["target"])
+    bound = case.processes(placement)  # as the judge binds them (``runner.sender_loads``)
+    src_proc, tgt_proc = bound if bound is not None else (None, None)
     best: OneSourceFloor | None = None
     try:
         pairs = _case_maps(case, None)
@@ -414,7 +406,7 @@ def one_source_floor(case: Case, placement: Mapping[str, Mapping[int, int]] | No
                 members = need.setdefault(key, {})
                 members[location] = members.get(location, 0) + part.box.volume
                 counted.setdefault(key, set()).add(box)
-            unit = int(sizes.get(name, 1))
+            unit = case.unit(name)
             for key, members in need.items():
                 holders = holders_of[next(iter(counted[key]))]  # every region of a part has its holders
 
