@@ -282,6 +282,16 @@ def _gather(
     return [[int(v) for v in t.cpu().tolist()] for t in gathered], done
 
 
+def _grouped(ctx: _Context, rows: Sequence[Sequence[int]], word: int, skip: int | None = None) -> dict[int, list[int]]:
+    """The processes of the gathered ``rows`` grouped by their ``word``-th word (rows whose word is
+    ``skip`` left out): more than one group is a disagreement, named by its groups."""
+    out: dict[int, list[int]] = {}
+    for r, row in enumerate(rows):
+        if row[word] != skip:
+            out.setdefault(row[word], []).append(ctx.members[r])
+    return out
+
+
 def _exchange_failed(started: float, timeout: timedelta, exc: BaseException) -> TransferExecutionError:
     return TransferExecutionError(f"exchanging verdicts {_ended(started, timeout)}; no data moved: {_describe(exc)}")
 
@@ -382,9 +392,7 @@ def _exchange(
             f"options ({detail})",
             tuple(ctx.members),
         )
-    numbers: dict[int, list[int]] = {}
-    for r, row in enumerate(rows):
-        numbers.setdefault(row[10], []).append(ctx.members[r])
+    numbers = _grouped(ctx, rows, 10)
     if len(numbers) > 1:
         # Before refusals and digests: rows of different calls say nothing about one call.
         detail = "; ".join(f"call {n} on processes {procs}" for n, procs in sorted(numbers.items()))
@@ -403,9 +411,7 @@ def _exchange(
             "transfer rejected before any data moved: " + "; ".join(parts),
             tuple(ctx.members[r] for r, _ in refused),
         )
-    digests: dict[int, list[int]] = {}
-    for r, row in enumerate(rows):
-        digests.setdefault(row[5], []).append(ctx.members[r])
+    digests = _grouped(ctx, rows, 5)
     if len(digests) > 1:
         detail = ", ".join(f"{d & (2**64 - 1):#018x} on processes {procs}" for d, procs in sorted(digests.items()))
         raise TransferRejectedError(
@@ -413,10 +419,7 @@ def _exchange(
             f"(plans, endpoints, budget, dtypes, endpoint_ranks or key): {detail}",
             tuple(ctx.members),
         )
-    kinds: dict[int, list[int]] = {}
-    for r, row in enumerate(rows):
-        if row[8]:
-            kinds.setdefault(row[8], []).append(ctx.members[r])
+    kinds = _grouped(ctx, rows, 8, skip=0)  # a process with no buffers holds no device type
     if len(kinds) > 1:
         names = {v: k for k, v in _DEVICE_CODES.items()}
         detail = "; ".join(f"{names.get(k, 'other')} on processes {procs}" for k, procs in sorted(kinds.items()))
