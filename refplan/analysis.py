@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from .endpoints import PROCESS_NODE_NEEDS_ENDPOINTS, check_endpoints
 from .errors import InvalidMapError
 from .limits import element_sizes
 from .plan import TransferPlan, TransferSegment
 from .policies.cost import DEFAULT_ALPHA, DEFAULT_BETA, PATH_KINDS, CostModel, LinkCost, path_kind
 from .policies.simple import uses_processes
-from .requests import ReplicaRequest, TransferEndpoints, holder_locations
+from .requests import ReplicaRequest, TransferEndpoints, _node_of, holder_locations
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -86,17 +87,6 @@ class LoadReport:
         return max(self.sent.values()) / (self.total_sent / count)
 
 
-def _check_endpoints(endpoints: object) -> None:
-    """``endpoints`` must be a ``TransferEndpoints`` or ``None``: ``TypeError`` in
-    ``plan_transfers``'s words, before a report reads it (a maps file's ``{"source": ...,
-    "target": ...}`` dict, the likely mistake, ended in a bare ``AttributeError``)."""
-    if endpoints is not None and not isinstance(endpoints, TransferEndpoints):
-        raise TypeError(
-            f"endpoints must be a TransferEndpoints(source, target) (location -> process on each side) "
-            f"or None, got a {type(endpoints).__name__}"
-        )
-
-
 def _cost_model(cost: object) -> CostModel:
     """``cost`` or the default ``CostModel``; ``TypeError`` for anything else (before, a string
     or a dict ended in a bare ``AttributeError`` of ``.network``)."""
@@ -134,13 +124,13 @@ def _checked_nodes(
     if process_node is None:
         return None
     if endpoints is None:
-        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+        raise InvalidMapError(PROCESS_NODE_NEEDS_ENDPOINTS)
     nodes = dict(process_node.items())
     for name in sorted(plans):
         for seg in plans[name].segments:
             for process in (endpoints.source.get(seg.source_rank), endpoints.target.get(seg.target_rank)):
-                if process is not None and process not in nodes:
-                    raise InvalidMapError(f"parameter {name!r}: process_node names no node for process {process}")
+                if process is not None:
+                    _node_of(nodes, process, name)  # the planner's refusal, in its words
     return nodes
 
 
@@ -177,7 +167,7 @@ def sender_load(
     given and the processes ``endpoints`` binds source locations to), read off those arguments
     with no per-element work, so ``imbalance()`` divides by them and not by who happened to send.
     """
-    _check_endpoints(endpoints)
+    check_endpoints(endpoints)
     sent: dict[int, int] = dict.fromkeys(senders or [], 0)
     local: dict[int, int] = {}
     try:
@@ -234,7 +224,7 @@ def estimate_sync_time(
     ``CostModel`` is a ``TypeError``; ``process_node`` is held to the planner's rules (it needs
     endpoints and a node for every process a segment moves between, else ``InvalidMapError``).
     """
-    _check_endpoints(endpoints)
+    check_endpoints(endpoints)
     model = _cost_model(cost)
     process_node = _checked_nodes(plans, endpoints, process_node)
     egress: dict[int, float] = {}

@@ -48,6 +48,22 @@ class TransferEndpoints:
         return cls(_int_map(entry["source"], "endpoints.source"), _int_map(entry["target"], "endpoints.target"))
 
 
+PROCESS_NODE_NEEDS_ENDPOINTS = "process_node needs endpoints: nodes are known per process, not per location"
+"""The planner's refusal of a ``process_node`` without endpoints, which every tool that reads one
+(``refplan verify``, ``analysis.estimate_sync_time``) repeats in its words."""
+
+
+def check_endpoints(endpoints: object) -> None:
+    """``endpoints`` must be a ``TransferEndpoints`` or ``None``, else ``TypeError``: checked where
+    an entry point receives it, not where it is first read (deep inside, as an ``AttributeError``);
+    a maps file's ``{"source": ..., "target": ...}`` object is the likely mistake."""
+    if endpoints is not None and not isinstance(endpoints, TransferEndpoints):
+        raise TypeError(
+            f"endpoints must be a TransferEndpoints(source, target) (location -> process on each side) "
+            f"or None, got a {type(endpoints).__name__}"
+        )
+
+
 def _rank(value: Any, what: str) -> int:
     """An integer location or process; ``TypeError`` for anything else, ``bool`` included.
 

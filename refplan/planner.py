@@ -23,6 +23,7 @@ from . import limits
 from ._gc import cycle_collection_paused
 from .box import row_major_strides
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
+from .endpoints import PROCESS_NODE_NEEDS_ENDPOINTS, check_endpoints
 from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError, show_ints
 from .frames import NormalizedMap, normalize, pair_budget, plain_logical
 from .limits import PlanBudget, as_budget
@@ -769,7 +770,7 @@ def _prepare_batch(
         raise InvalidMapError("parameter names must be strings")  # before sorting: 1 < "a" raises TypeError
     names.sort()
     if process_node is not None and endpoints is None:
-        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+        raise InvalidMapError(PROCESS_NODE_NEEDS_ENDPOINTS)
     if process_node is not None:
         # An argument, not an answer: checked here like ``endpoints``, so a wrong one is the
         # caller's TypeError, never a bare one from deep inside nor a policy blamed for it. Read
@@ -916,13 +917,7 @@ def plan_transfers(
     parameter with the same content (see ``_Layout``): two parameters whose layouts and answers
     are equal get the same plan object (plans are immutable).
     """
-    if endpoints is not None and not isinstance(endpoints, TransferEndpoints):
-        # Checked here, not where it is first read (deep in building requests, as an AttributeError):
-        # a maps file's {"source": ..., "target": ...} object is the likely mistake.
-        raise TypeError(
-            f"endpoints must be a TransferEndpoints(source, target) (location -> process on each side) "
-            f"or None, got a {type(endpoints).__name__}"
-        )
+    check_endpoints(endpoints)
     with cycle_collection_paused():
         # The work happens in a function so that its intermediates (frames, intersections,
         # requests and their copies, answers) are freed when it returns, while collection is still

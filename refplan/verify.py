@@ -205,8 +205,11 @@ def _check_bindings(batch: MapsBatch) -> None:
     process a node. A target covers the tensor and the source regions tile it (R25, R26), so
     exactly these locations are the ones the planner's requests bind. Parameters in name order,
     target side first, smallest location first: one message, the first this order meets."""
+    from .endpoints import PROCESS_NODE_NEEDS_ENDPOINTS
+    from .requests import _node_of, _process_of
+
     if batch.process_node is not None and batch.endpoints is None:
-        raise InvalidMapError("process_node needs endpoints: nodes are known per process, not per location")
+        raise InvalidMapError(PROCESS_NODE_NEEDS_ENDPOINTS)
     if batch.endpoints is None:
         return
     nodes = batch.process_node
@@ -216,14 +219,9 @@ def _check_bindings(batch: MapsBatch) -> None:
             holding = sorted(loc for loc, pieces in mapping.pieces_by_rank.items()
                              if any(piece.numel > 0 for piece in pieces))
             for location in holding:
-                if location not in table:
-                    raise InvalidMapError(
-                        f"parameter {name!r}: endpoints bind no process to {side} location {location}, which "
-                        "holds data of this parameter"
-                    )
-                if nodes is not None and table[location] not in nodes:
-                    raise InvalidMapError(
-                        f"parameter {name!r}: process_node names no node for process {table[location]}")
+                process = _process_of(table, location, side, name)
+                if nodes is not None:
+                    _node_of(nodes, process, name)
 
 
 def _cli_summary(result: BatchVerdict) -> str:
