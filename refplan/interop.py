@@ -40,6 +40,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from .box import volume
 from .errors import InvalidMapError, UnsupportedLayoutError, show_int, show_ints, show_list
 from .frames import normalize
 from .maps import ParamAffineMap, runs_map
@@ -125,15 +126,8 @@ def _build(logical_shape: tuple[int, ...], holdings: Mapping[int, Holding], para
     """
     result = runs_map(logical_shape, holdings)  # one pass (issue 27); the product of runs per location
     normalize(result, "source", parameter)
-    total = 1
-    for n in logical_shape:
-        total *= n
-    held = 0
-    for holding in set(holdings.values()):
-        size = 1
-        for runs in holding:
-            size *= _extent(runs)
-        held += size
+    total = volume(logical_shape)
+    held = sum(volume(tuple(map(_extent, holding))) for holding in set(holdings.values()))
     if held != total:
         raise InvalidMapError(
             f"{parameter}: {holders} hold {show_int(held)} of the {show_int(total)} elements of its shape "
