@@ -80,6 +80,8 @@ def describe_exception(exc: BaseException) -> str:
         text = str(exc)
     except Exception:
         text = "(message unavailable)"
+    if not text:  # e.g. a bare ``assert``: "AssertionError: " read as if the text had been cut off
+        return f"{type(exc).__name__} (no message)"
     return f"{type(exc).__name__}: {text}"
 
 

@@ -1127,6 +1127,82 @@ def s_program_moved_storage(me: int, world: int) -> dict[str, Any]:
     return out
 
 
+def s_freed_storage(me: int, world: int) -> dict[str, Any]:
+    """A buffer whose storage gave its memory back between two calls with the same plans and the
+    same tensor objects (``untyped_storage().resize_(0)``, as FSDP frees a parameter between uses;
+    or shrunk by one byte), on one process: the warm call must be refused on every process before
+    any byte moves, naming the buffer. Its remembered layout is keyed by element counts, which a
+    resize leaves unchanged; before the fix the freeing process failed after the verdict (a bare
+    ``AssertionError`` or torch's ``setStorage`` text) and its peers waited out the timeout with
+    their targets partly written. Given its memory back, the same buffer moves exactly."""
+    pairs, dtypes, ends, budget, plans = _ring_batch(strided=True)
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    # The buffers a process frees get storages of their own (the others stay views of guarded
+    # allocations): a target received staged, and a source sent staged (columns of rows).
+    (target_loc,), (source_loc,) = buffers.targets["staged"], buffers.sources["strided"]
+    own_target = buffers.targets["staged"][target_loc].clone()
+    own_source = buffers.sources["strided"][source_loc].clone()
+    buffers.targets["staged"][target_loc] = own_target
+    buffers.sources["strided"][source_loc] = own_source
+
+    def run() -> Any:
+        return execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes, budget=budget,
+                                 timeout=TIMEOUT)
+
+    def cloned(side: dict[str, dict[int, torch.Tensor]]) -> dict[str, dict[int, torch.Tensor]]:
+        return {name: {loc: t.clone() for loc, t in per.items()} for name, per in side.items()}
+
+    run()
+    # Judged on copies: a storage exported to numpy (``bits_of``) can no longer be resized.
+    out: dict[str, Any] = {"first": verdict(replace(buffers, sources=cloned(buffers.sources),
+                                                    targets=cloned(buffers.targets)))}
+    full = own_target.untyped_storage().nbytes()
+    own_target.fill_(-1.0)
+    if me == 1:
+        own_target.untyped_storage().resize_(0)
+    out["target_freed"] = expect_rejection(run, buffers)
+    out["own_target_untouched"] = me == 1 or bool((own_target == -1.0).all().item())
+    if me == 1:
+        own_target.untyped_storage().resize_(full)
+        own_target.fill_(-1.0)
+    if me == 2:
+        own_source.untyped_storage().resize_(own_source.untyped_storage().nbytes() - 1)
+    out["source_shrunk"] = expect_rejection(run, buffers)
+    if me == 2:
+        own_source.untyped_storage().resize_(own_source.numel() * 4)
+        own_source.copy_(tensor_from_bits(buffers.source_bits["strided"][source_loc], torch.float32).reshape(-1))
+    for per in buffers.targets.values():
+        for t in per.values():
+            t.fill_(-1.0)
+    run()
+    out["regrown"] = verdict(buffers)
+    return out
+
+
+def s_versions(me: int, world: int) -> dict[str, Any]:
+    """Every target a call writes has its autograd version counter raised, as an in-place torch
+    op would, though the bytes come from another process (all of this batch's do: a ring, sent
+    and received in place and staged): a target saved for backward must then make backward()
+    raise, never give gradients of values it did not see. Before, only local copies (a
+    ``copy_``) counted, and a received target kept its version."""
+    pairs, dtypes, ends, budget, plans = _ring_batch(strided=False)
+    buffers = make_buffers(pairs, ends, me, dtypes)
+    before = {(n, loc): t._version for n, per in buffers.targets.items() for loc, t in per.items()}
+    (loc,) = buffers.targets["free"]
+    scale = torch.ones(buffers.targets["free"][loc].numel(), requires_grad=True)
+    saved = (scale * buffers.targets["free"][loc]).sum()  # saves the target for scale's gradient
+    execute_transfers(plans, buffers.sources, buffers.targets, ends, dtypes=dtypes, budget=budget, timeout=TIMEOUT)
+    after = {(n, loc): t._version for n, per in buffers.targets.items() for loc, t in per.items()}
+    try:
+        saved.backward()
+        backward = "ran"
+    except RuntimeError as exc:
+        backward = str(exc)
+    counted = sorted(f"{n}/{loc}" for (n, loc), v in after.items() if v > before[(n, loc)])
+    return {**verdict(buffers), "counted": counted, "targets": sorted(f"{n}/{loc}" for n, loc in before),
+            "backward": backward}
+
+
 def s_views_during_verdict(me: int, world: int) -> dict[str, Any]:
     """Every process that moves anything makes its transport's views while the verdict is in
     flight (``transport._pack_ahead``), the receivers too, so that none makes them between the
@@ -1221,6 +1297,8 @@ SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("layout_reuse", s_layout_reuse),
     ("program_reuse", s_program_reuse),
     ("program_moved_storage", s_program_moved_storage),
+    ("freed_storage", s_freed_storage),
+    ("versions", s_versions),
     ("program_finalizers", s_program_finalizers),
     ("agreement_keys", s_agreement_keys),
     ("outcome_long_timeout", s_outcome_long_timeout),

@@ -39,6 +39,7 @@ from refplan.execute import (
     schedule_digest,
 )
 from refplan.files import MapsBatch, dump_maps
+from refplan.plan import TransferPlan
 from refplan.planner import plan_transfer, plan_transfers
 
 # One launch per worker: with `pytest -n 2 --dist loadgroup` this file stays on one worker.
@@ -453,6 +454,40 @@ def test_a_kept_program_whose_storage_moved_is_not_used_for_buffers_at_its_old_a
         assert res["builds_second"] == 2, f"{where}: the kept program was used for other memory"
 
 
+def test_a_buffer_whose_storage_was_freed_between_calls_is_refused_before_any_byte_moves(
+    dist_results: dict[str, list[Any]],
+) -> None:
+    """A warm call (same plans, same tensor objects) on a buffer whose storage was freed
+    (``resize_(0)``, as FSDP frees a parameter) or shrunk on one process is refused on every
+    process, naming the buffer, with nothing moved; given its memory back, it moves exactly
+    (``s_freed_storage``; before, the freeing process failed after the verdict and its peers
+    waited out the timeout with targets partly written)."""
+    per_process = scenario(dist_results, "freed_storage")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["first"], f"first call, process {rank}")
+    assert_same_rejection([r["target_freed"] for r in per_process],
+                          "process 1: parameter 'staged': target buffer for location 0 has",
+                          "its storage holds 0 bytes, fewer than the")
+    assert all(r["own_target_untouched"] for r in per_process), per_process
+    assert_same_rejection([r["source_shrunk"] for r in per_process],
+                          "process 2: parameter 'strided': source buffer for location 2 has",
+                          "(freed or shrunk, as FSDP frees a parameter)")
+    for rank, res in enumerate(per_process):
+        assert_exact(res["regrown"], f"the same buffers given their memory back, process {rank}")
+
+
+def test_every_target_a_call_writes_counts_as_modified_in_place_for_autograd(
+    dist_results: dict[str, list[Any]],
+) -> None:
+    """Received bytes raise the target's version counter like a local ``copy_`` does, so a target
+    saved for backward makes backward() raise (``s_versions``; before, a received target kept
+    its version and backward silently used the new values)."""
+    for rank, res in enumerate(scenario(dist_results, "versions")):
+        assert_exact(res, f"process {rank}")
+        assert res["counted"] == res["targets"] and res["targets"], f"process {rank}: {res}"
+        assert "modified by an inplace operation" in res["backward"], f"process {rank}: {res['backward']}"
+
+
 def test_a_program_reads_where_its_views_are_now() -> None:
     """``_Program.still_at`` reads its views' addresses as they are now: after their storage is
     freed (``resize_(0)``) or moved, they no longer match the addresses they were made at."""
@@ -690,13 +725,71 @@ def bits_tensor(t: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(bits_of(t))
 
 
-def test_single_process_rejections_leave_targets_untouched() -> None:
+def _rows_to_columns_on_one_process() -> tuple[
+    TransferPlan, TransferEndpoints, dict[int, torch.Tensor], dict[int, torch.Tensor]
+]:
+    """A 4x4 float parameter, rows to columns over two locations each, all on this process: its
+    plan, endpoints, source buffers (the values 0-15) and target buffers (every element -1)."""
     source_map = contiguous_split_map((4, 4), [2, 2], 0)
     target_map = contiguous_split_map((4, 4), [2, 2], 1)
     endpoints = TransferEndpoints({0: 0, 1: 0}, {0: 0, 1: 0})
     plan = plan_transfer(target_map, source_map, endpoints=endpoints)
-    sources = {0: torch.arange(8.0), 1: torch.arange(8.0, 16.0)}
-    targets = {0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+    return plan, endpoints, {0: torch.arange(8.0), 1: torch.arange(8.0, 16.0)}, {
+        0: torch.full((8,), -1.0), 1: torch.full((8,), -1.0)}
+
+
+def test_a_buffer_whose_storage_was_freed_or_shrunk_is_refused_on_one_process() -> None:
+    """Without a process group too: a source or target whose storage gave its memory back
+    (``resize_(0)``, as FSDP frees a parameter) or was shrunk is refused before anything moves,
+    naming the buffer, on a first call and on a warm one (same plan and tensors); before, the
+    local copies' views failed after the checks ("moving failed after the verdict; target buffers
+    may be partly written", torch's setStorage text)."""
+    plan, endpoints, sources, targets = _rows_to_columns_on_one_process()
+
+    def attempt(call_sources: dict[int, torch.Tensor], call_targets: dict[int, torch.Tensor],
+                freed: torch.Tensor, size: int) -> str:
+        """The refusal's text of a call with ``freed``'s storage at ``size`` bytes; the storage
+        gets its memory back before anything is asserted (torch's repr of a tensor whose memory
+        is gone crashes the interpreter, and pytest reprs the locals of a failing test)."""
+        full = freed.untyped_storage().nbytes()
+        freed.untyped_storage().resize_(size)
+        try:
+            execute_transfer(plan, call_sources, call_targets, endpoints, dtype=torch.float32)
+        except TransferRejectedError as exc:
+            return str(exc)
+        finally:
+            freed.untyped_storage().resize_(full)
+        return "returned normally"
+
+    def refused(side: str, location: int, size: int, needle: str) -> None:
+        for t in targets.values():
+            t.fill_(-1.0)
+        message = attempt(sources, targets, (sources if side == "source" else targets)[location], size)
+        assert f"{side} buffer for location {location} has 8 elements but {needle}" in message, message
+        if side == "source":
+            sources[location].copy_(torch.arange(8.0 * location, 8.0 * location + 8))
+        for loc, t in targets.items():  # the freed target's memory came back uninitialised
+            if loc != location or side == "source":
+                assert bool((t == -1.0).all()), f"target {loc} was written by a refused call"
+
+    refused("target", 0, 0, "its storage holds 0 bytes, fewer than the 32 its elements reach")
+    refused("source", 1, 0, "its storage holds 0 bytes")
+    refused("target", 1, 16, "its storage holds 16 bytes, fewer than the 32")
+    execute_transfer(plan, sources, targets, endpoints, dtype=torch.float32)  # warm from here on
+    whole = torch.arange(16.0).view(4, 4)
+    assert torch.equal(targets[0], whole[:, :2].reshape(-1)) and torch.equal(targets[1], whole[:, 2:].reshape(-1))
+    refused("target", 0, 0, "its storage holds 0 bytes")
+    refused("source", 0, 31, "its storage holds 31 bytes, fewer than the 32")
+    # A view into a larger storage is held to its own end, not the storage's size alone: 20 floats
+    # left of 24, so the view's last 4 elements are gone.
+    big = torch.full((24,), -1.0)
+    message = attempt(sources, {0: targets[0], 1: big[16:]}, big, 80)
+    assert ("target buffer for location 1 has 8 elements but its storage holds 80 bytes, fewer than the 96 its "
+            "elements reach") in message, message
+
+
+def test_single_process_rejections_leave_targets_untouched() -> None:
+    plan, endpoints, sources, targets = _rows_to_columns_on_one_process()
     before = {k: v.clone() for k, v in targets.items()}
 
     def rejected(**kwargs: Any) -> str:
@@ -723,6 +816,11 @@ def test_single_process_rejections_leave_targets_untouched() -> None:
     assert "is a TwoTensor, a tensor subclass with no storage of its own" in rejected(
         target_buffers={0: wrapped, 1: targets[1]})
     assert torch.equal(wrapped.a, torch.full((8,), -1.0)) and torch.equal(wrapped.b, torch.full((8,), -1.0))
+    # A lazy module's parameter before its first forward: no data yet, and said so (it was called
+    # "a tensor subclass ... whose data lives in the tensors it wraps").
+    lazy = torch.nn.LazyLinear(8).weight
+    assert ("target buffer for location 0 is an UninitializedParameter (a lazy module's, not yet materialized)"
+            in rejected(target_buffers={0: lazy, 1: targets[1]}))
 
     class Plain(torch.Tensor):  # a subclass over its own storage is a tensor like any other
         pass

@@ -347,3 +347,17 @@ def test_a_budget_that_is_not_a_plan_budget_is_a_type_error(bad: object) -> None
         check_answers(requests, [r.candidates[0].source_rank for r in requests], budget=bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="budget " + said):
         normalize(source, "source", "w", bad)  # type: ignore[arg-type]
+
+
+def test_an_exception_without_a_message_is_described_as_such() -> None:
+    """A bare ``assert`` in code after the verdict was reported as "AssertionError: ", read as a
+    message cut off; an exception whose ``__str__`` raises is still described, never re-raised."""
+    from refplan.errors import describe_exception
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no")
+
+    assert describe_exception(AssertionError()) == "AssertionError (no message)"
+    assert describe_exception(KeyError("lost")) == "KeyError: 'lost'"
+    assert describe_exception(Unprintable()) == "Unprintable: (message unavailable)"

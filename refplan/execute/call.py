@@ -37,7 +37,7 @@ from .common import (
 )
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
-from .transport import _drain, _keep, _move, _pack_ahead, _program
+from .transport import _drain, _keep, _mark_written, _move, _pack_ahead, _program
 from .verdict import _exchange, _verdict_device, broken
 
 
@@ -270,6 +270,7 @@ def _execute(
                     f"moving failed after the verdict; target buffers may be partly written: {_describe(exc)}"
                 )
                 failure.__cause__ = exc
+            _mark_written(sched)
         moved = time.perf_counter()
         phases["move"] = moved - moving
         if outcome is not False and ctx.collective:

@@ -324,6 +324,29 @@ def _no_storage_of_its_own(tensor: torch.Tensor) -> bool:
     return False
 
 
+def _storage_short(tensor: torch.Tensor) -> str | None:
+    """What is wrong if ``tensor``'s elements do not all lie in its storage, else None.
+
+    A storage can give its memory back while its tensors live on (``untyped_storage().resize_(0)``,
+    as FSDP frees a parameter between uses), and torch notices only when a view of the freed bytes
+    is made. The layouts a call remembers are keyed by element counts, which a resize leaves as
+    they were, so a warm call made no new view before the verdict and failed after it, with a
+    peer's target partly written (issue 26, item 1 of guarantee 1: every check before any byte
+    moves); a cold call failed inside its checks with torch's own text, naming no buffer. One
+    arithmetic comparison per buffer and call, on every device."""
+    if not tensor.numel():
+        return None
+    needed = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    try:
+        held = tensor.untyped_storage().nbytes()
+    except Exception as exc:
+        return f"its storage cannot be read ({_describe(exc)})"
+    if held >= needed:
+        return None
+    return (f"its storage holds {held} bytes, fewer than the {needed} its elements reach (freed or shrunk, "
+            "as FSDP frees a parameter)")
+
+
 def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: torch.dtype) -> torch.Tensor:
     """The buffer as a flat carrier view (same bytes, an integer type of the same width)."""
     where = f"parameter {name!r}: {side} buffer for location {location}"
@@ -334,6 +357,9 @@ def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: to
         if kind == "DTensor":
             raise _Refusal(f"{where} is a DTensor, whose data lives in its local shard: pass DTensor.to_local() "
                            "(the shard this process holds, as the maps describe it)")
+        if isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin):
+            raise _Refusal(f"{where} is an {kind} (a lazy module's, not yet materialized), which holds no data: "
+                           "run the module once or materialize it before the call")
         raise _Refusal(f"{where} is a {kind}, a tensor subclass with no storage of its own (its data lives "
                        "in the tensors it wraps): pass a plain tensor")
     if tensor.dtype != dtype:
@@ -341,6 +367,10 @@ def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: to
     if tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
         # Plan offsets address the shard in row-major order: only a contiguous buffer means that.
         raise _Refusal(f"{where} is not a contiguous strided tensor")
+    short = _storage_short(tensor)
+    if short is not None:
+        raise _Refusal(f"{where} has {tensor.numel()} elements but {short}; "
+                       "give it its memory back (untyped_storage().resize_) before the call")
     try:
         return tensor.detach().reshape(-1).view(_CARRIERS[dtype.itemsize])
     except Exception as exc:
