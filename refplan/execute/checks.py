@@ -357,7 +357,7 @@ def _check_buffer(name: str, side: str, location: int, tensor: object, dtype: to
         if kind == "DTensor":
             raise _Refusal(f"{where} is a DTensor, whose data lives in its local shard: pass DTensor.to_local() "
                            "(the shard this process holds, as the maps describe it)")
-        if isinstance(tensor, torch.nn.parameter.UninitializedTensorMixin):
+        if isinstance(tensor, (torch.nn.UninitializedParameter, torch.nn.UninitializedBuffer)):
             raise _Refusal(f"{where} is an {kind} (a lazy module's, not yet materialized), which holds no data: "
                            "run the module once or materialize it before the call")
         raise _Refusal(f"{where} is a {kind}, a tensor subclass with no storage of its own (its data lives "
