@@ -1565,7 +1565,7 @@ def s2_outcome(me: int, world: int) -> dict[str, Any]:
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise TransferExecutionError("round 0 of 1: injected transport failure")
 
-    gather = outcome_phase._gather
+    gather = outcome_phase._statuses
     gathers: list[int] = []
 
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -1577,14 +1577,14 @@ def s2_outcome(me: int, world: int) -> dict[str, Any]:
         buffers = make_buffers(pairs, ends, me, dtypes)
         if me == 1 and case != "ok":
             call_phase._move = failing  # type: ignore[assignment]
-        outcome_phase._gather = counted  # type: ignore[assignment]
+        outcome_phase._statuses = counted  # type: ignore[assignment]
         gathers.clear()
         try:
             out[case] = _error_of(partial(execute_transfers, plans, buffers.sources, buffers.targets, ends,
                                           dtypes=dtypes, timeout=TIMEOUT, outcome=outcome))
         finally:
             call_phase._move = original  # type: ignore[assignment]
-            outcome_phase._gather = gather  # type: ignore[assignment]
+            outcome_phase._statuses = gather  # type: ignore[assignment]
         out["gathers"][case] = len(gathers)
     out["after"] = run_exact(pairs, ends, dtypes, me)
     return out

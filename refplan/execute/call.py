@@ -5,6 +5,7 @@ one process are detected and both fail; ``release_staging`` frees what calls kee
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -260,8 +261,12 @@ def _execute(
         received: dict[int, int] = {}
         with torch.no_grad():
             try:
-                rounds, local_bytes, sent, received = _move(ctx, sched, timeout, packed)
-                _drain(sched.device, timeout, sched)
+                # On CUDA the buffers' device is the current one while moving, as torch asks of
+                # batch_isend_irecv's callers ("must set the current GPU device"), whatever the
+                # caller's current device is; nothing else reads the current device here.
+                with torch.cuda.device(sched.device) if sched.device.type == "cuda" else contextlib.nullcontext():
+                    rounds, local_bytes, sent, received = _move(ctx, sched, timeout, packed)
+                    _drain(sched.device, timeout, sched)
             except TransferExecutionError as exc:
                 failure = exc
             except Exception as exc:  # every input was checked; what is left is the transport's
@@ -313,6 +318,21 @@ def _execute(
         # A kept program that views one would hold staging that no bound counts (issue 26, item 4).
         if sched.arenas:
             schedule._PROGRAMS.clear()
+            _record_current_stream(sched.arenas)
+
+
+def _record_current_stream(arenas: list[torch.Tensor]) -> None:
+    """Before a call lets go of CUDA staging it packed into (a refusal, or an allocation that
+    failed part-way), mark each arena as used by the current stream, where the packing copies
+    were queued (``Tensor.record_stream``): the caching allocator knows only the stream an arena
+    was allocated on, and a pooled arena may come from a call made under another stream
+    (``torch.cuda.stream(...)``, another thread). Dropped without this, its memory could be
+    handed to a tensor on the allocating stream while this stream's copies still write into it.
+    Never raises: it runs while a refusal is being raised."""
+    for arena in arenas:
+        if arena.device.type == "cuda":
+            with contextlib.suppress(Exception):
+                arena.record_stream(torch.cuda.current_stream(arena.device))
 
 
 SINGLE = "param"

@@ -655,9 +655,38 @@ def _check_arguments(
         needs = (f"need the {transport} backend" if transport is not None else
                  "cannot be moved: the executor moves CPU tensors over gloo and CUDA tensors over nccl")
         raise _Refusal(f"buffers on {holds} {needs}; the process group's backend is {ctx.backend!r}")
+    wrong = _off_bound_device(holds, getattr(ctx.group if ctx.group is not None else _world(), "bound_device_id", None))
+    if wrong is not None:
+        raise _Refusal(wrong)
     assert isinstance(source_buffers, Mapping) and isinstance(target_buffers, Mapping)  # checked above
     key = None if call_key is None else str(call_key)
     return _Arguments(plans, source_buffers, target_buffers, endpoints, budget, key)
+
+
+def _world() -> object:
+    """The default group, or None where there is none (one process without a process group)."""
+    import torch.distributed as dist
+
+    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+
+
+def _off_bound_device(holds: torch.device | None, bound: object) -> str | None:
+    """Why CUDA buffers cannot move over a group bound to another CUDA device, else None.
+
+    A group made with ``init_process_group(device_id=...)`` has one NCCL communicator, on that
+    device, and NCCL refuses an operation on a tensor elsewhere ("not on device passed to
+    init_process_group"). Met in the verdict (an NCCL-only group) that is a failed collective
+    and a group refused for good; met in the first round (a device-mapped group) it comes after
+    the verdict, with the peers' targets partly written. So it is refused here, before the
+    verdict, like any other device problem (guarantee 1). A buffer's device with no index is
+    read as the current device, as torch places such a tensor."""
+    if holds is None or holds.type != "cuda" or not isinstance(bound, torch.device) or bound.type != "cuda":
+        return None
+    index = holds.index if holds.index is not None else torch.cuda.current_device()
+    if bound.index is None or index == bound.index:
+        return None
+    return (f"buffers on cuda:{index}, but the process group is bound to {bound} (init_process_group's "
+            f"device_id): NCCL moves only tensors on that device; put the buffers there or use a group of theirs")
 
 
 def _check_plans(

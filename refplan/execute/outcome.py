@@ -62,6 +62,27 @@ def _describe_targets(targets: Mapping[str, tuple[int, ...]]) -> str:
     return text
 
 
+def _statuses(
+    ctx: _Context, link: agree._Link | None, device: torch.device, status: int, timeout: timedelta
+) -> list[int]:
+    """Every process's status word, by group rank, once the agreement said one failed.
+
+    One all-gather, except on a group whose collectives are NCCL's (``device`` is CUDA) and that
+    agrees through the store: there the store answers (one word per process, its own status at
+    its group rank, so the elementwise maximum is every process's). After a failed round on NCCL
+    the communicator is aborted (a wait that times out aborts it), so an all-gather failed at
+    once on that process and left every process to name every target of the batch. Over gloo
+    the all-gather stays: a dead peer's closed connection ends it at once, where the store would
+    wait out the whole limit for a record that never comes.
+    """
+    if link is not None and device.type == "cuda":
+        words = [_OK] * len(ctx.members)
+        words[ctx.members.index(ctx.me)] = status
+        return agree.agree_max(link, words, timeout, kind="o")[0]
+    rows, _none = _gather(ctx, device, [status], timeout)
+    return [row[0] for row in rows]
+
+
 def _outcome(
     ctx: _Context,
     sched: _Schedule,
@@ -102,8 +123,8 @@ def _outcome(
             answer = int(word.item())
         if answer == _OK:  # the same answer everywhere: every process returns here
             return
-        left = limit - timedelta(seconds=time.monotonic() - started)
-        rows, _none = _gather(ctx, device, [status], max(left, timeout))
+        statuses = _statuses(ctx, link, device, status, max(limit - timedelta(seconds=time.monotonic() - started),
+                                                              timeout))
     except Exception as exc:
         targets = _written_by(sched, None)
         raise TransferExecutionError(
@@ -111,7 +132,7 @@ def _outcome(
             f"failed; target buffers may be partly written: every target of the batch: {_describe_targets(targets)}",
             targets,
         ) from (failure or exc)
-    failed = {ctx.members[r]: row[0] for r, row in enumerate(rows) if row[0] != _OK}
+    failed = {ctx.members[r]: code for r, code in enumerate(statuses) if code != _OK}
     if not failed:
         return
     targets = _written_by(sched, set(failed))

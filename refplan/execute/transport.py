@@ -37,6 +37,7 @@ class _Round:
     labels: list[tuple[str, int]]  # (direction, peer) of each work
     landing: Sequence[tuple[torch.Tensor, torch.Tensor]]  # (target box, its staged bytes), unpacked after
     buffers: list[torch.Tensor]
+    posted: float = 0.0  # time.monotonic() when its works were posted (NCCL times a wait from there)
 
 
 def _tag(r: int, i: int) -> int:
@@ -298,6 +299,7 @@ def _move(
     local_bytes = 0
     to_global = dict(zip(ctx.members, ctx.global_ranks))
     tagged = sched.device.type == "cpu" and not _ORDERED_BATCHES
+    nccl = sched.device.type == "cuda"
     to_group = {process: rank for rank, process in enumerate(ctx.members)}
     group: Any = ctx.group if ctx.group is not None else dist.group.WORLD
 
@@ -340,7 +342,9 @@ def _move(
                 works = list(dist.batch_isend_irecv(ops)) if ops else []
                 labels += [("send", send.peer) for send in posts.sends]
         except Exception as exc:
-            _RETAINED.append(posts.buffers)
+            # Posted buffers may still be written by the transport, those of the rounds in
+            # flight too: never free them (their works hold what the transport writes into).
+            _RETAINED.append([(works, posts.buffers), *((t.works, t.buffers) for t, _used in in_flight)])
             # A peer that died (or closed its connection) in any round in flight can make this
             # post fail, so those rounds are named: the round being posted is only the latest.
             flying = [t.index for t, _used in in_flight]
@@ -350,19 +354,24 @@ def _move(
             raise TransferExecutionError(
                 f"{which}: posting failed; target buffers may be partly written: {_describe(exc)}"
             ) from exc
-        return _Round(r, works, labels, posts.landing, posts.buffers)
+        return _Round(r, works, labels, posts.landing, posts.buffers, time.monotonic())
 
     def finish(rnd: _Round, in_flight: list[_Round]) -> None:
         # A round posted ahead waits behind earlier ones: its timeout runs from this wait.
         started = time.monotonic()
         deadline = started + timeout.total_seconds()
+        # gloo times ``wait(t)`` from the wait; NCCL from when the work was made, at its post
+        # (``WorkNCCL``'s start time), and rounds are posted up to ``_MAX_IN_FLIGHT`` ahead, so a
+        # round behind others got the timeout less their time. Each wait is given what is left
+        # of this round's deadline as its transport counts it.
+        since = rnd.posted if nccl else started
         # Last posted first: a queue's messages share one connection and complete in the order
         # they went out, so waiting for its last one first leaves one blocking wait per queue
         # and round, not one per message (each a sleep and a wake-up of this thread: about
         # 50 us of its CPU on 2 shared cores, 2 ms of a 43-message call; issue 26, item 8a).
         for i in range(len(rnd.works) - 1, -1, -1):
             work = rnd.works[i]
-            left = max(deadline - time.monotonic(), 0.001)
+            left = max(deadline - (since if nccl else time.monotonic()), 0.001)
             try:
                 work.wait(timedelta(seconds=left))
             except Exception as exc:

@@ -148,6 +148,63 @@ group is refused from then on in this process (``call.execute_transfers``), befo
 posted on it, as torch.distributed does not promise a group usable after a failed collective."""
 
 
+_NCCL_JOINED: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
+"""Device-mapped groups (``cpu:gloo,cuda:nccl``) on which every process has joined one NCCL
+collective through this executor (``_join_nccl``), so that their NCCL communicator exists."""
+
+
+def _nccl_device(ctx: _Context, holds: torch.device | None) -> torch.device:
+    """The CUDA device a process joins the group's NCCL communicator on: its buffers', else the
+    group's bound device, else the current device (as ``_verdict_device`` picks for NCCL)."""
+    if holds is not None and holds.type == "cuda":
+        return holds
+    bound = getattr(_group_of(ctx), "bound_device_id", None)
+    if isinstance(bound, torch.device) and bound.type == "cuda":
+        return bound
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _join_nccl(ctx: _Context, holds: torch.device | None, cuda: bool, timeout: timedelta, started: float) -> None:
+    """On an accepted call over CUDA on a device-mapped group, make every process join one
+    one-word NCCL all-reduce the first time, before any round is posted.
+
+    There the verdict and the outcome go over gloo (or the store), so the first NCCL operation on
+    the group would be round 0's ``batch_isend_irecv``, which uses the group's whole communicator
+    and creates it on first use, waiting for every member; torch says so of its first call
+    ("all ranks of the group must participate"). A process that moves nothing in that call (it
+    only copies locally, or holds no buffer) never posts a round, and its peers waited in the
+    creation, which no timeout of the executor's covers. Every process knows from the verdict
+    whether any process moves CUDA tensors (``cuda``: the device types of every process, or its
+    own where the brief settled the call, which it does only when they are equal), and every
+    accepted call on a group is made by all its processes, so all of them decide alike. The
+    all-reduce is waited with the call's timeout; a failure there is a failed collective on the
+    group (``mark_broken``), before any byte moved. Eager communicators
+    (``init_process_group(device_id=...)``) and NCCL-only groups (whose verdict is already an
+    NCCL collective) need none, but pay at most this one word once.
+    """
+    if not cuda or ctx.backends.get("cpu") != "gloo" or ctx.backends.get("cuda") != "nccl":
+        return
+    group = _group_of(ctx)
+    try:
+        if _NCCL_JOINED.get(group):
+            return
+    except TypeError:  # not weakly referenceable: joined on every call
+        pass
+    try:
+        word = torch.zeros(1, dtype=torch.int64, device=_nccl_device(ctx, holds))
+        work = dist.all_reduce(word, group=ctx.group, async_op=True)
+        if work is not None:
+            work.wait(timeout)
+    except Exception as exc:
+        mark_broken(group, "the first NCCL collective of a device-mapped group", exc)
+        raise TransferExecutionError(
+            f"creating the process group's NCCL communicator (every process joins one NCCL all-reduce before "
+            f"the first round) {_ended(started, timeout)}; no data moved: {_describe(exc)}"
+        ) from exc
+    with contextlib.suppress(TypeError):
+        _NCCL_JOINED[group] = True
+
+
 def broken(group: object) -> str | None:
     """What failed on ``group`` in this process (``_BROKEN``), or ``None``."""
     try:
@@ -362,6 +419,7 @@ def _exchange(
         meanwhile = None  # it ran while the brief was in flight
         most = _settled(reduced)
         if most is not None:
+            _join_nccl(ctx, holds, code == _DEVICE_CODES["cuda"], timeout, started)
             if phases is not None:
                 phases["verdict"] = time.monotonic() - started
             return done, max(most, rounds)
@@ -428,4 +486,5 @@ def _exchange(
             "one transfer uses one transport",
             tuple(p for procs in kinds.values() for p in procs),
         )
+    _join_nccl(ctx, holds, _DEVICE_CODES["cuda"] in kinds, timeout, started)
     return done, most_rounds
