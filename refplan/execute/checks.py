@@ -331,7 +331,7 @@ def _storage_short(tensor: torch.Tensor) -> str | None:
     as FSDP frees a parameter between uses), and torch notices only when a view of the freed bytes
     is made. The layouts a call remembers are keyed by element counts, which a resize leaves as
     they were, so a warm call made no new view before the verdict and failed after it, with a
-    peer's target partly written (issue 26, item 1 of guarantee 1: every check before any byte
+    peer's target partly written (guarantee 1 of spec/executor.md: every check before any byte
     moves); a cold call failed inside its checks with torch's own text, naming no buffer. One
     arithmetic comparison per buffer and call, on every device."""
     if not tensor.numel():

@@ -364,14 +364,13 @@ def _move(
         # (``WorkNCCL``'s start time), and rounds are posted up to ``_MAX_IN_FLIGHT`` ahead, so a
         # round behind others got the timeout less their time. Each wait is given what is left
         # of this round's deadline as its transport counts it.
-        since = rnd.posted if nccl else started
         # Last posted first: a queue's messages share one connection and complete in the order
         # they went out, so waiting for its last one first leaves one blocking wait per queue
         # and round, not one per message (each a sleep and a wake-up of this thread: about
         # 50 us of its CPU on 2 shared cores, 2 ms of a 43-message call; issue 26, item 8a).
         for i in range(len(rnd.works) - 1, -1, -1):
             work = rnd.works[i]
-            left = max(deadline - (since if nccl else time.monotonic()), 0.001)
+            left = max(deadline - (rnd.posted if nccl else time.monotonic()), 0.001)
             try:
                 work.wait(timedelta(seconds=left))
             except Exception as exc:
