@@ -132,3 +132,106 @@ def test_on_nccl_who_failed_is_asked_through_the_store_not_the_aborted_communica
     for t in threads:
         t.join(30)
     assert got == {0: [0, 1], 1: [0, 1]}, got
+
+
+def test_who_failed_never_deletes_the_verdicts_keys_while_a_peer_may_still_read_them() -> None:
+    """The outcome's count can be settled early (a failed process writes it at once), so another
+    process reaches the statuses agreement while a process with nothing to move may still be
+    reading the verdict's answer, two agreements back: deleting those keys at the first arrival
+    made that process fail alone ("an agreement's answer has 1 bytes, not 16"), its count two
+    behind for good. They go once every process has arrived at the statuses agreement."""
+    import threading
+    import time as clock
+
+    from torch._C._distributed_c10d import HashStore
+
+    from refplan.execute import agree, outcome
+    from refplan.execute.outcome import _FAILED, _OK
+
+    store = HashStore()
+
+    class Slow:
+        """A store whose wait returns and is then descheduled a moment before the read."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def wait(self, keys: Any, *args: Any) -> None:
+            self.inner.wait(keys, *args)
+            clock.sleep(0.5)
+
+    links = {"a": agree._Link(store, "p", 3), "c": agree._Link(store, "p", 3), "z": agree._Link(Slow(store), "p", 3)}
+    limit = timedelta(seconds=10)
+    brief = [5, 7]
+    got: dict[str, Any] = {}
+
+    def statuses(name: str, status: int) -> None:
+        me = "acz".index(name)
+        ctx = _Context(_Group(), True, me, (0, 1, 2), (0, 1, 2), me, "nccl", {"cuda": "nccl"})  # type: ignore[arg-type]
+        try:
+            got[name] = outcome._statuses(ctx, links[name], torch.device("cuda", 0), status, limit)
+        except Exception as exc:
+            got[name] = repr(exc)
+
+    def failed() -> None:  # its part failed: its outcome word settles the count at once
+        agree.agree_max(links["a"], brief, limit)
+        agree.agree_max(links["a"], [_FAILED], limit, early=True, uniform=True, kind="o")
+        statuses("a", _FAILED)
+
+    def finished() -> None:
+        agree.agree_max(links["c"], brief, limit)
+        agree.agree_max(links["c"], [_OK], limit, uniform=True, kind="o")
+        statuses("c", _OK)
+
+    def idle() -> None:  # nothing to move: from the verdict straight to the outcome
+        try:
+            got["z_brief"] = agree.agree_max(links["z"], brief, limit)[0]
+            agree.agree_max(links["z"], [_OK], limit, uniform=True, kind="o")
+        except Exception as exc:
+            got["z_brief"] = repr(exc)
+            return
+        statuses("z", _OK)
+
+    threads = [threading.Thread(target=f) for f in (idle, failed, finished)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert got == {"z_brief": brief, "a": [_FAILED, _OK, _OK], "c": [_FAILED, _OK, _OK],
+                   "z": [_FAILED, _OK, _OK]}, got
+    assert store.num_keys() <= 3 * 3, store.num_keys()  # the verdict's keys went once all had arrived
+
+
+def test_the_verdict_goes_to_the_groups_bound_device_so_a_refusal_reaches_every_process() -> None:
+    """On an NCCL-only group bound to cuda:0, a process whose buffers are on cuda:1 refuses; its
+    verdict must travel on cuda:0, where the communicator is (on cuda:1 NCCL refused the
+    collective and that process failed alone)."""
+    group = _Group()
+    group.bound_device_id = torch.device("cuda", 0)  # type: ignore[attr-defined]
+    ctx = _ctx(group, {"cuda": "nccl"})
+    assert verdict._verdict_device(ctx, torch.device("cuda", 1)) == torch.device("cuda", 0)
+    assert verdict._nccl_device(ctx, torch.device("cuda", 1)) == torch.device("cuda", 0)
+    unbound = _ctx(_Group(), {"cuda": "nccl"})
+    assert verdict._verdict_device(unbound, torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert verdict._verdict_device(_ctx(group, MAPPED), torch.device("cuda", 1)) == torch.device("cpu")
+
+
+def test_a_failed_transfer_over_nccl_refuses_its_group_from_then_on() -> None:
+    """A timed-out NCCL wait aborts the communicator: after a failed call over NCCL every process
+    refuses the group before anything is posted (round 0 of a next call, its verdict settled
+    through the store, would fail after the verdict). Over gloo the group stays usable."""
+    from types import SimpleNamespace
+
+    from refplan.execute import TransferRejectedError, call
+
+    cuda_group, cpu_group = _Group(), _Group()
+    failure = TransferExecutionError("round 0 of 3: receive from process 1 timed out")
+    call._nccl_failed(_ctx(cuda_group, MAPPED), SimpleNamespace(device=torch.device("cuda", 0)), failure)  # type: ignore[arg-type]
+    call._nccl_failed(_ctx(cpu_group, MAPPED), SimpleNamespace(device=torch.device("cpu")), failure)  # type: ignore[arg-type]
+    assert "a transfer over NCCL" in (verdict.broken(cuda_group) or "")
+    assert verdict.broken(cpu_group) is None
+    with pytest.raises(TransferRejectedError, match="a transfer over NCCL"):
+        call._enter(_ctx(cuda_group, MAPPED))

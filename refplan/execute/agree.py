@@ -47,7 +47,11 @@ records of one kind never complete an agreement of the other.
 The first process to arrive at agreement ``seq`` (settled or not) deletes the keys of agreement
 ``seq - 2`` (``_forget_older``): every process has finished reading them, since each has arrived
 at ``seq - 1`` (its count was complete, or its ``d`` was written early by a process whose failure
-sends everyone on to the all-gather, which no process leaves before all arrive).
+sends everyone on to the all-gather, which no process leaves before all arrive). The one
+agreement that follows an early-settled one at once, the statuses an NCCL group asks for after a
+failure (``outcome._statuses``), leaves that deletion to the process that completes its count
+(``forget_first=False``): a process with nothing to move can reach it while a peer still reads
+the verdict's answer.
 
 A group uses the store only if it has at most ``_STORE_MAX_PROCESSES`` processes (the store is one
 server: an agreement costs it a few requests per process) and its hello (the first full exchange)
@@ -212,6 +216,7 @@ def agree_max(
     meanwhile: Meanwhile | None = None,
     uniform: bool = False,
     kind: str = "v",
+    forget_first: bool = True,
 ) -> tuple[list[int], frozenset[tuple[int, int, int]]]:
     """The elementwise maximum of ``words`` over the group's processes (see the module's text);
     ``early``: this process's own record already settles the call as not agreed, so it is written
@@ -219,6 +224,11 @@ def agree_max(
     same record, so no records are exchanged (the count decides). ``meanwhile`` runs while this
     process waits for the answer, told when it has come; what it returns is passed on (empty
     without it). ``kind`` names the agreement's kind in its keys (``v`` a brief, ``o`` an outcome).
+    ``forget_first``: the first process to arrive deletes agreement ``seq - 2``'s keys (every
+    process is past it once anyone arrives here, as long as the agreement before this one was
+    not settled early); without it, the process that completes the count does (everyone has
+    arrived), for an agreement that follows an early-settled one at once, which a process with
+    nothing to wait for may reach while a peer still reads ``seq - 2``'s answer.
     Raises on a timeout or a store failure, and ``AbandonedError`` for an agreement another
     process stopped waiting for (the callers turn either into the call's error)."""
     store = link.store
@@ -235,6 +245,8 @@ def agree_max(
     done: frozenset[tuple[int, int, int]] = frozenset()
     if arrived == link.size:
         # Every record is in and none is unsettled: this process alone writes the answer.
+        if not forget_first:
+            _forget_older(link)
         if uniform:
             answer = mine
         else:
@@ -251,10 +263,10 @@ def agree_max(
             done = meanwhile(lambda: True)
     elif early:
         answer = _answered(store.compare_set(base + "d", "", mine))
-        if arrived % _UNSETTLED == 1:  # the first to arrive, unsettled: after its answer is out
+        if forget_first and arrived % _UNSETTLED == 1:  # the first to arrive, unsettled: after its answer is out
             _forget_older(link)
     else:
-        if arrived == 1:
+        if forget_first and arrived == 1:
             _forget_older(link)
         if meanwhile is not None:
             done = meanwhile(_poller(store, base + "d"))

@@ -39,7 +39,7 @@ from .common import (
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
 from .transport import _drain, _keep, _mark_written, _move, _pack_ahead, _program
-from .verdict import _exchange, _verdict_device, broken
+from .verdict import _exchange, _verdict_device, broken, mark_broken
 
 
 @dataclass
@@ -280,9 +280,14 @@ def _execute(
         phases["move"] = moved - moving
         if outcome is not False and ctx.collective:
             status = _FAILED if failure is not None else _CONCURRENT if call is not None and call.poisoned else _OK
-            _outcome(ctx, sched, verdict_device, status, failure, timeout)
+            try:
+                _outcome(ctx, sched, verdict_device, status, failure, timeout)
+            except TransferExecutionError as exc:
+                _nccl_failed(ctx, sched, exc)
+                raise
             phases["outcome"] = time.perf_counter() - moved
         if failure is not None:
+            _nccl_failed(ctx, sched, failure)
             if not failure.targets and outcome is not False:
                 failure.targets = _written_by(sched, {ctx.me})
             raise failure
@@ -319,6 +324,18 @@ def _execute(
         if sched.arenas:
             schedule._PROGRAMS.clear()
             _record_current_stream(sched.arenas)
+
+
+def _nccl_failed(ctx: _Context, sched: _Schedule, failure: BaseException) -> None:
+    """After a failed call whose rounds went over NCCL, refuse its group from then on.
+
+    A round's wait that times out aborts the NCCL communicator on that process, and torch does
+    not promise anything of a group after a failed operation; the next call's verdict, settled
+    through the store, would otherwise post round 0 on the aborted communicator and fail after
+    the verdict with the peers' targets partly written. Every surviving process learns of a
+    failure anywhere from the outcome, so every one marks the group (``verdict.mark_broken``)."""
+    if ctx.collective and sched.device.type == "cuda":
+        mark_broken(ctx.group if ctx.group is not None else dist.group.WORLD, "a transfer over NCCL", failure)
 
 
 def _record_current_stream(arenas: list[torch.Tensor]) -> None:

@@ -78,7 +78,10 @@ def _statuses(
     if link is not None and device.type == "cuda":
         words = [_OK] * len(ctx.members)
         words[ctx.members.index(ctx.me)] = status
-        return agree.agree_max(link, words, timeout, kind="o")[0]
+        # The outcome's count before it may have been settled early (a failure is written at
+        # once), so a peer may still be reading the verdict's answer: the keys two agreements
+        # back are deleted by the process that completes this count, never by the first here.
+        return agree.agree_max(link, words, timeout, kind="o", forget_first=False)[0]
     rows, _none = _gather(ctx, device, [status], timeout)
     return [row[0] for row in rows]
 

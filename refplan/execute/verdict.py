@@ -154,11 +154,13 @@ collective through this executor (``_join_nccl``), so that their NCCL communicat
 
 
 def _nccl_device(ctx: _Context, holds: torch.device | None) -> torch.device:
-    """The CUDA device a process joins the group's NCCL communicator on: its buffers', else the
-    group's bound device, else the current device (as ``_verdict_device`` picks for NCCL)."""
+    """The CUDA device a process joins the group's NCCL communicator on: the group's bound device,
+    else its buffers', else the current device (as ``_verdict_device`` picks for NCCL)."""
+    bound = getattr(_group_of(ctx), "bound_device_id", None)
+    if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
+        return bound  # as ``_verdict_device``: buffers elsewhere were refused
     if holds is not None and holds.type == "cuda":
         return holds
-    bound = getattr(_group_of(ctx), "bound_device_id", None)
     if isinstance(bound, torch.device) and bound.type == "cuda":
         return bound
     return torch.device("cuda", torch.cuda.current_device())
@@ -287,14 +289,19 @@ def _verdict_device(ctx: _Context, local: torch.device | None) -> torch.device:
 
     A collective on a device-mapped group goes to the backend of the tensor's device, so every
     process must pick the same type from what they share — the group's backend — never from
-    their own buffers: CPU whenever the group has gloo for CPU, else CUDA (the buffers' device,
-    else the group's bound device, else the current device).
+    their own buffers: CPU whenever the group has gloo for CPU, else CUDA (the group's bound
+    device, else the buffers' device, else the current device).
     """
     if ctx.backends.get("cpu") == "gloo" or "cuda" not in ctx.backends:
         return torch.device("cpu")
+    # The group's bound device first: its NCCL communicator is there alone, and a process whose
+    # buffers are elsewhere refuses (``checks._off_bound_device``); its refusal must reach its
+    # peers through a collective NCCL accepts, not fail alone in it.
+    bound = getattr(ctx.group if ctx.group is not None else dist.group.WORLD, "bound_device_id", None)
+    if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
+        return bound
     if local is not None and local.type == "cuda":
         return local
-    bound = getattr(ctx.group if ctx.group is not None else dist.group.WORLD, "bound_device_id", None)
     if isinstance(bound, torch.device) and bound.type == "cuda":
         return bound
     return torch.device("cuda", torch.cuda.current_device())
