@@ -39,7 +39,7 @@ from .common import (
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
 from .transport import _drain, _keep, _mark_written, _move, _pack_ahead, _program
-from .verdict import _exchange, _verdict_device, broken, mark_broken
+from .verdict import _exchange, _group_of, _verdict_device, broken, mark_broken
 
 
 @dataclass
@@ -335,7 +335,7 @@ def _nccl_failed(ctx: _Context, sched: _Schedule, failure: BaseException) -> Non
     the verdict with the peers' targets partly written. Every surviving process learns of a
     failure anywhere from the outcome, so every one marks the group (``verdict.mark_broken``)."""
     if ctx.collective and sched.device.type == "cuda":
-        mark_broken(ctx.group if ctx.group is not None else dist.group.WORLD, "a transfer over NCCL", failure)
+        mark_broken(_group_of(ctx), "a transfer over NCCL", failure)
 
 
 def _record_current_stream(arenas: list[torch.Tensor]) -> None:

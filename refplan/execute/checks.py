@@ -39,6 +39,7 @@ from .schedule import (
     _Schedule,
     chunk_count,
 )
+from .verdict import _group_of
 
 _SCHEMA = "refplan.execute/3"
 
@@ -655,19 +656,12 @@ def _check_arguments(
         needs = (f"need the {transport} backend" if transport is not None else
                  "cannot be moved: the executor moves CPU tensors over gloo and CUDA tensors over nccl")
         raise _Refusal(f"buffers on {holds} {needs}; the process group's backend is {ctx.backend!r}")
-    wrong = _off_bound_device(holds, getattr(ctx.group if ctx.group is not None else _world(), "bound_device_id", None))
+    wrong = _off_bound_device(holds, getattr(_group_of(ctx), "bound_device_id", None))
     if wrong is not None:
         raise _Refusal(wrong)
     assert isinstance(source_buffers, Mapping) and isinstance(target_buffers, Mapping)  # checked above
     key = None if call_key is None else str(call_key)
     return _Arguments(plans, source_buffers, target_buffers, endpoints, budget, key)
-
-
-def _world() -> object:
-    """The default group, or None where there is none (one process without a process group)."""
-    import torch.distributed as dist
-
-    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
 
 
 def _off_bound_device(holds: torch.device | None, bound: object) -> str | None:

@@ -154,11 +154,16 @@ collective through this executor (``_join_nccl``), so that their NCCL communicat
 
 
 def _nccl_device(ctx: _Context, holds: torch.device | None) -> torch.device:
-    """The CUDA device a process joins the group's NCCL communicator on: the group's bound device,
-    else its buffers', else the current device (as ``_verdict_device`` picks for NCCL)."""
+    """The CUDA device this process's NCCL operations on the group use (the verdict of an
+    NCCL-only group, the join of a device-mapped one): the group's bound device, else its
+    buffers', else the current device.
+
+    The bound device first: the group's NCCL communicator is there alone, and a process whose
+    buffers are elsewhere refuses (``checks._off_bound_device``); its refusal must reach its peers
+    through a collective NCCL accepts, not fail alone in it."""
     bound = getattr(_group_of(ctx), "bound_device_id", None)
     if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
-        return bound  # as ``_verdict_device``: buffers elsewhere were refused
+        return bound
     if holds is not None and holds.type == "cuda":
         return holds
     if isinstance(bound, torch.device) and bound.type == "cuda":
@@ -294,17 +299,7 @@ def _verdict_device(ctx: _Context, local: torch.device | None) -> torch.device:
     """
     if ctx.backends.get("cpu") == "gloo" or "cuda" not in ctx.backends:
         return torch.device("cpu")
-    # The group's bound device first: its NCCL communicator is there alone, and a process whose
-    # buffers are elsewhere refuses (``checks._off_bound_device``); its refusal must reach its
-    # peers through a collective NCCL accepts, not fail alone in it.
-    bound = getattr(ctx.group if ctx.group is not None else dist.group.WORLD, "bound_device_id", None)
-    if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
-        return bound
-    if local is not None and local.type == "cuda":
-        return local
-    if isinstance(bound, torch.device) and bound.type == "cuda":
-        return bound
-    return torch.device("cuda", torch.cuda.current_device())
+    return _nccl_device(ctx, local)
 
 
 def _encode_reason(reason: str, nbytes: int = _REASON_BYTES) -> list[int]:
