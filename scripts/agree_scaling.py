@@ -30,8 +30,8 @@ def _work(ops: int) -> Any:
         world_group: Any = dist.group.WORLD
         store: Any = dist.distributed_c10d._get_process_group_store(world_group)
         store = store.clone()  # a connection of its own, as the executor's link has
-        link = agree._Link(store, "scripts/agree_scaling", world)
-        uniform = agree._Link(store, "scripts/agree_scaling/uniform", world)
+        link = agree._Link(store, "scripts/agree_scaling", world, rank)
+        uniform = agree._Link(store, "scripts/agree_scaling/uniform", world, rank)
         words = torch.zeros(2, dtype=torch.int64)
 
         def by_store() -> None:

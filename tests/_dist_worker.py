@@ -1811,6 +1811,37 @@ def s2_keys(me: int, world: int) -> dict[str, Any]:
     return {"crossed": crossed, "same": same}
 
 
+def s2_named(me: int, world: int) -> dict[str, Any]:
+    """Process 1 gets one part of the schedule different from process 0's, a part per call; its
+    own buffers match what it declared, so neither process refuses alone and only the digests
+    differ. Both must raise the same rejection, naming the part that differs (by value where it
+    can: the dtypes, the budget, the key, the rank space) and the parts that agree."""
+    rows = contiguous_split_map((8, 6), [4, 4], 0)
+    cols = contiguous_split_map((8, 6), [3, 3], 1)
+    pairs = {"v": (cols, rows), "w": (cols, rows)}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    out: dict[str, Any] = {}
+
+    def call(case: str, dtypes: Mapping[str, torch.dtype], **kwargs: Any) -> None:
+        layout = kwargs.pop("layout", pairs)
+        plans = plan(layout, ends, dtypes, "balanced")
+        b = make_buffers(layout, ends, me, dtypes)
+        out[case] = expect_rejection(
+            lambda: execute_transfers(plans, b.sources, b.targets, ends, dtypes=dtypes, timeout=TIMEOUT, **kwargs), b
+        )
+
+    bf16 = {"v": torch.bfloat16, "w": torch.bfloat16}
+    # Same width, so no buffer check of process 1's own can tell: only the digests differ.
+    call("dtype", bf16 if me == 0 else {"v": torch.bfloat16, "w": torch.float16})
+    call("swapped", {"v": torch.bfloat16, "w": torch.float16} if me == 0 else {"v": torch.float16, "w": torch.bfloat16})
+    call("budget", bf16, budget=StagingBudget() if me == 0 else StagingBudget(bytes_per_peer=1 << 20))
+    call("key", bf16, key="weights" if me == 0 else None)
+    call("ranks", bf16, endpoint_ranks="global" if me == 0 else "group")
+    other = {**pairs, "w": (contiguous_split_map((8, 6), [4, 2], 1), rows)}  # process 1: another split of w
+    call("plans", bf16, layout=pairs if me == 0 else other)
+    return out
+
+
 def odd_arguments(me: int, world: int) -> dict[str, Any]:
     """Two processes, one call each with an argument given wrong on process 1 only: ``outcome``
     that is no bool (``None`` and ``"no"`` read as "on" before) and a buffer keyed by the string
@@ -1953,6 +1984,7 @@ TWO_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
     ("broken", s2_broken),
     ("keys", s2_keys),
     ("brief", s2_brief),
+    ("named", s2_named),
 ]
 
 
@@ -2095,3 +2127,39 @@ def scenario(results: dict[str, list[Any]], name: str) -> list[Any]:
     errors = [f"process {rank}: {value}" for rank, (status, value) in enumerate(per_process) if status != "ok"]
     assert not errors, "\n".join(errors)
     return [value for _status, value in per_process]
+
+
+def file_store_groups(me: int, world: int, path: str) -> dict[str, Any]:
+    """The group re-made with ``init_method="file://..."`` (a ``FileStore``), as single-node
+    tests often do: three calls on WORLD and two on a subgroup must move exactly (before, every
+    group's second call failed: ``FileStore.append`` keeps one of two identical records, so the
+    brief's agreement read one record of two, and the process that read it raised "no data
+    moved" while its peers, handed its own record as the answer, moved data). Then the groups
+    torch no longer knows: the WORLD of the first init, and a subgroup destroyed with
+    ``destroy_process_group`` (a bare ``KeyError`` from torch's registry before)."""
+    from refplan.execute import agree
+
+    stale = dist.group.WORLD
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=me, world_size=world,
+                            timeout=timedelta(seconds=30))
+    rows = contiguous_split_map((8, 6), [4, 4], 0)
+    pairs = {"w": (contiguous_split_map((8, 6), [3, 3], 1), rows)}
+    dtypes = {"w": torch.float32}
+    ends = TransferEndpoints({0: 0, 1: 1}, {0: 1, 1: 0})
+    out: dict[str, Any] = {"world": [run_exact(pairs, ends, dtypes, me) for _ in range(3)]}
+    out["world_linked"] = agree.link_of(dist.group.WORLD) is not None
+    sub = dist.new_group([0, 1])
+    out["sub"] = [run_exact(pairs, ends, dtypes, me, group=sub) for _ in range(2)]
+    gone = dist.new_group([0, 1])
+    dist.destroy_process_group(gone)
+    b = make_buffers(pairs, ends, me, dtypes)
+    plans = plan(pairs, ends, dtypes, "balanced")
+    for case, group in (("destroyed", gone), ("stale_world", stale)):
+        out[case] = expect_rejection(
+            lambda group=group: execute_transfers(plans, b.sources, b.targets, ends, dtypes=dtypes, timeout=TIMEOUT,
+                                                  group=group),
+            b,
+        )
+    out["after"] = run_exact(pairs, ends, dtypes, me)
+    return out

@@ -23,7 +23,7 @@ SECOND = timedelta(seconds=1)
 
 def _links(size: int, store: Any | None = None) -> list[agree._Link]:
     store = store if store is not None else HashStore()
-    return [agree._Link(store, "refplan/agree/test", size) for _ in range(size)]
+    return [agree._Link(store, "refplan/agree/test", size, rank) for rank in range(size)]
 
 
 def _together(
@@ -124,7 +124,7 @@ def test_the_last_arrival_answers_in_one_round_trip_and_a_uniform_agreement_exch
     (the outcome's status word) appends none, and the count alone decides."""
     shared = HashStore()
     stores = [_Counting(shared) for _ in range(3)]
-    links = [agree._Link(store, "refplan/agree/test", 3) for store in stores]
+    links = [agree._Link(store, "refplan/agree/test", 3, rank) for rank, store in enumerate(stores)]
     got, made = _last_arrival(stores, links, [[0], [0], [0]], uniform=True)
     assert all(got[i][0] == [0] for i in range(3)), got
     assert made == {"set_timeout": 1, "add": 1, "compare_set": 1}, made
@@ -254,3 +254,60 @@ def test_a_process_without_a_usable_store_offers_none_and_the_group_is_not_linke
     agree._OFFERS[large] = (HashStore(), 7)
     agree.adopt(large, [7] * (agree._STORE_MAX_PROCESSES + 1), agree._STORE_MAX_PROCESSES + 1)
     assert agree.link_of(large) is None and large not in agree._OFFERS
+
+
+class _DropsEqualAppends:
+    """A store whose ``append`` keeps a key unchanged when the value equals what it holds, as
+    torch's ``FileStore`` does (checked on torch 2.13: two appends of the same 8 bytes leave 8)."""
+
+    def __init__(self) -> None:
+        self.inner = HashStore()
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def append(self, key: str, value: bytes) -> None:
+        with self.lock:
+            if self.inner.check([key]) and bytes(self.inner.get(key)) == bytes(value):
+                return
+            self.inner.append(key, value)
+
+
+def test_identical_records_are_all_counted_on_a_store_that_merges_equal_appends() -> None:
+    """Every agreed brief sends the same words from every process: on a store that merged them,
+    the process completing the count read one record of two and raised, and the others read its
+    own record as the answer and went on. Each record now starts with its process's rank."""
+    links = _links(3, _DropsEqualAppends())
+    got = _together(links, [[5, 7]] * 3)
+    assert all(got[i][0] == [5, 7] for i in range(3)), got
+
+
+def test_records_not_one_per_rank_fail_the_agreement_on_every_process() -> None:
+    """A store that loses a record: the process completing the count cannot read one record per
+    rank. It raises, and so must every peer; before, it wrote its own record as the answer, so
+    its peers read an agreed brief and moved data while it raised "no data moved"."""
+
+    class LosesRankOne(_DropsEqualAppends):
+        def append(self, key: str, value: bytes) -> None:
+            if int.from_bytes(bytes(value)[:8], "little") != 1:
+                self.inner.append(key, value)
+
+    links = _links(3, LosesRankOne())
+    got = _together(links, [[5, 7]] * 3, timeout=timedelta(seconds=5))
+    assert all(isinstance(got[i], Exception) for i in range(3)), got
+    texts = sorted(str(got[i]) for i in range(3))
+    assert sum("bytes of records, not 3 of 24" in t for t in texts) == 1, texts
+    assert sum(isinstance(got[i], agree.AbandonedError) for i in range(3)) == 2, got
+    with pytest.raises(RuntimeError, match=r"records are from ranks \[0, 0\], not one from each of 0\.\.1"):
+        agree._maximum(agree._pack([0, 1, 2]) * 2, 2, 2)
+
+
+def test_a_file_store_under_any_prefix_is_not_used_for_agreements(tmp_path: Any) -> None:
+    from torch._C._distributed_c10d import FileStore, PrefixStore
+
+    files = FileStore(str(tmp_path / "store"), 1)
+    assert agree._file_backed(files)
+    assert agree._file_backed(PrefixStore("a", PrefixStore("b", files)))
+    assert not agree._file_backed(PrefixStore("a", HashStore()))
+    assert not agree._file_backed(HashStore())

@@ -1035,7 +1035,7 @@ def test_checks_are_remembered_only_for_what_cannot_change(monkeypatch: pytest.M
     run()
     assert len(checked) == 1, "the same plan objects were checked twice"
     (entry,) = checks._CHECKED.entries.values()
-    assert entry[3] == schedule_digest({ex.SINGLE: plan}, endpoints, StagingBudget(), {ex.SINGLE: torch.float32})
+    assert entry[3][0] == schedule_digest({ex.SINGLE: plan}, endpoints, StagingBudget(), {ex.SINGLE: torch.float32})
     run(budget=StagingBudget(1 << 12))
     assert len(checked) == 2, "another budget reused the first budget's checks"
     bindings: dict[int, int] = endpoints.source  # type: ignore[assignment]  # a plain dict inside

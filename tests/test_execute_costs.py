@@ -72,7 +72,7 @@ def test_the_default_bound_refuses_ten_to_the_five_segments_without_checking_the
     see those calls, so an empty count means "not called", not "replaced where nobody looks"."""
     checked: list[int] = []
     digests: list[str] = []
-    real, real_digest = checks._check_segment, checks.schedule_digest
+    real, real_digest = checks._check_segment, checks.schedule_digests
     refusing = [True]
 
     def counting(name: str, index: int, seg: object, itemsize: int) -> TransferSegment:
@@ -80,7 +80,7 @@ def test_the_default_bound_refuses_ten_to_the_five_segments_without_checking_the
         return real(name, index, seg, itemsize)
 
     def digest_in(where: str) -> Any:
-        def digest(*args: Any, **kwargs: Any) -> int:
+        def digest(*args: Any, **kwargs: Any) -> tuple[int, tuple[int, ...]]:
             if refusing[0]:
                 pytest.fail(f"digest computed for a refusal (in {where})")
             digests.append(where)
@@ -89,8 +89,8 @@ def test_the_default_bound_refuses_ten_to_the_five_segments_without_checking_the
         return digest
 
     monkeypatch.setattr(checks, "_check_segment", counting)  # called by checks._check_plans
-    monkeypatch.setattr(checks, "schedule_digest", digest_in("checks"))  # by checks._remember
-    monkeypatch.setattr(call, "schedule_digest", digest_in("call"))  # by call._execute
+    monkeypatch.setattr(checks, "schedule_digests", digest_in("checks"))  # by checks._remember
+    monkeypatch.setattr(call, "schedule_digests", digest_in("call"))  # by call._execute
     n = 100_000
     with pytest.raises(TransferRejectedError, match="max_work=131072"):
         execute_transfer(_plan(n), {0: torch.zeros(n)}, {0: torch.zeros(n)}, TransferEndpoints({0: 0}, {0: 0}),

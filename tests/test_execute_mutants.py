@@ -154,7 +154,7 @@ def test_a_brief_and_an_outcome_of_the_same_number_never_complete_each_other() -
     records of one kind never complete an agreement of the other": two processes at agreement 1,
     one for a brief and one for an outcome, both wait out their (short) timeout; neither returns."""
     store = HashStore()
-    links = [agree._Link(store, "refplan/agree/kinds", 2) for _ in range(2)]
+    links = [agree._Link(store, "refplan/agree/kinds", 2, rank) for rank in range(2)]
     got: dict[int, Any] = {}
 
     def run(i: int, kind: str) -> None:

@@ -98,7 +98,7 @@ def test_old_keys_are_deleted_when_the_first_arrival_is_unsettled() -> None:
     here; mutant 24 (``_forget_older`` looks up the kind of ``seq - 1``, not ``seq - 2``) deleted
     keys of the wrong kind, which do not exist: both left every agreement's three keys (36 after 12)."""
     store = HashStore()
-    links = [agree._Link(store, "refplan/agree/unsettled", 2) for _ in range(2)]
+    links = [agree._Link(store, "refplan/agree/unsettled", 2, rank) for rank in range(2)]
     second = timedelta(seconds=5)
     for n in range(12):
         kind = "vo"[n % 2]

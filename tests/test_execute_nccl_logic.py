@@ -116,7 +116,7 @@ def test_on_nccl_who_failed_is_asked_through_the_store_not_the_aborted_communica
 
     monkeypatch.setattr(outcome, "_gather", no_collective)
     store = HashStore()
-    links = [agree._Link(store, "refplan/agree/statuses", 2) for _ in range(2)]
+    links = [agree._Link(store, "refplan/agree/statuses", 2, rank) for rank in range(2)]
     got: dict[int, Any] = {}
 
     def run(me: int) -> None:
@@ -163,7 +163,8 @@ def test_who_failed_never_deletes_the_verdicts_keys_while_a_peer_may_still_read_
             self.inner.wait(keys, *args)
             clock.sleep(0.5)
 
-    links = {"a": agree._Link(store, "p", 3), "c": agree._Link(store, "p", 3), "z": agree._Link(Slow(store), "p", 3)}
+    links = {"a": agree._Link(store, "p", 3, 0), "c": agree._Link(store, "p", 3, 1),
+             "z": agree._Link(Slow(store), "p", 3, 2)}
     limit = timedelta(seconds=10)
     brief = [5, 7]
     got: dict[str, Any] = {}

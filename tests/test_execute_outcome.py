@@ -387,6 +387,35 @@ def test_keys_refuse_same_shaped_syncs_issued_in_different_orders(two: dict[str,
         assert all(res["same"][k] for k in ("exact", "guards", "sources_intact")), f"process {rank}: {res['same']}"
 
 
+@pytest.mark.parametrize(
+    ("case", "needles"),
+    [
+        ("dtype", ("the dtypes differ ('w' is bfloat16 on processes [0], float16 on processes [1])",
+                   "the plans, the endpoints, the budgets, the endpoint_ranks, the keys agree")),
+        ("swapped", ("the dtypes differ ('v' is bfloat16 on processes [0], float16 on processes [1]; 'w' is "
+                     "float16 on processes [0], bfloat16 on processes [1])",)),
+        ("budget", ("the budgets differ (bytes_per_peer is 8388608 on processes [0], 1048576 on processes [1])",
+                    "the plans, the endpoints, the dtypes, the endpoint_ranks, the keys agree")),
+        ("key", ("the keys differ ('weights' (digest 0x", "no key on processes [1]",
+                 "the plans, the endpoints, the budgets, the dtypes, the endpoint_ranks agree")),
+        ("ranks", ("the endpoint_ranks differ ('global' on processes [0]; 'group' on processes [1])",)),
+        ("plans", ("the plans differ (digest 0x", "the endpoints, the budgets, the dtypes, the endpoint_ranks, "
+                   "the keys agree")),
+    ],
+)
+def test_a_digest_disagreement_names_the_part_that_differs(
+    two: dict[str, list[Any]], case: str, needles: tuple[str, ...]
+) -> None:
+    """Before, both processes raised "disagree about the transfer schedule (plans, endpoints,
+    budget, dtypes, endpoint_ranks or key)" with two digests, whatever differed: a process that
+    declared float16 where its peer declared bfloat16 (same width, so its own buffers pass) could
+    only be found by diffing every argument by hand."""
+    per_process = scenario(two, "named")
+    message = _same_rejection([r[case] for r in per_process], "disagree about the transfer schedule: ", *needles)
+    assert "schedule digests 0x" in message, message
+    assert all(r[case]["processes"] == (0, 1) for r in per_process), case
+
+
 def test_pool_releases_least_recently_used_sizes_first() -> None:
     from refplan.execute.schedule import _Pool
 

@@ -2762,7 +2762,7 @@ def _raw_worker(
     # the whole call can be set against raw + what the protocol adds to it: through the store as
     # the executor made them (keys of their own), or all-reduced where the group is not linked.
     linked = agree.link_of(dist.group.WORLD)
-    floor_link = None if linked is None else agree._Link(linked.store, "refplan/bench/floor", world)
+    floor_link = None if linked is None else agree._Link(linked.store, "refplan/bench/floor", world, linked.rank)
     small = [(name, kind, torch.zeros(words, dtype=torch.int64),
               [torch.empty(words, dtype=torch.int64) for _ in range(world)])
              for name, kind, words in CALL_COLLECTIVES]

@@ -69,7 +69,6 @@ from __future__ import annotations
 
 from .call import SINGLE as SINGLE
 from .call import execute_transfer, execute_transfers, release_staging
-from .checks import schedule_digest
 from .common import (
     DEFAULT_TIMEOUT,
     MAX_TIMEOUT,
@@ -83,6 +82,7 @@ from .common import (
     retained_bytes,
 )
 from .schedule import Chunk, chunk_count, chunk_segment, pack_messages
+from .summary import schedule_digest
 from .verdict import _HELLO_WORDS as _HELLO_WORDS
 from .verdict import _VERDICT_WORDS as _VERDICT_WORDS
 

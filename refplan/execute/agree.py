@@ -11,13 +11,20 @@ processes sharing 2 cores (issue 26, item 8c), back to back: an all-reduce of 2 
 The protocol, for agreement number ``seq`` on a group (every process counts the same agreements,
 since calls on a group are matched in the order each process makes them):
 
-1. append this process's record (the words, little-endian) to ``<prefix>/<seq>/v`` (a ``set`` or
-   an ``append`` is sent without waiting for an answer; every other request is a round trip);
+1. append this process's record (its group rank, then the words, little-endian) to
+   ``<prefix>/<seq>/v`` (a ``set`` or an ``append`` is sent without waiting for an answer; every
+   other request is a round trip). The rank makes every process's record distinct, and the
+   process that reads them requires each rank exactly once: ``FileStore.append`` drops a value
+   equal to the key's current value, so two processes' identical records (every agreed brief)
+   were one record there (an outside audit, 2026-12-06; protocol 10 adds the rank);
 2. ``add(<prefix>/<seq>/n, 1)``, or ``1 + _UNSETTLED`` from a process whose own record already
    settles the answer as "not agreed" (a refusal in the brief, a failure in the outcome);
 3. the process whose ``add`` returns exactly the group's size (every process arrived, none
    unsettled) is the only one to compute the answer: it reads every record, takes their maximum
-   and writes it to ``<prefix>/<seq>/d`` with ``set``;
+   and writes it to ``<prefix>/<seq>/d`` with ``set``. Records it cannot read as one per rank
+   make it write ``_ABANDONED`` instead, so that every process raises (before, it wrote its own
+   record, which settled the call for its peers: they moved data while it raised "no data
+   moved");
 4. an unsettled process writes its own record to ``d`` at once, with ``compare_set`` from empty
    (the first such writer wins), so the others never wait for a peer that may be dead; every
    reader then reads a record that does not settle the call, as the maximum would not, and all of
@@ -54,8 +61,10 @@ failure (``outcome._statuses``), leaves that deletion to the process that comple
 the verdict's answer.
 
 A group uses the store only if it has at most ``_STORE_MAX_PROCESSES`` processes (the store is one
-server: an agreement costs it a few requests per process) and its hello (the first full exchange)
-showed every process able to:
+server: an agreement costs it a few requests per process), its store is not a ``FileStore``
+(every request appends to one file that is never compacted, so a sync loop would grow it by a few
+hundred bytes a call for good; such a group agrees by its ``all_reduce``), and its hello (the
+first full exchange) showed every process able to:
 each process clones the group's store (a connection of its own, so that nothing else in the
 process that blocks on the shared client can delay an agreement) and sends a random nonce; the
 nonce of the group's first process names the keys (``prefix``). Every process decides from the
@@ -113,6 +122,7 @@ class _Link:
     store: Any  # dist.Store; typed loosely because torch's stubs do not list every method
     prefix: str
     size: int
+    rank: int  # this process's rank in the group: the first word of its records (required: see ``_maximum``)
     seq: int = 0
     kinds: dict[int, str] = field(default_factory=dict)
     """The kind of each of the last agreements (by number), so that ``_forget_older`` deletes the
@@ -140,7 +150,8 @@ def offer(group: object) -> int:
     try:
         from torch.distributed import distributed_c10d
 
-        if distributed_c10d.get_world_size(group) <= _STORE_MAX_PROCESSES:  # type: ignore[arg-type]
+        if (distributed_c10d.get_world_size(group) <= _STORE_MAX_PROCESSES  # type: ignore[arg-type]
+                and not _file_backed(distributed_c10d._get_process_group_store(group))):  # type: ignore[arg-type]
             # The group's own store (a prefix store for a subgroup); cloned, so that this
             # executor has a connection of its own (``TCPStore`` serialises a client's requests).
             store: Any = distributed_c10d._get_process_group_store(group)  # type: ignore[arg-type]
@@ -156,15 +167,28 @@ def offer(group: object) -> int:
     return nonce
 
 
-def adopt(group: object, nonces: Sequence[int], size: int) -> None:
+def _file_backed(store: Any) -> bool:
+    """Whether ``store`` is a ``FileStore``, under any prefix stores (a subgroup's store is one)."""
+    from torch._C._distributed_c10d import FileStore, PrefixStore
+
+    for _ in range(64):  # prefix stores nest once per level of subgroup; no chain is this deep
+        if isinstance(store, FileStore):
+            return True
+        if not isinstance(store, PrefixStore):
+            return False
+        store = store.underlying_store
+    return True  # a chain too deep to follow: not the store path's kind of store
+
+
+def adopt(group: object, nonces: Sequence[int], size: int, rank: int = 0) -> None:
     """After a hello that greets ``group``: agree through its store from now on if every process
     offered one (``nonces``, by group rank, the same rows on every process) and the group has at
-    most ``_STORE_MAX_PROCESSES`` processes, else never."""
+    most ``_STORE_MAX_PROCESSES`` processes, else never. ``rank``: this process's rank in it."""
     clone, _mine = _OFFERS.pop(group, (None, 0))
     if (group in _LINKS or clone is None or not nonces or any(n <= 0 for n in nonces)
-            or size > _STORE_MAX_PROCESSES):
+            or size > _STORE_MAX_PROCESSES or not 0 <= rank < size):
         return
-    _LINKS[group] = _Link(clone, f"refplan/agree/{nonces[0]:x}", size)
+    _LINKS[group] = _Link(clone, f"refplan/agree/{nonces[0]:x}", size, rank)
 
 
 def link_of(group: object) -> _Link | None:
@@ -197,11 +221,16 @@ def _unpack(raw: bytes, count: int) -> list[int]:
 
 
 def _maximum(raw: bytes, count: int, size: int) -> bytes:
-    width = 8 * count
+    """The answer of ``size`` records of a rank and ``count`` words: their words' maximum. Raises
+    unless the records are exactly one per rank (a store that lost, merged or repeated one)."""
+    width = 8 * (count + 1)
     if len(raw) != width * size:
         raise RuntimeError(f"an agreement holds {len(raw)} bytes of records, not {size} of {width}")
-    rows = [struct.unpack_from(f"<{count}q", raw, at) for at in range(0, len(raw), width)]
-    return _pack([max(column) for column in zip(*rows)])
+    rows = [struct.unpack_from(f"<{count + 1}q", raw, at) for at in range(0, len(raw), width)]
+    if sorted(row[0] for row in rows) != list(range(size)):
+        raise RuntimeError(f"an agreement's records are from ranks {sorted(row[0] for row in rows)}, "
+                           f"not one from each of 0..{size - 1}")
+    return _pack([max(column) for column in zip(*(row[1:] for row in rows))])
 
 
 Meanwhile = Callable[[Callable[[], bool]], frozenset[tuple[int, int, int]]]
@@ -240,7 +269,7 @@ def agree_max(
     mine = _pack(words)
     store.set_timeout(timeout)
     if not uniform:
-        store.append(base + "v", mine)
+        store.append(base + "v", _pack([link.rank, *words]))
     arrived = int(store.add(base + "n", 1 + (_UNSETTLED if early else 0)))
     done: frozenset[tuple[int, int, int]] = frozenset()
     if arrived == link.size:
@@ -255,7 +284,9 @@ def agree_max(
             try:
                 answer = _maximum(store.compare_set(base + "v", "x", ""), count, link.size)
             except Exception:
-                store.compare_set(base + "d", "", mine)  # so that nobody waits for an answer that never comes
+                # So that nobody waits for an answer that never comes, and nobody reads one: every
+                # process raises, as this one does (its own record would settle its peers' call).
+                store.compare_set(base + "d", "", _ABANDONED)
                 raise
         # From empty only: a process that stopped waiting may have marked it abandoned (step 6).
         answer = _answered(store.compare_set(base + "d", "", answer))

@@ -21,7 +21,7 @@ from ..maps import ParamAffineMap
 from ..plan import TransferPlan
 from ..requests import TransferEndpoints
 from . import checks, schedule
-from .checks import _buffers_device, _prepare, schedule_digest
+from .checks import _buffers_device, _prepare
 from .common import (
     _RETAINED,
     DEFAULT_TIMEOUT,
@@ -38,6 +38,7 @@ from .common import (
 )
 from .outcome import _CONCURRENT, _FAILED, _OK, _outcome, _written_by
 from .schedule import _recycle, _Schedule
+from .summary import schedule_digests
 from .transport import _drain, _keep, _mark_written, _move, _pack_ahead, _program
 from .verdict import _exchange, _group_of, _verdict_device, broken, mark_broken
 
@@ -232,13 +233,13 @@ def _execute(
             # digest: for a batch refused for its size it would cost as much as the checks it skipped.
             # Of the plans and dtypes as checked (``sched.params``: the same objects, or exact copies of what a
             # plan that could read differently each time held when it was checked).
-            digest = 0 if reason is not None else sched.digest if sched.digest is not None else schedule_digest(
+            digest, summary = (0, ()) if reason is not None else sched.digest or schedule_digests(
                 {name: param.plan for name, param in sched.params.items()}, sched.endpoints or endpoints,
                 sched.budget or budget, {name: param.dtype for name, param in sched.params.items()},
                 str(endpoint_ranks), key
             )
         except Exception as exc:
-            digest = 0
+            digest, summary = 0, ()
             reason = reason or f"cannot compute the schedule digest: {_describe(exc)}"
         if call is not None and call.poisoned and reason is None:
             reason = _CONCURRENT_TEXT
@@ -251,7 +252,7 @@ def _execute(
         phases: dict[str, float] = {"checks": time.perf_counter() - started}
         packed, sched.most_rounds = _exchange(
             ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases,
-            call.number if call is not None else 0,
+            call.number if call is not None else 0, summary, sorted(sched.params) if reason is None else (),
         )
 
         moving = time.perf_counter()

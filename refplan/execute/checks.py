@@ -9,14 +9,13 @@ the schedule (``schedule.py``); nothing here costs more than the number of segme
 from __future__ import annotations
 
 import bisect
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from itertools import pairwise
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from ..errors import show_int, show_ints
 from ..maps import ParamAffineMap
@@ -39,42 +38,8 @@ from .schedule import (
     _Schedule,
     chunk_count,
 )
+from .summary import schedule_digests
 from .verdict import _group_of
-
-_SCHEMA = "refplan.execute/3"
-
-
-def schedule_digest(
-    plans: Mapping[str, TransferPlan],
-    endpoints: TransferEndpoints,
-    budget: StagingBudget,
-    dtypes: Mapping[str, torch.dtype],
-    endpoint_ranks: str = "global",
-    key: str | None = None,
-) -> int:
-    """A signed 64-bit digest of everything the schedule is derived from (never buffer contents).
-
-    SHA-256 of a canonical JSON document (sorted keys, no whitespace), so equal inputs give equal
-    digests in every process and any difference in a plan, a binding, the budget, a dtype, the
-    rank space or the caller's ``key`` changes it. The key tells apart calls whose schedules are
-    otherwise the same (weights and gradients of one shape): calls on a group are matched in
-    the order each process makes them, so two such syncs issued in different orders would
-    otherwise move each other's bytes.
-    """
-    doc: dict[str, object] = {
-        "schema": _SCHEMA,
-        "endpoint_ranks": endpoint_ranks,
-        "budget": [budget.bytes_per_peer, budget.total_bytes, budget.max_chunks, budget.max_rounds, budget.max_work],
-        "endpoints": endpoints.to_dict(),
-        "parameters": {
-            name: {"dtype": str(dtypes.get(name)), "plan": plans[name].to_dict()} for name in sorted(plans)
-        },
-    }
-    if key is not None:  # absent rather than null, so the digests of calls without a key stay as they were
-        doc["key"] = key
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "backslashreplace")).digest()[:8], "big", signed=True)
-
 
 _TRANSPORTS = {"cpu": "gloo", "cuda": "nccl"}  # the backend the executor drives for each device type
 
@@ -267,9 +232,12 @@ def _bound(table: Mapping[int, int], location: int, side: str, name: str, member
         raise _Refusal(f"parameter {name!r}: endpoints bind no process to {side} location {show_int(location)}")
     process = table[location]
     if process not in members:
+        alone = "" if dist.is_available() and dist.is_initialized() else (
+            " (torch.distributed is not initialized in this process, so the call is a single process, process 0)"
+        )
         raise _Refusal(
             f"parameter {name!r}: endpoints bind {side} location {location} to process {process}, "
-            f"which is not in the process group {list(members)}"
+            f"which is not in the process group {list(members)}{alone}"
         )
     return process
 
@@ -453,7 +421,7 @@ def _prepare(
     dtypes = _dtypes_read_once(dtypes, args.plans)
     key = _batch_key(ctx, args, dtypes, mode)
     remembered = _CHECKED.get(key) if key is not None else None
-    digest: int | None
+    digest: tuple[int, tuple[int, ...]] | None
     if remembered is not None:  # the same plan objects passed these checks before: they cannot fail now
         _kept, params, limits, digest = remembered
     else:
@@ -527,10 +495,10 @@ def _layout_key(batch: tuple[object, ...] | None, ctx: _Context, sched: _Schedul
 _CHECKED_LIMIT = 4
 
 
-_CHECKED: schedule._Kept[tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], int]] = (
-    schedule._Kept(_CHECKED_LIMIT)
-)
-"""Batches whose global checks passed, with their limits and digest, keyed by ``_batch_key``; the
+_CHECKED: schedule._Kept[
+    tuple[tuple[TransferPlan, ...], dict[str, _Param], dict[_Queue, int], tuple[int, tuple[int, ...]]]
+] = schedule._Kept(_CHECKED_LIMIT)
+"""Batches whose global checks passed, with their limits and digest (and its summary), keyed by ``_batch_key``; the
 last ``_CHECKED_LIMIT`` put, under a lock, like the layouts and programs. Why the lock: calls on
 different groups may run in different threads, and the plain dict this was raced in its eviction
 (two threads deleting the same oldest key): one call in about 200 of two threads' cycling over six
@@ -579,14 +547,14 @@ def _remember(
     limits: dict[_Queue, int],
     dtypes: object,
     mode: str,
-) -> int | None:
-    """The digest of a batch whose global checks just passed, remembered with them (at most
-    ``_CHECKED_LIMIT`` batches, the oldest forgotten first). None when not remembered; then the
-    caller computes the digest itself, and reports its failure as before."""
+) -> tuple[int, tuple[int, ...]] | None:
+    """The digest (and its summary) of a batch whose global checks just passed, remembered with
+    them (at most ``_CHECKED_LIMIT`` batches, the oldest forgotten first). None when not
+    remembered; then the caller computes the digest itself, and reports its failure as before."""
     if key is None or not isinstance(dtypes, Mapping):
         return None
     try:
-        digest = schedule_digest(
+        digest = schedule_digests(
             {n: p.plan for n, p in params.items()}, args.endpoints, args.budget,
             {n: p.dtype for n, p in params.items()}, mode, args.key
         )

@@ -226,8 +226,19 @@ def _context(group: dist.ProcessGroup | None, mode: str) -> _Context:
         raise TransferRejectedError(
             f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}"
         )
-    global_ranks = tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
-    group_rank = dist.get_rank(group)
+    try:
+        global_ranks = tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+        group_rank = dist.get_rank(group)
+    except Exception as exc:
+        # A bare KeyError from torch's registry before (an outside audit, 2026-12-06): a group
+        # destroyed with ``destroy_process_group``, or one from before the last
+        # ``init_process_group``. This process cannot take part in its collectives at all, so no
+        # peer can be waiting on a verdict from this call.
+        raise TransferRejectedError(
+            "group is not a process group torch.distributed knows in this process (destroyed with "
+            "destroy_process_group, or made before the last init_process_group); pass a live group: "
+            f"{describe_exception(exc)}"
+        ) from exc
     if group_rank < 0:
         # Not a member: no member's collective includes this process, so raising strands nobody.
         raise TransferRejectedError(f"global rank {dist.get_rank()} is not a member of the given process group")
@@ -235,7 +246,10 @@ def _context(group: dist.ProcessGroup | None, mode: str) -> _Context:
         config = dist.get_backend_config(group) if hasattr(dist, "get_backend_config") else dist.get_backend(group)
         backend = str(config)
     except Exception:  # the backend is the group's: every member falls back identically
-        backend = str(dist.get_backend(group))
+        try:
+            backend = str(dist.get_backend(group))
+        except Exception:  # no backend to name: ``parse_backend`` gives no transport, refused by device
+            backend = ""
     members = tuple(range(len(global_ranks))) if mode == "group" else global_ranks
     me = group_rank if mode == "group" else dist.get_rank()
     return _Context(

@@ -308,7 +308,7 @@ class _Schedule:
     slots: dict[tuple[str, int], list[torch.Tensor]] = field(default_factory=dict)  # (direction, peer)
     arenas: list[torch.Tensor] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    digest: int | None = None  # the schedule digest, when the checked batch was remembered with it
+    digest: tuple[int, tuple[int, ...]] | None = None  # the schedule digest and its summary, when remembered
     most_rounds: int = 0  # the most rounds of any process's schedule (from the verdicts)
     params: Mapping[str, _Param] = field(default_factory=dict)  # every plan, checked (for _written_by)
     endpoints: TransferEndpoints | None = None  # as checked (an exact copy of a subclass's)

@@ -32,11 +32,13 @@ from .common import (
     _describe,
     _ended,
 )
+from .summary import SUMMARY_WORDS, disagreement
 
 _MAGIC = 0x7265_6670_6C61_6E33  # "refplan3": a peer running another protocol disagrees, never hangs
 
 
-_PROTOCOL = 9  # the verdict's messages and the agreements (8: shorter; 9: call numbers, abandoned agreements)
+_PROTOCOL = 10  # the verdict's messages and the agreements (8: shorter; 9: call numbers, abandoned agreements;
+# 10: the schedule summary where a refusing process's reason goes, and a digest of its parts' hashes)
 
 
 _HELLO_AGREED = 4  # words every process must have equal: magic, protocol, message length, outcome
@@ -47,7 +49,8 @@ _HELLO_WORDS = 37
 together): magic, protocol, this message's length, whether the process runs the outcome
 agreement, its number of rounds, the schedule digest, its refusal flag, its global rank, the
 device type of its buffers, its store nonce (``agree.offer``: nonzero if it can agree through the
-group's store), and its reason (the rest).
+group's store), and its reason (the rest) or, from protocol 10, if it refuses nothing, the summary
+of its schedule (``summary``: which parts of the schedule a digest disagreement is about).
 
 Fixed for good, so that a peer of another protocol meets a message of the same size and is found
 by comparing words instead of by a collective of mismatched tensors, which gloo answers with
@@ -367,6 +370,8 @@ def _exchange(
     rounds: int = 0,
     phases: dict[str, float] | None = None,
     number: int = 0,
+    summary: Sequence[int] = (),
+    parameters: Sequence[str] = (),
 ) -> tuple[frozenset[tuple[int, int, int]], int]:
     """Agree on every process's verdict: on a greeted group first by the two-word brief
     (``_BRIEF_WORDS``), which returns at once when it settles the call; otherwise (the group's
@@ -391,6 +396,10 @@ def _exchange(
     other iteration's data. The number must be equal too; a group whose processes disagree about
     it is out of step for good, and every later call on it is refused. A call some processes never
     started is not seen by numbers (a per-iteration ``key`` is, spec/executor.md guarantee 10).
+
+    ``summary`` (``summary.schedule_digests``) travels where a refusing process's reason does, so
+    that a digest disagreement names the parts of the schedule that differ; ``parameters``, this
+    process's parameter names in sorted order, name a parameter whose dtype differs.
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -425,9 +434,13 @@ def _exchange(
             if phases is not None:
                 phases["verdict"] = time.monotonic() - started
             return done, max(most, rounds)
-    # The reason fills what the header leaves of the fixed size, whatever the module's constants
-    # say, so that nothing can make this process's message another size than its peers'.
-    words = header + _encode_reason(reason or "", (_HELLO_WORDS - len(header)) * 8)
+    # The reason (or the summary) fills what the header leaves of the fixed size, whatever the
+    # module's constants say, so that nothing can make this process's message another size than its peers'.
+    room = _HELLO_WORDS - len(header)
+    if reason is None and len(summary) <= room:
+        words = header + [int(w) for w in summary] + [0] * (room - len(summary))
+    else:
+        words = header + _encode_reason(reason or "", room * 8)
     try:
         rows, packed = _gather(ctx, device, words, timeout, meanwhile)
     except Exception as exc:
@@ -439,7 +452,7 @@ def _exchange(
         # Every process gathered these rows, so every one of them records the same: from now on
         # the group's calls may be settled by the brief, through the store if all offered one.
         _GREETED[group] = True
-        agree.adopt(group, [row[9] for row in rows], len(rows))
+        agree.adopt(group, [row[9] for row in rows], len(rows), ctx.global_ranks.index(ctx.global_rank))
     if any(row[:_HELLO_AGREED] != rows[0][:_HELLO_AGREED] for row in rows):
         # Built from the gathered rows alone, so every process raises the same text.
         detail = "; ".join(
@@ -474,9 +487,11 @@ def _exchange(
     digests = _grouped(ctx, rows, 5)
     if len(digests) > 1:
         detail = ", ".join(f"{d & (2**64 - 1):#018x} on processes {procs}" for d, procs in sorted(digests.items()))
+        which = disagreement([(ctx.members[r], row[_HEADER_WORDS:_HEADER_WORDS + SUMMARY_WORDS])
+                              for r, row in enumerate(rows)], parameters)
         raise TransferRejectedError(
-            "transfer rejected before any data moved: processes disagree about the transfer schedule "
-            f"(plans, endpoints, budget, dtypes, endpoint_ranks or key): {detail}",
+            "transfer rejected before any data moved: processes disagree about the transfer schedule: "
+            + (which or "plans, endpoints, budget, dtypes, endpoint_ranks or key") + f" (schedule digests {detail})",
             tuple(ctx.members),
         )
     kinds = _grouped(ctx, rows, 8, skip=0)  # a process with no buffers holds no device type
