@@ -49,7 +49,8 @@ def test_a_dtype_past_the_named_parameters_is_told_by_its_set_or_by_parameter() 
     swapped = {**late, names[-2]: torch.float16, names[-1]: torch.bfloat16}
     _, c = _summary(n, swapped)
     text = disagreement([(0, b), (1, c)], names)
-    assert "the dtypes differ by parameter (every process declares {float16, bfloat16}" in text, text
+    assert ("the dtypes differ (every process declares {float16, bfloat16}; they differ for parameters past the "
+            f"first {_CODED}") in text, text
     early = {**base, names[1]: torch.float8_e4m3fn, names[2]: torch.float32, names[3]: torch.int8, names[4]: torch.int8}
     _, d = _summary(n, early)
     text = disagreement([(0, a), (1, d)], names)
@@ -84,3 +85,36 @@ def test_different_parameter_names_are_not_read_as_dtypes_of_the_same_parameters
     text = disagreement([(0, a), (1, b)], ["p000", "p001"])
     assert text.startswith("the parameter names differ (2 parameters (digest 0x"), text
     assert "3 parameters" in text and "'p00" not in text, text
+
+
+def test_numbers_too_large_to_show_dtypes_it_had_no_name_for_and_odd_keys_are_told_apart() -> None:
+    """From a review of this change: budgets of 2**64 and 2**65 read as agreeing (both -1), so the
+    text said "the budgets ... agree"; int1 against int2 read as "not for the same parameters";
+    a key's trailing NUL bytes were hidden."""
+    dtypes = {"p000": torch.bfloat16}
+    _, a = _summary(1, dtypes, budget=StagingBudget(bytes_per_peer=2**64))
+    _, b = _summary(1, dtypes, budget=StagingBudget(bytes_per_peer=2**65))
+    text = disagreement([(0, a), (1, b)], ["p000"])
+    assert text.startswith("the budgets differ (bytes_per_peer is a number of 2**63 or more (digest 0x"), text
+    assert text.count("a number of 2**63 or more") == 2 and "the budgets" not in text.split("; ")[-1], text
+    _, c = _summary(1, {"p000": torch.int1})
+    _, d = _summary(1, {"p000": torch.int2})
+    assert disagreement([(0, c), (1, d)], ["p000"]).startswith(
+        "the dtypes differ ('p000' is int1 on processes [0], int2 on processes [1])"
+    )
+    _, e = _summary(1, dtypes, key="a\0")
+    _, f = _summary(1, dtypes, key="a")
+    text = disagreement([(0, e), (1, f)], ["p000"])
+    assert "the keys differ ('a\\x00' (digest" in text and "'a' (digest" in text, text
+
+
+def test_different_names_are_not_also_reported_as_dtypes_that_differ() -> None:
+    _, a = _summary(2, {"p000": torch.bfloat16, "p001": torch.bfloat16})
+    plans = plan_transfers({"p000": (ROWS, ROWS), "q": (ROWS, ROWS)}, endpoints=ENDS, element_size=2)
+    _, b = schedule_digests(plans, ENDS, StagingBudget(), {"p000": torch.bfloat16, "q": torch.bfloat16})
+    text = disagreement([(0, a), (1, b)], ["p000", "p001"])
+    assert text.startswith("the parameter names differ (2 parameters (digest 0x"), text
+    assert "dtypes differ" not in text and "the dtypes" in text.split("; ")[-1], text
+    _, c = schedule_digests(plans, ENDS, StagingBudget(), {"p000": torch.bfloat16, "q": torch.float16})
+    text = disagreement([(0, a), (1, c)], ["p000", "p001"])
+    assert "the dtypes differ ({bfloat16} on processes [0]; {float16, bfloat16} on processes [1])" in text, text

@@ -22,9 +22,9 @@ since calls on a group are matched in the order each process makes them):
 3. the process whose ``add`` returns exactly the group's size (every process arrived, none
    unsettled) is the only one to compute the answer: it reads every record, takes their maximum
    and writes it to ``<prefix>/<seq>/d`` with ``set``. Records it cannot read as one per rank
-   make it write ``_ABANDONED`` instead, so that every process raises (before, it wrote its own
-   record, which settled the call for its peers: they moved data while it raised "no data
-   moved");
+   make it write a mark with its error's text instead (``_UNREADABLE``), so that every process
+   raises the same ``UnreadableRecordsError`` (before, it wrote its own record, which settled the
+   call for its peers: they moved data while it raised "no data moved");
 4. an unsettled process writes its own record to ``d`` at once, with ``compare_set`` from empty
    (the first such writer wins), so the others never wait for a peer that may be dead; every
    reader then reads a record that does not settle the call, as the maximum would not, and all of
@@ -203,9 +203,28 @@ class AbandonedError(RuntimeError):
     """An agreement that a process stopped waiting for (its timeout passed) before it completed."""
 
 
+class UnreadableRecordsError(RuntimeError):
+    """An agreement whose records were not one per rank (a store that lost, merged or repeated
+    one): raised with the same text by the process that read them and by every process that
+    reads the mark it wrote (``_UNREADABLE``)."""
+
+
+_UNREADABLE = b"unreadable: "
+"""The start of the answer a process that could not read the records writes, followed by its
+error's text, padded so that the length is no multiple of 8 (never an answer of words)."""
+
+
+def _unreadable_mark(text: str) -> bytes:
+    mark = _UNREADABLE + text.encode("utf-8", "backslashreplace")
+    return mark + b" " if len(mark) % 8 == 0 else mark
+
+
 def _answered(raw: Any) -> bytes:
-    """``raw`` as the agreement's answer; ``AbandonedError`` if it is the abandoned mark."""
+    """``raw`` as the agreement's answer; ``AbandonedError`` if it is the abandoned mark,
+    ``UnreadableRecordsError`` if it is the unreadable one."""
     answer = bytes(raw)
+    if answer.startswith(_UNREADABLE) and len(answer) % 8:
+        raise UnreadableRecordsError(answer[len(_UNREADABLE):].decode("utf-8", "replace").rstrip(" "))
     if answer == _ABANDONED:
         raise AbandonedError(
             "another process stopped waiting for this agreement (its timeout passed) before every process had "
@@ -225,11 +244,11 @@ def _maximum(raw: bytes, count: int, size: int) -> bytes:
     unless the records are exactly one per rank (a store that lost, merged or repeated one)."""
     width = 8 * (count + 1)
     if len(raw) != width * size:
-        raise RuntimeError(f"an agreement holds {len(raw)} bytes of records, not {size} of {width}")
+        raise UnreadableRecordsError(f"an agreement holds {len(raw)} bytes of records, not {size} of {width}")
     rows = [struct.unpack_from(f"<{count + 1}q", raw, at) for at in range(0, len(raw), width)]
     if sorted(row[0] for row in rows) != list(range(size)):
-        raise RuntimeError(f"an agreement's records are from ranks {sorted(row[0] for row in rows)}, "
-                           f"not one from each of 0..{size - 1}")
+        raise UnreadableRecordsError(f"an agreement's records are from ranks {sorted(row[0] for row in rows)}, "
+                                     f"not one from each of 0..{size - 1}")
     return _pack([max(column) for column in zip(*(row[1:] for row in rows))])
 
 
@@ -283,11 +302,10 @@ def agree_max(
             # of records can equal returns the current value and changes nothing).
             try:
                 answer = _maximum(store.compare_set(base + "v", "x", ""), count, link.size)
-            except Exception:
+            except UnreadableRecordsError as exc:
                 # So that nobody waits for an answer that never comes, and nobody reads one: every
-                # process raises, as this one does (its own record would settle its peers' call).
-                store.compare_set(base + "d", "", _ABANDONED)
-                raise
+                # process raises this error (its own record would have settled its peers' call).
+                answer = _unreadable_mark(str(exc))
         # From empty only: a process that stopped waiting may have marked it abandoned (step 6).
         answer = _answered(store.compare_set(base + "d", "", answer))
         if meanwhile is not None:  # told that the agreement has completed: it packs nothing ahead

@@ -252,7 +252,7 @@ def _execute(
         phases: dict[str, float] = {"checks": time.perf_counter() - started}
         packed, sched.most_rounds = _exchange(
             ctx, verdict_device, digest, reason, holds, timeout, ahead, outcome is not False, mine, phases,
-            call.number if call is not None else 0, summary, sorted(sched.params) if reason is None else (),
+            call.number if call is not None else 0, summary, sched.params if reason is None else (),
         )
 
         moving = time.perf_counter()

@@ -236,8 +236,8 @@ def _context(group: dist.ProcessGroup | None, mode: str) -> _Context:
         # peer can be waiting on a verdict from this call.
         raise TransferRejectedError(
             "group is not a process group torch.distributed knows in this process (destroyed with "
-            "destroy_process_group, or made before the last init_process_group); pass a live group: "
-            f"{describe_exception(exc)}"
+            f"destroy_process_group, or made before the last init_process_group; torch raised {type(exc).__name__}); "
+            "pass a live group"
         ) from exc
     if group_rank < 0:
         # Not a member: no member's collective includes this process, so raising strands nobody.

@@ -63,6 +63,8 @@ _DTYPE_NAMES = (
     "int32", "int64", "bool", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
     "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
     "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16",
+    "int1", "int2", "int3", "int4", "int5", "int6", "int7", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6",
+    "uint7",
 )
 """The dtypes a summary's dtype set can name, bit ``i`` for the ``i``-th (by name, so a torch
 without some of them still numbers the rest alike); bit 62 stands for any other value."""
@@ -87,9 +89,12 @@ def _json(value: object) -> str:
 
 
 def _number(value: object) -> int:
-    """A budget number as a word; -1 for one that is not an int of 63 bits (it was refused, or the
-    caller gave something odd that the digest still tells apart)."""
-    return value if type(value) is int and 0 <= value < 2**63 else -1
+    """A budget number as a word: itself if it fits 63 bits, else a negative word from its hash,
+    so that two numbers too large to show are still told apart (the checks accept any positive
+    int for most fields)."""
+    if type(value) is int and 0 <= value < 2**63:
+        return value
+    return -1 - (_word(_hash(repr(value))) & (2**62 - 1))
 
 
 def _dtype_index(kind: object) -> int | None:
@@ -213,10 +218,14 @@ def _key_text(words: tuple[int, ...]) -> str:
     flag, first, second, length = words
     if flag == 0:
         return "no key"
-    raw = (first.to_bytes(8, "little", signed=True) + second.to_bytes(8, "little", signed=True)).rstrip(b"\0")
-    shown = raw[: min(length, _KEY_BYTES)].decode("utf-8", "replace")
+    raw = (first.to_bytes(8, "little", signed=True) + second.to_bytes(8, "little", signed=True))[:length]
+    shown = raw.decode("utf-8", "replace")
     more = f"... ({length} bytes)" if length > _KEY_BYTES else ""
     return f"{shown!r}{more} ({_hex(flag)})"
+
+
+def _budget_number(word: int) -> str:
+    return f"a number of 2**63 or more ({_hex(word)})" if word < 0 else str(word)
 
 
 def _ranks_text(code: int) -> str:
@@ -251,14 +260,17 @@ def disagreement(summaries: Sequence[tuple[int, Sequence[int]]], names: Sequence
     else:
         part("the plans", _PLANS, _hex)
     part("the endpoints", _ENDPOINTS, _hex)
-    budgets = [f"{f} is {_listed(groups, str, ', ')}" for i, f in enumerate(_BUDGET_FIELDS)
+    budgets = [f"{f} is {_listed(groups, _budget_number, ', ')}" for i, f in enumerate(_BUDGET_FIELDS)
                if len(groups := _groups(summaries, _BUDGET + i)) > 1]
-    if budgets or len(_groups(summaries, slice(_BUDGET, _BUDGET + len(_BUDGET_FIELDS)))) > 1:
+    if budgets:
         differ.append(f"the budgets differ ({'; '.join(budgets)})")
     else:
         agree.append("the budgets")
-    if len(_groups(summaries, _DTYPES)) > 1:
-        differ.append(_dtypes_differ(summaries, names if same_names else ()))
+    if same_names and len(_groups(summaries, _DTYPES)) > 1:
+        differ.append(_dtypes_differ(summaries, names))
+    elif not same_names and len(_groups(summaries, _DTYPE_SET)) > 1:
+        # Keyed by parameter, the dtypes' digests differ with the names: only the sets can say more.
+        part("the dtypes", _DTYPE_SET, _dtype_text)
     else:
         agree.append("the dtypes")
     part("the endpoint_ranks", _RANKS, _ranks_text)
@@ -270,7 +282,7 @@ def disagreement(summaries: Sequence[tuple[int, Sequence[int]]], names: Sequence
 
 def _dtypes_differ(summaries: Sequence[tuple[int, Sequence[int]]], names: Sequence[str]) -> str:
     """The parameters whose dtypes differ (the first three, among the first ``_CODED``), else the
-    sets of dtypes declared, else only that they differ by parameter."""
+    sets of dtypes declared, else only that they differ (past those, or as unnamed dtypes)."""
     shown = []
     for index, name in enumerate(names[:_CODED]):
         groups: dict[str, list[int]] = {}
@@ -286,5 +298,5 @@ def _dtypes_differ(summaries: Sequence[tuple[int, Sequence[int]]], names: Sequen
     if len(sets) > 1:
         return f"the dtypes differ ({_listed(sets, _dtype_text)})"
     (bits,) = sets
-    return (f"the dtypes differ by parameter (every process declares {_dtype_text(bits)}, not for the same "
-            f"parameters: {_listed(_groups(summaries, _DTYPES), _hex)})")
+    return (f"the dtypes differ (every process declares {_dtype_text(bits)}; they differ for parameters past the "
+            f"first {_CODED} or as dtypes the summary cannot name: {_listed(_groups(summaries, _DTYPES), _hex)})")

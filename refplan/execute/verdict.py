@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -371,7 +371,7 @@ def _exchange(
     phases: dict[str, float] | None = None,
     number: int = 0,
     summary: Sequence[int] = (),
-    parameters: Sequence[str] = (),
+    parameters: Iterable[str] = (),
 ) -> tuple[frozenset[tuple[int, int, int]], int]:
     """Agree on every process's verdict: on a greeted group first by the two-word brief
     (``_BRIEF_WORDS``), which returns at once when it settles the call; otherwise (the group's
@@ -399,7 +399,7 @@ def _exchange(
 
     ``summary`` (``summary.schedule_digests``) travels where a refusing process's reason does, so
     that a digest disagreement names the parts of the schedule that differ; ``parameters``, this
-    process's parameter names in sorted order, name a parameter whose dtype differs.
+    process's parameter names (sorted only then), name a parameter whose dtype differs.
     """
 
     def name(group_rank: int, global_rank: int) -> str:
@@ -487,8 +487,11 @@ def _exchange(
     digests = _grouped(ctx, rows, 5)
     if len(digests) > 1:
         detail = ", ".join(f"{d & (2**64 - 1):#018x} on processes {procs}" for d, procs in sorted(digests.items()))
-        which = disagreement([(ctx.members[r], row[_HEADER_WORDS:_HEADER_WORDS + SUMMARY_WORDS])
-                              for r, row in enumerate(rows)], parameters)
+        try:
+            which = disagreement([(ctx.members[r], row[_HEADER_WORDS:_HEADER_WORDS + SUMMARY_WORDS])
+                                  for r, row in enumerate(rows)], sorted(parameters))
+        except Exception:  # a summary this process cannot read: the digests alone, on every process alike
+            which = ""
         raise TransferRejectedError(
             "transfer rejected before any data moved: processes disagree about the transfer schedule: "
             + (which or "plans, endpoints, budget, dtypes, endpoint_ranks or key") + f" (schedule digests {detail})",
