@@ -23,11 +23,12 @@ import io
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from . import limits
 from ._gc import cycle_collection_paused
@@ -123,15 +124,29 @@ def loads_json(text: str | bytes, where: str = "JSON") -> Any:
         raise InvalidMapError(f"{where}: not valid JSON: {describe(str(exc))}") from None
 
 
+STDIN = "-"
+"""The input file name that means standard input (as ``-o -`` means standard output)."""
+
+
+def open_input(path: str | Path, binary: bool = False) -> IO[Any]:
+    """An input file opened for reading, ``-`` being standard input (a duplicate of its
+    descriptor, so that closing the file leaves ``sys.stdin`` open). ``OSError`` as ``open``."""
+    if os.fspath(path) == STDIN:
+        fd = os.dup(sys.stdin.fileno())
+        return os.fdopen(fd, "rb") if binary else os.fdopen(fd, encoding="utf-8")
+    return open(path, "rb") if binary else open(path, encoding="utf-8")
+
+
 def load_json(path: str | Path) -> Any:
-    """Read a JSON file: ``InputFileError`` if it cannot be read, ``InvalidMapError`` if it is not JSON.
+    """Read a JSON file (``-``: standard input): ``InputFileError`` if it cannot be read,
+    ``InvalidMapError`` if it is not JSON.
 
     The two differ on purpose: a missing or unreadable file says nothing about any map, and a
     caller that treats ``InvalidMapError`` as "the checkpoint may be corrupt" must not be told so
     about a typo in a path.
     """
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_input(path) as handle:
             text = handle.read()
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read: {exc.strerror or exc}", exc.errno) from None
@@ -590,7 +605,7 @@ class _Text:
         self.path = path
         self.chunk = chunk
         try:
-            self.handle = open(path, "rb")  # noqa: SIM115 (closed by close(), also on errors)
+            self.handle = open_input(path, binary=True)  # closed by close(), also on errors
         except OSError as exc:
             raise InputFileError(f"{path}: cannot read: {exc.strerror or exc}", exc.errno) from None
         self.decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(), translate=True)
@@ -873,7 +888,12 @@ def output_file_name(text: str) -> str:
 
 
 def write_text_file(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all: into a temporary file beside it,
+    """``write_file`` of ``text`` in UTF-8."""
+    write_file(path, text.encode("utf-8"))
+
+
+def write_file(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: into a temporary file beside it,
     then renamed over it, so a run that fails while writing (a full disk, a signal) leaves the
     earlier file as it was, never a truncated one a later reader takes for a result.
 
@@ -883,8 +903,8 @@ def write_text_file(path: str | os.PathLike[str], text: str) -> None:
     """
     target = os.path.realpath(os.fspath(path)) if os.path.islink(path) else os.fspath(path)
     if os.path.exists(target) and not os.path.isfile(target) and not os.path.isdir(target):
-        with open(target, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(target, "wb") as handle:
+            handle.write(data)
         return
     if os.path.isdir(target):
         raise IsADirectoryError(21, "Is a directory", os.fspath(path))
@@ -895,7 +915,7 @@ def write_text_file(path: str | os.PathLike[str], text: str) -> None:
         exc.filename = os.fspath(path)
         raise
     try:
-        with os.fdopen(handle_fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(handle_fd, "wb") as handle:
             try:
                 mode = os.stat(target).st_mode & 0o7777
             except FileNotFoundError:
@@ -903,7 +923,7 @@ def write_text_file(path: str | os.PathLike[str], text: str) -> None:
                 os.umask(mask)
                 mode = 0o666 & ~mask
             os.fchmod(handle.fileno(), mode)
-            handle.write(text)
+            handle.write(data)
         os.replace(temporary, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):

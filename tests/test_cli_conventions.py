@@ -339,3 +339,85 @@ def test_a_missing_module_that_is_not_an_extra_still_raises(monkeypatch: pytest.
     monkeypatch.setattr(cli, "_cmd_demo", broken)
     with pytest.raises(ModuleNotFoundError):
         cli_main(["demo"])
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs a FIFO to block a read on")
+def test_ctrl_c_is_one_line_and_exit_130_not_a_traceback(tmp_path: Path) -> None:
+    """An outside probe: Ctrl-C during ``refplan verify`` (a read blocked on a FIFO) printed a
+    KeyboardInterrupt traceback; so did every command but ``conformance``."""
+    import os
+    import signal
+    import time
+
+    fifo = tmp_path / "plans"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "refplan", "verify", str(fifo), str(fifo)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        deadline = time.monotonic() + 60
+        while writer is None and time.monotonic() < deadline:  # until the command opens it to read
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.05)
+        assert writer is not None, "the command never opened its input"
+        time.sleep(0.3)  # now blocked reading: nothing is written and the write end stays open
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        if writer is not None:
+            os.close(writer)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.strip() == "refplan verify: interrupted", err
+
+
+def test_a_dash_reads_standard_input(tmp_path: Path) -> None:
+    """``-`` as an input file is standard input (``-o -`` was already standard output); before,
+    ``refplan plan -`` said "-: cannot read: No such file or directory" (an outside probe)."""
+    from refplan.cli.demo import demo_batch
+    from refplan.formats import MapsBatch, dump_maps
+
+    pairs, endpoints, sizes = demo_batch(layers=1)
+    maps_text = json.dumps(dump_maps(MapsBatch(pairs, endpoints, None, sizes)))
+    (tmp_path / "maps.json").write_text(maps_text)
+
+    def run(*argv: str, stdin: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "refplan", *argv], input=stdin, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    planned = run("plan", "-", "-o", "-", stdin=maps_text)
+    assert planned.returncode == 0, planned.stderr
+    for argv, stdin in ((("verify", str(tmp_path / "maps.json"), "-"), planned.stdout),
+                        (("verify", "-", "-"), maps_text)):  # the plans read "-" again: stdin is used up
+        done = run(*argv, stdin=stdin)
+        if argv[1] == "-":
+            assert done.returncode == 2 and "-: not valid JSON" in done.stderr, done.stderr
+        else:
+            assert done.returncode == 0 and "-> ok" in done.stderr + done.stdout, done
+    empty = run("plan", "-", stdin="")
+    assert empty.returncode == 2 and empty.stderr.startswith("refplan plan: InvalidMapError: -: not valid JSON"), empty
+
+
+def test_case_files_are_read_as_strictly_as_maps_files(tmp_path: Path) -> None:
+    """An outside probe: a case file 10**5 '[' deep raised a bare RecursionError, a second
+    "family" key was taken silently, a second "cases": [] made the file "hold no case", and a
+    gzipped file's error did not name it."""
+    import gzip
+
+    from refplan.conformance.corpus import CaseFormatError
+
+    files = {
+        "deep.json": ("[" * 100_000).encode(),
+        "twice.json": b'{"format": "refplan.conformance/1", "family": "a", "family": "b", "cases": []}',
+        "zipped.json": gzip.compress(b'{"format": "refplan.conformance/1"}'),
+    }
+    said = {"deep.json": "nested too deeply", "twice.json": "key 'family' appears twice in one object",
+            "zipped.json": "can't decode byte 0x8b"}
+    for name, data in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(CaseFormatError) as caught:
+            load_cases(path)
+        assert str(caught.value).startswith(f"{path}: not valid JSON: ") and said[name] in str(caught.value), caught

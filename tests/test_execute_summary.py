@@ -118,3 +118,17 @@ def test_different_names_are_not_also_reported_as_dtypes_that_differ() -> None:
     _, c = schedule_digests(plans, ENDS, StagingBudget(), {"p000": torch.bfloat16, "q": torch.float16})
     text = disagreement([(0, a), (1, c)], ["p000", "p001"])
     assert "the dtypes differ ({bfloat16} on processes [0]; {float16, bfloat16} on processes [1])" in text, text
+
+
+def test_a_reason_cut_to_the_verdicts_room_says_so() -> None:
+    """A refusal's reason travels in the 208 bytes the header leaves; one cut there read "131072
+    network chunks, at least ; process 1: ..." with nothing to show that it was cut."""
+    from refplan.execute import verdict
+
+    room = verdict._REASON_BYTES
+    for reason in ("short reason", "x" * room, "y" * (room + 1), "é" * room):
+        back = verdict._decode_reason(verdict._encode_reason(reason))
+        if len(reason.encode()) <= room:
+            assert back == reason
+        else:
+            assert back.endswith("…") and reason.startswith(back[:-1]) and len(back.encode()) <= room, back

@@ -184,6 +184,27 @@ def test_png_is_rendered_with_matplotlib(demo_maps: Path, tmp_path: Path) -> Non
     assert width > 200 and height > 200
 
 
+def test_png_goes_to_exactly_the_file_named_as_png(
+    demo_maps: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """matplotlib given a path appended ".png" to a name without an extension (``--png adir``
+    wrote ``adir.png`` beside the directory ``adir`` and exited 0) and took the format from any
+    other (``out.pdf`` wrote a PDF; ``out.xyz`` raised a bare ValueError): an outside probe."""
+    pytest.importorskip("matplotlib", reason="matplotlib (test extra) renders --png")
+    for name in ("picture", "out.pdf", "out.xyz"):
+        out = tmp_path / name
+        assert _run(str(demo_maps), "--png", str(out)) == 0, name
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != demo_maps.name) == ["out.pdf", "out.xyz", "picture"]
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    capsys.readouterr()
+    assert _run(str(demo_maps), "--png", str(folder)) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"cannot write {folder}" in err, err
+    assert not (tmp_path / "adir.png").exists()
+
+
 def test_an_oversized_segment_is_drawn_clipped_to_its_shard_in_bounded_work() -> None:
     """A segment of 10**12 elements along a (2, 4) shard's addresses (a plan the oracle refuses at
     once) was walked row by row before its rows were clipped: memory grew until the process was

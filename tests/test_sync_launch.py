@@ -9,6 +9,8 @@ and under torchrun ``refplan sync`` must be one process of the job, never a laun
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -175,6 +177,79 @@ def test_a_process_that_cannot_join_says_so_in_one_line(tmp_path: Path) -> None:
 
 def _says_hello(rank: int, world: int) -> int:
     return rank
+
+
+_ORPHAN_LAUNCHER = """
+import os, sys, time
+from datetime import timedelta
+from refplan.cli.sync import run_ranks
+
+def sleeper(rank, world):
+    with open(os.path.join(sys.argv[1], f"{rank}.pid"), "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(120)
+
+run_ranks(sleeper, 2, timeout=timedelta(seconds=60), quiet=True)
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_processes_die_with_their_launcher(tmp_path: Path, signal_name: str) -> None:
+    """Killed by SIGTERM (what ``timeout`` and job schedulers send) or SIGKILL, the launcher left
+    its processes running: a 2-process ``refplan sync --timeout 5`` kept both for over 90 s,
+    blocked on the dead launcher's store and holding the output pipe open (an outside probe)."""
+    import signal
+
+    launcher = subprocess.Popen([sys.executable, "-c", _ORPHAN_LAUNCHER, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
+        assert len(pids) == 2
+        launcher.send_signal(getattr(signal, signal_name))
+        launcher.wait(30)
+        deadline = time.monotonic() + 10
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [pid for pid in pids if _running(pid)]
+            time.sleep(0.1)
+        assert not alive, f"processes {alive} outlived their launcher"
+    finally:
+        launcher.kill()
+        for p in tmp_path.glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(p.read_text()), 9)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a killed child of a dead launcher is reaped by init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sync_quiet_prints_only_its_result_and_model_endpoints_it_lacks_are_named(tmp_path: Path) -> None:
+    """An outside probe: ``sync -q`` printed the header and every process's line like the default;
+    ``--endpoints model`` with a maps file without endpoints said "the model's endpoints None need
+    processes outside 0..1"."""
+    quiet = subprocess.run([sys.executable, "-m", "refplan", "sync", "--nproc", "2", "-q"], capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert quiet.returncode == 0 and quiet.stdout == "refplan sync: every target element exact\n", quiet
+    assert quiet.stderr == "", quiet.stderr
+    from refplan.cli.demo import demo_batch
+    from refplan.formats import MapsBatch, dump_maps
+
+    pairs, _endpoints, sizes = demo_batch(layers=1)
+    bare = tmp_path / "maps.json"
+    bare.write_text(json.dumps(dump_maps(MapsBatch(pairs, None, None, sizes))))
+    refused = subprocess.run([sys.executable, "-m", "refplan", "sync", "--nproc", "2", "--model", str(bare),
+                              "--endpoints", "model"], capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2, refused
+    assert "--endpoints model: the model defines no endpoints" in refused.stderr and "None" not in refused.stderr
 
 
 def test_the_launcher_takes_the_longest_timeout() -> None:

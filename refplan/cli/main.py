@@ -132,8 +132,8 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", parents=[common],
                           help="maps JSON (refplan.maps/1) in, plans JSON (refplan.plans/1) out")
-    plan.add_argument("maps", help="maps batch file (refplan.maps/1)")
-    plan.add_argument("-o", "--output", type=output_file_name, help="plans file to write (default: stdout)")
+    plan.add_argument("maps", help="maps batch file (refplan.maps/1; '-' reads standard input)")
+    plan.add_argument("-o", "--output", type=output_file_name, help="plans file to write (default, or '-': stdout)")
     plan.add_argument("--policy", choices=sorted(POLICIES), default="balanced", help=_POLICY_HELP)
     plan.add_argument("--endpoints", metavar="FILE",
                       help="a JSON file {source: {loc: proc}, target: {loc: proc}}; overrides the maps file's")
@@ -144,9 +144,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
     verify = sub.add_parser("verify", parents=[common],
                             help="check plans against their maps with the independent oracle")
-    verify.add_argument("maps", help="maps batch file (refplan.maps/1) the plans were made for")
+    verify.add_argument("maps", help="maps batch file (refplan.maps/1) the plans were made for ('-': stdin)")
     verify.add_argument("plans",
-                        help="plans file (refplan.plans/1), or one bare plan dict for a one-parameter maps file")
+                        help="plans file (refplan.plans/1), or one bare plan dict for a one-parameter maps file "
+                             "('-': stdin)")
     verify.add_argument("--json", action="store_true", help="machine-readable report (every parameter)")
     verify.add_argument("--junit", metavar="FILE", type=output_file_name,
                         help="also write a JUnit XML report: one testcase per parameter, an invalid plan a failure "
@@ -234,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT, not a traceback
+        print(f"refplan {args.command}: interrupted", file=sys.stderr)
+        return 130
     except _CannotWrite as exc:
         print(_one_line(f"refplan {args.command}: {exc}"), file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from ..formats import (
     parse_maps,
     parse_plans,
     path_key,
+    write_file,
     write_text_file,
     xml_text,
 )
@@ -121,9 +123,13 @@ def png_renderer() -> str | None:
 
 
 def _write_png(canvas: _Canvas, path: str, renderer: str) -> None:
+    """A PNG at exactly ``path``, written whole or not at all, whatever its name ends with.
+    Rendered in memory first: matplotlib given a path appends ``.png`` to a name without an
+    extension (so ``--png adir`` wrote ``adir.png`` beside a directory) and picks the format
+    from any other (``out.pdf`` wrote a PDF, ``out.xyz`` raised a bare ``ValueError``)."""
     if renderer == "cairosvg":
         cairosvg: Any = importlib.import_module("cairosvg")
-        cairosvg.svg2png(bytestring=canvas.svg().encode("utf-8"), write_to=path)
+        write_file(path, cairosvg.svg2png(bytestring=canvas.svg().encode("utf-8")))
         return
     matplotlib: Any = importlib.import_module("matplotlib")
     matplotlib.use("Agg")
@@ -144,8 +150,12 @@ def _write_png(canvas: _Canvas, path: str, renderer: str) -> None:
             _, x, y, text, size, anchor, bold = item
             ha = {"start": "left", "middle": "center", "end": "right"}[anchor]
             ax.text(x, y, text, fontsize=size * 0.75, ha=ha, va="baseline", weight="bold" if bold else "normal")
-    fig.savefig(path)
-    plt.close(fig)
+    picture = io.BytesIO()
+    try:
+        fig.savefig(picture, format="png")
+    finally:
+        plt.close(fig)
+    write_file(path, picture.getvalue())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,7 +383,7 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
 
 def add_show_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``refplan show``."""
-    parser.add_argument("maps", help="maps batch file (refplan.maps/1)")
+    parser.add_argument("maps", help="maps batch file (refplan.maps/1; '-' reads standard input)")
     parser.add_argument("plans", nargs="?", help="plans file (refplan.plans/1, or a bare plan for one parameter); "
                         "default: plan the maps with --policy")
     parser.add_argument("--policy", choices=sorted(POLICIES), default="balanced",

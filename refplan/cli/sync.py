@@ -173,6 +173,30 @@ class RankOutcome:
         return self.error is None
 
 
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its launcher dies (Linux; elsewhere nothing).
+
+    Why: the launcher hosts the group's store, and a child forked from it inherits the store's
+    listening socket, so once the launcher is gone a child's next store request connects and is
+    never answered. Killed by SIGTERM (``timeout``, a job scheduler) or SIGKILL, the launcher left
+    both children of a 2-process ``refplan sync --timeout 5`` blocked in ``TCPStore.clone`` for
+    over 90 s, holding the output pipe open (an outside probe, 2026-12-06). ``parent`` is the
+    launcher's pid: one that died before the signal was armed is seen by ``getppid``.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # no prctl to call: the launcher's own deadline still bounds the run
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def _rank_main(
     fn: Callable[[int, int], Any],
     rank: int,
@@ -184,6 +208,7 @@ def _rank_main(
     gate: Connection,
     report: Connection,
     quiet: bool = False,
+    parent: int | None = None,
 ) -> None:
     """Body of one launched process: wait for the gate, join the group, run ``fn``, report, exit.
 
@@ -195,6 +220,8 @@ def _rank_main(
     line from its outcome, and torch's own warnings from a broken group would add many more.
     """
     outcome: RankOutcome
+    if parent is not None:
+        _die_with_parent(parent)
     if quiet:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 2)
@@ -269,7 +296,7 @@ def run_ranks(
             target=_rank_main,
             args=(
                 fn, rank, nproc, store.port, backend, timeout.total_seconds(), threads, gates[rank][0],
-                reports[rank][1], quiet,
+                reports[rank][1], quiet, os.getpid(),
             ),
             daemon=True,
         )
@@ -393,11 +420,12 @@ def _bind(
         0 <= p < nproc for p in (*model_endpoints.source.values(), *model_endpoints.target.values())
     )
     if mode == "model" or (mode == "auto" and fits):
-        if model_endpoints is None or not fits:
-            shown = None if model_endpoints is None else model_endpoints.to_dict()
-            raise InvalidMapError(
-                f"--endpoints model: the model's endpoints {shown} need processes outside 0..{nproc - 1}"
-            )
+        if model_endpoints is None:
+            raise InvalidMapError("--endpoints model: the model defines no endpoints (its maps file has no "
+                                  "\"endpoints\"); use --endpoints colocated or a FILE")
+        if not fits:
+            raise InvalidMapError(f"--endpoints model: the model's endpoints {model_endpoints.to_dict()} need "
+                                  f"processes outside 0..{nproc - 1}")
         return model_endpoints, "model"
     return colocated_endpoints(pairs, nproc), "colocated"
 
@@ -733,11 +761,13 @@ def run_sync_cli(args: argparse.Namespace) -> int:
                        replica_policy=POLICIES[cfg.policy])
     except AffineTransferError as exc:
         return refuse(f"{type(exc).__name__}: {_first_line(str(exc))}")
-    say(
-        f"refplan sync: model {cfg.model} ({len(pairs)} parameters), {cfg.dtype}, policy {cfg.policy}, "
-        f"{cfg.nproc} processes ({cfg.backend}{', torchrun' if job is not None else ''}), endpoints {how}, "
-        f"budget {_size(cfg.budget_bytes)} per peer"
-    )
+    quiet = bool(getattr(args, "quiet", False))
+    if not quiet:  # -q: only the result (exact or not) and errors
+        say(
+            f"refplan sync: model {cfg.model} ({len(pairs)} parameters), {cfg.dtype}, policy {cfg.policy}, "
+            f"{cfg.nproc} processes ({cfg.backend}{', torchrun' if job is not None else ''}), endpoints {how}, "
+            f"budget {_size(cfg.budget_bytes)} per peer"
+        )
     launched = time.perf_counter()
     if job is not None:
         mine, gathered = _run_in_job(cfg, job[0], job[1])
@@ -745,7 +775,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
             return _own_code(mine)
         outcomes = gathered
     else:
-        progress = Progress("refplan sync", quiet=bool(getattr(args, "quiet", False)))  # a terminal only
+        progress = Progress("refplan sync", quiet=quiet)  # a terminal only
         progress.status(f"starting {cfg.nproc} processes, planning and moving the batch ...")
         try:
             outcomes = run_ranks(
@@ -757,7 +787,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
             return 1
         finally:
             progress.close()
-    return _report(outcomes, time.perf_counter() - launched)
+    return _report(outcomes, time.perf_counter() - launched, quiet)
 
 
 def _own_code(outcome: RankOutcome) -> int:
@@ -768,8 +798,9 @@ def _own_code(outcome: RankOutcome) -> int:
     return 0
 
 
-def _report(outcomes: Sequence[RankOutcome], wall: float) -> int:
-    """Print the summary of every process's outcome; the exit code."""
+def _report(outcomes: Sequence[RankOutcome], wall: float, quiet: bool = False) -> int:
+    """Print the summary of every process's outcome (``quiet``: only the last line, which says
+    whether every element landed exact, and errors); the exit code."""
     rejected = [o for o in outcomes if o.error_type == "TransferRejectedError"]
     if rejected:
         print(f"refplan sync: {_first_line(rejected[0].error)}", file=sys.stderr)
@@ -786,6 +817,8 @@ def _report(outcomes: Sequence[RankOutcome], wall: float) -> int:
         recv = ", ".join(f"{p}: {_size(b)}" for p, b in sorted(r["received_bytes"].items())) or "-"
         landed = sum(r["received_bytes"].values()) + r["local_copy_bytes"]
         total_landed += landed
+        if quiet:
+            continue
         rate = landed / r["move_seconds"] / 1e9 if r["move_seconds"] > 0 else 0.0
         verdict = "exact" if r["mismatched"] == 0 else f"{r['mismatched']} MISMATCHED (first: {r['first_mismatch']})"
         print(
@@ -794,7 +827,7 @@ def _report(outcomes: Sequence[RankOutcome], wall: float) -> int:
             f"{r['rounds']} rounds, {r['chunks']} chunks, {r['move_seconds']:.4f} s, {rate:.2f} GB/s landed; "
             f"{r['checked']} elements {verdict}"
         )
-    if results:
+    if results and not quiet:
         slowest = max(r["move_seconds"] for r in results)
         rate = total_landed / slowest / 1e9 if slowest > 0 else 0.0
         print(

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..formats import path_key
+from ..errors import InputFileError, InvalidMapError
+from ..formats import load_json, path_key
 from ..maps import is_int
 
 __all__ = [
@@ -407,14 +408,13 @@ def _check_region(entry: Mapping[str, Any], params: Mapping[str, Any], where: st
 
 
 def _load_file(path: Path) -> list[Case]:
+    """One case file, read as strictly as maps and plans files (``formats.load_json``): a file
+    nested too deeply, with a key twice in one object (the second ``"cases"`` silently won), or
+    not UTF-8 (a gzipped file) is a ``CaseFormatError`` naming the file, never a bare traceback."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CaseFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CaseFormatError(f"{path}: not valid JSON: {exc}") from None
+        doc = load_json(path)
+    except (InputFileError, InvalidMapError) as exc:
+        raise CaseFormatError(str(exc)) from None
     if not isinstance(doc, Mapping) or doc.get("format") != CASE_FORMAT:
         raise CaseFormatError(f"{path}: $.format: expected \"{CASE_FORMAT}\"")
     family = doc.get("family")

@@ -306,9 +306,14 @@ def _verdict_device(ctx: _Context, local: torch.device | None) -> torch.device:
 
 
 def _encode_reason(reason: str, nbytes: int = _REASON_BYTES) -> list[int]:
-    """``nbytes // 8`` words of a reason; nothing here can raise (lone surrogates are escaped)."""
+    """``nbytes // 8`` words of a reason; nothing here can raise (lone surrogates are escaped).
+    A reason longer than that ends in "…" where it is cut, so that a reader can tell (a cut
+    reason read "131072 network chunks, at least ; process 1: ...": an outside probe)."""
     try:
         raw = str(reason).encode("utf-8", "backslashreplace")
+        if len(raw) > nbytes:
+            mark = "…".encode()
+            raw = raw[: nbytes - len(mark)].decode("utf-8", "ignore").encode("utf-8") + mark
         raw = raw[:nbytes].decode("utf-8", "ignore").encode("utf-8")
     except Exception:
         raw = b"(the reason could not be encoded)"[:nbytes]
