@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C while importing, before ``main`` can say it in its one line
+    print("refplan: interrupted", file=sys.stderr)
+    code = 130
+sys.exit(code)

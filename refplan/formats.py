@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -132,7 +133,10 @@ def open_input(path: str | Path, binary: bool = False) -> IO[Any]:
     """An input file opened for reading, ``-`` being standard input (a duplicate of its
     descriptor, so that closing the file leaves ``sys.stdin`` open). ``OSError`` as ``open``."""
     if os.fspath(path) == STDIN:
-        fd = os.dup(sys.stdin.fileno())
+        try:
+            fd = os.dup(sys.stdin.fileno())
+        except (AttributeError, ValueError) as exc:  # closed (None), or a stream without a descriptor
+            raise OSError(9, "standard input is closed or has no file descriptor") from exc
         return os.fdopen(fd, "rb") if binary else os.fdopen(fd, encoding="utf-8")
     return open(path, "rb") if binary else open(path, encoding="utf-8")
 
@@ -900,12 +904,26 @@ def write_file(path: str | os.PathLike[str], data: bytes) -> None:
     A path that is not a regular file (``/dev/stdout``, a pipe) is written in place, where no
     rename is possible; a symbolic link's target is replaced, not the link. The new file gets the
     old one's permissions, or the umask's. ``OSError`` as ``open`` raises it, naming the path.
+    ``-`` is standard output, as for ``-o -``.
+
+    Whether the path is a regular file is asked of the path itself (``os.stat`` follows links):
+    ``/dev/stdout`` into a pipe resolves to ``/proc/PID/fd/pipe:[N]``, which no path reaches, so
+    resolving it first said "No such file or directory" (an outside review).
     """
-    target = os.path.realpath(os.fspath(path)) if os.path.islink(path) else os.fspath(path)
-    if os.path.exists(target) and not os.path.isfile(target) and not os.path.isdir(target):
-        with open(target, "wb") as handle:
+    if os.fspath(path) == STDIN:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:  # missing (or a dangling link): made below, and its error named there
+        special = False
+    if special:
+        with open(path, "wb") as handle:
             handle.write(data)
         return
+    target = os.path.realpath(os.fspath(path)) if os.path.islink(path) else os.fspath(path)
     if os.path.isdir(target):
         raise IsADirectoryError(21, "Is a directory", os.fspath(path))
     folder = os.path.dirname(target) or "."

@@ -19,6 +19,7 @@ from typing import Any
 from . import limits
 from .errors import AffineTransferError, InputFileError, InvalidMapError
 from .formats import (
+    STDIN,
     MapsBatch,
     PlansStream,
     check_keys,
@@ -106,6 +107,16 @@ def run_verify_cli(
     and every error line are the same either way; streaming adds one line on stderr saying so
     (not with ``quiet``).
     """
+    if maps_path == STDIN and plans_path == STDIN:
+        return _cli_error(InputFileError("-: standard input is named for both the maps and the plans; it can be "
+                                         "read once"))
+    if plans_path == STDIN:
+        # Read once and whole: the streaming reader reads its file twice (a document that is not
+        # an object is read again whole), and a pipe has no size to choose by.
+        if stream:
+            return _cli_error(InputFileError("-: --stream reads its file twice, and standard input can be read "
+                                             "once: save the plans to a file"))
+        stream = False
     try:
         batch = read_maps(maps_path)
         _cli_check_sizes(batch)

@@ -389,13 +389,10 @@ def test_a_dash_reads_standard_input(tmp_path: Path) -> None:
 
     planned = run("plan", "-", "-o", "-", stdin=maps_text)
     assert planned.returncode == 0, planned.stderr
-    for argv, stdin in ((("verify", str(tmp_path / "maps.json"), "-"), planned.stdout),
-                        (("verify", "-", "-"), maps_text)):  # the plans read "-" again: stdin is used up
-        done = run(*argv, stdin=stdin)
-        if argv[1] == "-":
-            assert done.returncode == 2 and "-: not valid JSON" in done.stderr, done.stderr
-        else:
-            assert done.returncode == 0 and "-> ok" in done.stderr + done.stdout, done
+    done = run("verify", str(tmp_path / "maps.json"), "-", stdin=planned.stdout)
+    assert done.returncode == 0 and "-> ok" in done.stderr + done.stdout, done
+    maps_in = run("verify", "-", str(tmp_path / "maps.json"), stdin=maps_text)  # maps from stdin: not plans
+    assert maps_in.returncode == 2 and "plans" in maps_in.stderr, maps_in.stderr
     empty = run("plan", "-", stdin="")
     assert empty.returncode == 2 and empty.stderr.startswith("refplan plan: InvalidMapError: -: not valid JSON"), empty
 
@@ -421,3 +418,69 @@ def test_case_files_are_read_as_strictly_as_maps_files(tmp_path: Path) -> None:
         with pytest.raises(CaseFormatError) as caught:
             load_cases(path)
         assert str(caught.value).startswith(f"{path}: not valid JSON: ") and said[name] in str(caught.value), caught
+
+
+def test_standard_input_is_read_once_and_whole_and_output_dash_is_standard_output(tmp_path: Path) -> None:
+    """From a review of the change that made ``-`` standard input: ``verify maps - --stream`` on a
+    document that is not an object read stdin a second time and said "Expecting value"; a pipe was
+    never streamed by size but a file named ``-`` in the current folder decided it; ``verify - -``
+    said "not valid JSON"; a closed stdin was a bare AttributeError; ``--svg -`` made a file named
+    ``-``; ``-o /dev/stdout`` into a pipe said "No such file or directory"."""
+    from refplan.cli.demo import demo_batch
+    from refplan.formats import MapsBatch, dump_maps
+
+    pairs, endpoints, sizes = demo_batch(layers=1)
+    maps = tmp_path / "maps.json"
+    maps.write_text(json.dumps(dump_maps(MapsBatch(pairs, endpoints, None, sizes))))
+    (tmp_path / "-").write_text("x" * 10)  # a file named "-" must not be what is read or weighed
+
+    def run(*argv: str, stdin: str = "", shell: str | None = None) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "refplan", *argv]
+        if shell is not None:
+            command = ["sh", "-c", " ".join(command) + shell]
+        return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120, check=False,
+                              cwd=tmp_path)
+
+    listed = run("verify", str(maps), "-", stdin="[1, 2]")
+    assert listed.returncode == 2 and "$: this is a list, not a refplan file" in listed.stderr, listed.stderr
+    streamed = run("verify", str(maps), "-", "--stream", stdin="[1, 2]")
+    assert streamed.returncode == 2 and "--stream reads its file twice" in streamed.stderr, streamed.stderr
+    twice = run("verify", "-", "-", stdin="{}")
+    assert twice.returncode == 2 and "named for both the maps and the plans" in twice.stderr, twice.stderr
+    shown = run("show", "-", "-", stdin="{}")
+    assert shown.returncode == 2 and "named for both the maps and the plans" in shown.stderr, shown.stderr
+    closed = run("plan", "-", shell=" <&-")
+    assert closed.returncode == 2, closed
+    assert closed.stderr.startswith("refplan plan: InputFileError: -: cannot read: standard input is closed"), closed
+    svg = run("show", str(maps), "-q", "--svg", "-")
+    assert svg.returncode == 0 and svg.stdout.startswith("<?xml") and "<svg" in svg.stdout, svg.stdout[:200]
+    piped = run("plan", str(maps), "-o", "/dev/stdout")  # stdout is a pipe here
+    assert piped.returncode == 0 and json.loads(piped.stdout)["format"] == "refplan.plans/1", piped.stderr
+    assert (tmp_path / "-").read_text() == "x" * 10
+
+
+def test_sync_quiet_still_prints_a_process_whose_elements_are_wrong(capsys: pytest.CaptureFixture[str]) -> None:
+    from refplan.cli.sync import RankOutcome, _report
+
+    value = {"rank": 1, "sent_bytes": {0: 8}, "received_bytes": {0: 8}, "local_copy_bytes": 0, "move_seconds": 0.5,
+             "mismatched": 3, "first_mismatch": "w[0, 1]", "rounds": 1, "chunks": 1, "checked": 2, "plan_seconds": 0.1}
+    good = {**value, "rank": 0, "mismatched": 0}
+    assert _report([RankOutcome(0, good), RankOutcome(1, value)], 1.0, quiet=True) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].startswith("  process 1:") and "3 MISMATCHED (first: w[0, 1])" in out[0], out
+    assert out[1] == "refplan sync: 3 elements wrong", out
+
+
+def test_the_launcher_runs_under_forkserver() -> None:
+    """The parent-death check took a forkserver child's parent (the server) for a dead launcher
+    and ended every process at once ("exited (1) without reporting")."""
+    from datetime import timedelta
+
+    from refplan.cli.sync import run_ranks
+
+    outcomes = run_ranks(_rank_and_world, 2, start_method="forkserver", timeout=timedelta(seconds=60), quiet=True)
+    assert [o.value for o in outcomes] == [(0, 2), (1, 2)], outcomes
+
+
+def _rank_and_world(rank: int, world: int) -> tuple[int, int]:
+    return rank, world

@@ -219,7 +219,11 @@ def _one_line(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    args = _parser(command).parse_args(words)
+    try:
+        args = _parser(command).parse_args(words)
+    except KeyboardInterrupt:  # Ctrl-C while the parser is built (it imports the sub-commands' modules)
+        print(f"refplan{'' if command is None else ' ' + command}: interrupted", file=sys.stderr)
+        return 130
     args.argv = words  # the command line as given, for a report that says how it was made (bench)
     try:
         code: int = args.func(args)

@@ -35,6 +35,7 @@ from ..analysis import LoadReport, sender_load
 from ..box import box_in_shard, row_major_strides, volume
 from ..errors import AffineTransferError, InputFileError, InvalidMapError
 from ..formats import (
+    STDIN,
     MapsBatch,
     check_keys,
     load_json,
@@ -455,6 +456,10 @@ def run_show_cli(args: argparse.Namespace) -> int:
             print(f"{prog}: --png needs cairosvg or matplotlib and neither is importable "
                   "(pip install 'refplan[png]'), or use --svg", file=sys.stderr)
             return 2
+    if args.maps == STDIN and args.plans == STDIN:
+        print(f"{prog}: standard input (-) is named for both the maps and the plans; it can be read once",
+              file=sys.stderr)
+        return 2
     try:
         try:
             batch = parse_maps(load_json(args.maps))

@@ -181,7 +181,9 @@ def _die_with_parent(parent: int) -> None:
     never answered. Killed by SIGTERM (``timeout``, a job scheduler) or SIGKILL, the launcher left
     both children of a 2-process ``refplan sync --timeout 5`` blocked in ``TCPStore.clone`` for
     over 90 s, holding the output pipe open (an outside probe, 2026-12-06). ``parent`` is the
-    launcher's pid: one that died before the signal was armed is seen by ``getppid``.
+    launcher's pid: one that died before the signal was armed is seen by ``getppid``. Armed only
+    for the ``fork`` and ``spawn`` start methods, whose children are the launcher's own; a
+    ``forkserver`` child's parent is the server, which would kill it at once.
     """
     if not sys.platform.startswith("linux"):
         return
@@ -296,7 +298,7 @@ def run_ranks(
             target=_rank_main,
             args=(
                 fn, rank, nproc, store.port, backend, timeout.total_seconds(), threads, gates[rank][0],
-                reports[rank][1], quiet, os.getpid(),
+                reports[rank][1], quiet, os.getpid() if method in ("fork", "spawn") else None,
             ),
             daemon=True,
         )
@@ -422,7 +424,7 @@ def _bind(
     if mode == "model" or (mode == "auto" and fits):
         if model_endpoints is None:
             raise InvalidMapError("--endpoints model: the model defines no endpoints (its maps file has no "
-                                  "\"endpoints\"); use --endpoints colocated or a FILE")
+                                  "\"endpoints\"); use --endpoints colocated or auto")
         if not fits:
             raise InvalidMapError(f"--endpoints model: the model's endpoints {model_endpoints.to_dict()} need "
                                   f"processes outside 0..{nproc - 1}")
@@ -817,7 +819,7 @@ def _report(outcomes: Sequence[RankOutcome], wall: float, quiet: bool = False) -
         recv = ", ".join(f"{p}: {_size(b)}" for p, b in sorted(r["received_bytes"].items())) or "-"
         landed = sum(r["received_bytes"].values()) + r["local_copy_bytes"]
         total_landed += landed
-        if quiet:
+        if quiet and r["mismatched"] == 0:  # -q keeps the lines that say what went wrong
             continue
         rate = landed / r["move_seconds"] / 1e9 if r["move_seconds"] > 0 else 0.0
         verdict = "exact" if r["mismatched"] == 0 else f"{r['mismatched']} MISMATCHED (first: {r['first_mismatch']})"
