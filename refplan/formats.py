@@ -105,6 +105,20 @@ def _twice(key: str) -> str:
     return f"key {describe(key)} appears twice in one object"
 
 
+_BOM = "it starts with a UTF-8 byte-order mark (BOM), which a JSON file must not have: save it without one"
+"""What a file that starts with a BOM is told, by ``loads_json`` and the streaming reader alike
+(Python's own text, "decode using utf-8-sig", names a codec where a user needs an action)."""
+
+
+def _too_many_digits(exc: ValueError) -> str:
+    """What an integer literal beyond ``sys.get_int_max_str_digits()`` is told (Python's text,
+    cut to fit a line, ended mid-word: "... Exceeds the limit (4300 dig...gits() to increase")."""
+    text = str(exc)
+    if "integer string conversion" in text or "Exceeds the limit" in text:
+        return f"an integer literal has more than {sys.get_int_max_str_digits()} digits"
+    return describe(text)
+
+
 def loads_json(text: str | bytes, where: str = "JSON") -> Any:
     """Parse JSON text, turning every way it can be malformed into ``InvalidMapError``.
 
@@ -117,12 +131,15 @@ def loads_json(text: str | bytes, where: str = "JSON") -> Any:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise InvalidMapError(f"{where}: not valid JSON: {_twice(exc.key)}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
+        raise InvalidMapError(f"{where}: not valid JSON: {_BOM if exc.msg.startswith('Unexpected UTF-8 BOM') else exc}"
+                              ) from None
+    except UnicodeDecodeError as exc:
         raise InvalidMapError(f"{where}: not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidMapError(f"{where}: not valid JSON: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer literal beyond sys.get_int_max_str_digits()
-        raise InvalidMapError(f"{where}: not valid JSON: {describe(str(exc))}") from None
+        raise InvalidMapError(f"{where}: not valid JSON: {_too_many_digits(exc)}") from None
 
 
 STDIN = "-"
@@ -722,7 +739,7 @@ class _Text:
                 # Too many digits in an integer; the count in the message may still grow with
                 # the next chunk, and is final once more text leaves it unchanged.
                 if self.eof or str(exc) == too_long:
-                    raise self.fail(describe(str(exc))) from None
+                    raise self.fail(_too_many_digits(exc)) from None
                 too_long = str(exc)
             else:
                 if end < len(self.text) or self.eof:  # a number or literal may go on in the next chunk
@@ -840,7 +857,7 @@ class PlansStream:
         try:
             text.more()
             if text.text.startswith("\ufeff"):
-                raise text.fail_at("Unexpected UTF-8 BOM (decode using utf-8-sig)", 0)
+                raise text.fail(_BOM)
             text.skip()
             if text.peek() != "{":
                 text.close()
