@@ -933,7 +933,8 @@ def write_file(path: str | os.PathLike[str], data: bytes) -> None:
         sys.stdout.buffer.flush()
         return
     try:
-        special = not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+        kind = os.stat(path).st_mode
+        special = not stat.S_ISREG(kind) and not stat.S_ISDIR(kind)
     except OSError:  # missing (or a dangling link): made below, and its error named there
         special = False
     if special:

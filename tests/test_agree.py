@@ -238,21 +238,21 @@ def test_a_process_without_a_usable_store_offers_none_and_the_group_is_not_linke
 
     group = Group()
     assert agree.offer(group) == 0
-    agree.adopt(group, [0, 5], 2)
+    agree.adopt(group, [0, 5], 2, 0)
     assert agree.link_of(group) is None
     other = Group()
     agree._OFFERS[other] = (HashStore(), 7)
-    agree.adopt(other, [7, 0], 2)  # a peer offered none
+    agree.adopt(other, [7, 0], 2, 0)  # a peer offered none
     assert agree.link_of(other) is None
     third = Group()
     agree._OFFERS[third] = (HashStore(), 7)
-    agree.adopt(third, [9, 7], 2)  # every process offered: the first one's nonce names the keys
+    agree.adopt(third, [9, 7], 2, 0)  # every process offered: the first one's nonce names the keys
     link = agree.link_of(third)
     assert link is not None and link.prefix.endswith(f"{9:x}") and link.size == 2
     # A group of more processes than the store's limit is never linked, every nonce offered or not.
     large = Group()
     agree._OFFERS[large] = (HashStore(), 7)
-    agree.adopt(large, [7] * (agree._STORE_MAX_PROCESSES + 1), agree._STORE_MAX_PROCESSES + 1)
+    agree.adopt(large, [7] * (agree._STORE_MAX_PROCESSES + 1), agree._STORE_MAX_PROCESSES + 1, 0)
     assert agree.link_of(large) is None and large not in agree._OFFERS
 
 

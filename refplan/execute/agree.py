@@ -150,13 +150,12 @@ def offer(group: object) -> int:
     try:
         from torch.distributed import distributed_c10d
 
-        if (distributed_c10d.get_world_size(group) <= _STORE_MAX_PROCESSES  # type: ignore[arg-type]
-                and not _file_backed(distributed_c10d._get_process_group_store(group))):  # type: ignore[arg-type]
+        if distributed_c10d.get_world_size(group) <= _STORE_MAX_PROCESSES:  # type: ignore[arg-type]
             # The group's own store (a prefix store for a subgroup); cloned, so that this
             # executor has a connection of its own (``TCPStore`` serialises a client's requests).
             store: Any = distributed_c10d._get_process_group_store(group)  # type: ignore[arg-type]
-            clone = store.clone()
-            if all(callable(getattr(clone, name, None)) for name in _NEEDED):
+            clone = None if _file_backed(store) else store.clone()  # a FileStore: see the module's text
+            if clone is not None and all(callable(getattr(clone, name, None)) for name in _NEEDED):
                 nonce = secrets.randbits(62) | 1
     except Exception:
         clone, nonce = None, 0
@@ -180,7 +179,7 @@ def _file_backed(store: Any) -> bool:
     return True  # a chain too deep to follow: not the store path's kind of store
 
 
-def adopt(group: object, nonces: Sequence[int], size: int, rank: int = 0) -> None:
+def adopt(group: object, nonces: Sequence[int], size: int, rank: int) -> None:
     """After a hello that greets ``group``: agree through its store from now on if every process
     offered one (``nonces``, by group rank, the same rows on every process) and the group has at
     most ``_STORE_MAX_PROCESSES`` processes, else never. ``rank``: this process's rank in it."""
@@ -246,8 +245,9 @@ def _maximum(raw: bytes, count: int, size: int) -> bytes:
     if len(raw) != width * size:
         raise UnreadableRecordsError(f"an agreement holds {len(raw)} bytes of records, not {size} of {width}")
     rows = [struct.unpack_from(f"<{count + 1}q", raw, at) for at in range(0, len(raw), width)]
-    if sorted(row[0] for row in rows) != list(range(size)):
-        raise UnreadableRecordsError(f"an agreement's records are from ranks {sorted(row[0] for row in rows)}, "
+    ranks = sorted(row[0] for row in rows)
+    if ranks != list(range(size)):
+        raise UnreadableRecordsError(f"an agreement's records are from ranks {ranks}, "
                                      f"not one from each of 0..{size - 1}")
     return _pack([max(column) for column in zip(*(row[1:] for row in rows))])
 
