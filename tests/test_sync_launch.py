@@ -125,12 +125,78 @@ def test_a_bad_input_on_a_non_zero_rank_is_said_by_that_process(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Under torchrun only rank 0 prints the summary; a refusal of a process's own input (a file
-    missing on its node) was printed by nobody. It now names its process, before joining."""
-    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+    missing on its node) was printed by nobody. It now names its process before joining (here a
+    job whose store is not there: it then says it could not join, within --timeout) and exits 2."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once this closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
         monkeypatch.setenv(key, value)
-    assert run_sync_cli(_sync_args("--model", str(tmp_path / "missing.json"))) == 2
+    assert run_sync_cli(_sync_args("--model", str(tmp_path / "missing.json"), "--timeout", "2")) == 2
     err = capfd.readouterr().err
-    assert err.startswith("refplan sync: process 1: bad input: ") and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("refplan sync: process 1: bad input: ") and "missing.json" in err.splitlines()[0], err
+
+
+def _huge_model(path: Path) -> None:
+    from refplan import contiguous_split_map, replicate
+    from refplan.formats import MapsBatch, dump_maps
+
+    shape = (1 << 20, 1 << 20)  # 2**40 elements
+    source = replicate(contiguous_split_map(shape, [1 << 19] * 2, 0), 2)
+    target = contiguous_split_map(shape, [1 << 18] * 4, 1)
+    path.write_text(json.dumps(dump_maps(MapsBatch({"w": (target, source)}))))
+
+
+def test_a_model_too_large_to_check_is_bad_input_before_the_launch(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A model of 2**40 elements passed every check before the launch; then each process died of
+    MemoryError building its markers (exit 1, "failed"). Now it is refused before anything starts,
+    in one line that says why and how much (exit 2)."""
+    model = tmp_path / "huge.json"
+    _huge_model(model)
+    started = time.monotonic()
+    assert run_sync_cli(_sync_args("--model", str(model), "--nproc", "4")) == 2
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("refplan sync: bad input: the sync's element-by-element check needs at least ") and \
+        "4 processes" in err and "sync a smaller model" in err, err
+    assert time.monotonic() - started < 60
+
+
+def test_the_memory_estimate_counts_each_process_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimate is a lower bound of what ``_sync_rank`` builds: the largest parameter's
+    markers per process plus its shards (targets thrice), summed over this machine's processes."""
+    from refplan import contiguous_split_map, replicate
+    from refplan.cli.sync import _MARKER_PEAK_BYTES, _check_memory
+    from refplan.requests import TransferEndpoints
+
+    shape = (64, 32)
+    source = replicate(contiguous_split_map(shape, [32, 32], 0), 2)
+    target = contiguous_split_map(shape, [8] * 4, 1)
+    endpoints = TransferEndpoints({loc: loc for loc in range(4)}, {loc: loc for loc in range(4)})
+    pairs = {"w": (target, source)}
+    per_process = _MARKER_PEAK_BYTES * 64 * 32 + 2 * (32 * 32 + 3 * 64 * 8)
+    monkeypatch.setattr(refplan.cli.sync, "_available_memory", lambda: 4 * per_process)
+    assert _check_memory(pairs, endpoints, 2, [0, 1, 2, 3]) is None
+    monkeypatch.setattr(refplan.cli.sync, "_available_memory", lambda: 4 * per_process - 1)
+    refusal = _check_memory(pairs, endpoints, 2, [0, 1, 2, 3])
+    assert refusal is not None and "4 processes" in refusal
+    assert _check_memory(pairs, endpoints, 2, [2]) is None  # one process of a node needs a quarter
+    monkeypatch.setattr(refplan.cli.sync, "_available_memory", lambda: None)
+    assert _check_memory(pairs, endpoints, 2, [0, 1, 2, 3]) is None  # unknown: not refused
+
+
+def test_node_ranks_follow_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    from refplan.cli.sync import _node_ranks
+
+    assert _node_ranks(3) == [2, 3]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "x")
+    assert _node_ranks(3) == [3]
 
 
 def test_joining_a_job_ends_within_the_timeout_even_if_its_store_never_answers(tmp_path: Path) -> None:
@@ -320,6 +386,52 @@ def test_sync_under_a_two_node_torchrun() -> None:
     assert first.count("every target element exact") == 1 and "every target element exact" not in second
     assert "4 processes (gloo, torchrun)" in first
     assert all(f"process {p}:" in first for p in range(4)), first
+
+
+def test_a_bad_input_on_one_node_is_reported_by_rank_0_and_nothing_starts(tmp_path: Path) -> None:
+    """Two torchrun "nodes" whose ``--model model.json`` differ (each node reads its own disk): on
+    node 1 it is not JSON. Before, node 1's processes printed their refusal and exited, and node 0
+    waited for them until its timeout and reported "the process group did not start", the cause
+    printed on the other node only. Now every process joins, they agree that some refused, none
+    starts, rank 0 names the refusing processes and their cause, and every process exits 2."""
+    import socket
+
+    from refplan.cli.demo import demo_batch
+    from refplan.formats import MapsBatch, dump_maps
+
+    pairs, endpoints, _sizes = demo_batch()
+    for node, text in ((0, json.dumps(dump_maps(MapsBatch(pairs, endpoints)))), (1, "{ not json")):
+        (tmp_path / f"node{node}").mkdir()
+        (tmp_path / f"node{node}" / "model.json").write_text(text)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = Path(sys.executable).parent / "refplan"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    started = time.monotonic()
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+             "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "--no-python",
+             str(script), "sync", "--model", "model.json", "--backend", "gloo", "--timeout", "100"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path / f"node{node}",
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=170) for node in nodes]
+    elapsed = time.monotonic() - started
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode != 0, out + err
+        assert "every target element exact" not in out, out
+    first_err, second_err = outputs[0][1], outputs[1][1]
+    mine = [line for line in first_err.splitlines() if line.startswith("refplan sync:")]
+    assert len(mine) == 1, first_err
+    assert "process 2: bad input: " in mine[0] and "process 3: bad input: " in mine[0], mine
+    assert "did not start" not in first_err and "process 0: bad input" not in mine[0], first_err
+    assert "process 2: bad input: " in second_err and "process 3: bad input: " in second_err, second_err
+    for _out, err in outputs:  # torchrun's report of its node: both processes exited 2
+        assert err.count("exitcode  : 2") == 2, err
+    assert elapsed < 90, elapsed  # well within --timeout 100: nobody waited for a peer that never came
 
 
 def test_bench_sync_compares_with_raw_all_to_all() -> None:

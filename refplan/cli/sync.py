@@ -510,11 +510,11 @@ def _sync_rank(rank: int, world: int, cfg: SyncConfig) -> dict[str, Any]:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
-    return f"{n:.2f} GiB"  # pragma: no cover
+    return f"{n:.2f} TiB"  # pragma: no cover
 
 
 def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
@@ -663,11 +663,17 @@ def _join_deadline(rank: int, seconds: float) -> Iterator[None]:
         timer.cancel()
 
 
-def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, list[RankOutcome] | None]:
+def _run_in_job(cfg: SyncConfig, rank: int, world: int, refusal: str | None = None
+                ) -> tuple[RankOutcome, list[RankOutcome] | None]:
     """This process's part of a torchrun job: its own outcome and, on rank 0, every process's.
 
     The process group comes from the job's environment (``env://``); a group the caller already
-    initialized is used as it is and left open.
+    initialized is used as it is and left open. ``refusal`` is what this process refused of its
+    own input: it still joins, so that the processes first agree whether every one of them can
+    start. Before, a process refusing a file missing on its node only exited; its peers waited
+    for it until their timeout, and rank 0 reported "the process group did not start" with the
+    cause printed on another node only. Now no process starts when one refuses, every process
+    exits 2, and rank 0 names each refusal.
     """
     import torch
     import torch.distributed as dist
@@ -690,9 +696,18 @@ def _run_in_job(cfg: SyncConfig, rank: int, world: int) -> tuple[RankOutcome, li
                           f"{_first_line(_describe(exc))}", file=sys.stderr, flush=True)
                 raise
             started_here = True
-        mine = RankOutcome(rank, _sync_rank(rank, world, cfg))
+        reasons: list[Any] = [None] * world
+        dist.all_gather_object(reasons, refusal)
+        refusers = [r for r, text in enumerate(reasons) if text is not None]
+        if refusal is not None:
+            mine = RankOutcome(rank, None, refusal, "BadInput")
+        elif refusers:
+            mine = RankOutcome(rank, None, f"not started: processes {refusers} refused their input", "NotRun")
+        else:
+            mine = RankOutcome(rank, _sync_rank(rank, world, cfg))
     except Exception as exc:
-        mine = RankOutcome(rank, None, _describe(exc), type(exc).__name__)
+        mine = (RankOutcome(rank, None, refusal, "BadInput") if refusal is not None
+                else RankOutcome(rank, None, _describe(exc), type(exc).__name__))
     gathered: list[Any] | None = [None] * world if rank == 0 else None
     try:
         if not dist.is_initialized():
@@ -743,28 +758,21 @@ def run_sync_cli(args: argparse.Namespace) -> int:
 
     try:
         cfg = _config(args, None if job is None else job[1])
-        pairs, model_endpoints = _load_model(cfg.model)
-        endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
-    except AffineTransferError as exc:
+    except AffineTransferError as exc:  # no backend or timeout to join the job with: said alone
         return refuse(_first_line(str(exc)))
-    except OSError as exc:
-        return refuse(_first_line(_describe(exc)))
     import torch
 
     wanted = 1 if job is not None else cfg.nproc
     if cfg.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < wanted):
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return refuse(f"--backend nccl needs {wanted} CUDA devices, found {count}")
-    try:  # refuse bad input here, before launching anything; every process plans again itself
-        from ..planner import plan_transfers
-
-        dtype = getattr(torch, cfg.dtype)
-        plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, dtype.itemsize),
-                       replica_policy=POLICIES[cfg.policy])
-    except AffineTransferError as exc:
-        return refuse(f"{type(exc).__name__}: {_first_line(str(exc))}")
+        return refuse(f"--backend nccl needs {wanted} CUDA devices, found {count}")  # cannot join by NCCL
+    refusal, pairs, how = _check_input(cfg, job)
+    if refusal is not None and job is None:
+        return refuse(refusal)
+    if refusal is not None and job is not None and job[0] != 0:
+        refuse(refusal)  # said on its own node too; rank 0 reports it for the job after the agreement
     quiet = bool(getattr(args, "quiet", False))
-    if not quiet:  # -q: only the result (exact or not) and errors
+    if not quiet and refusal is None:  # -q: only the result (exact or not) and errors
         say(
             f"refplan sync: model {cfg.model} ({len(pairs)} parameters), {cfg.dtype}, policy {cfg.policy}, "
             f"{cfg.nproc} processes ({cfg.backend}{', torchrun' if job is not None else ''}), endpoints {how}, "
@@ -772,7 +780,7 @@ def run_sync_cli(args: argparse.Namespace) -> int:
         )
     launched = time.perf_counter()
     if job is not None:
-        mine, gathered = _run_in_job(cfg, job[0], job[1])
+        mine, gathered = _run_in_job(cfg, job[0], job[1], refusal)
         if gathered is None:  # not rank 0: silent, and its exit code is its own outcome's
             return _own_code(mine)
         outcomes = gathered
@@ -792,8 +800,105 @@ def run_sync_cli(args: argparse.Namespace) -> int:
     return _report(outcomes, time.perf_counter() - launched, quiet)
 
 
+# Bytes per logical element that building a parameter's markers peaks at (the index, the
+# scrambled index and the bit patterns as uint64, then the narrowing cast), measured with
+# tracemalloc at 20-26 for 4- and 2-byte dtypes; 32 leaves room for the allocator.
+_MARKER_PEAK_BYTES = 32
+
+
+def _available_memory() -> int | None:
+    """Bytes this machine can still give without swapping (Linux's MemAvailable), else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_memory(pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]], endpoints: TransferEndpoints,
+                  itemsize: int, ranks: Sequence[int]) -> str | None:
+    """A refusal when the processes ``ranks`` of this machine cannot hold what the sync's check
+    builds, else None.
+
+    The check is the sync's, not the executor's: each process makes the markers of every
+    parameter it touches (the whole logical tensor, one at a time) and holds its source shards,
+    its target shards and their expected values. Without this estimate a model of 2**40
+    elements passed every check before the launch and each process then died of MemoryError
+    (exit 1, "failed while moving"), although nothing about the transfer was wrong. The estimate
+    counts only those arrays (a lower bound): it refuses what cannot fit, never what might.
+    """
+    available = _available_memory()
+    if available is None:
+        return None
+    need = 0
+    for rank in ranks:
+        largest = 0
+        for name in sorted(pairs):
+            target_map, source_map = pairs[name]
+            held = 0
+            for param_map, locations, copies in ((source_map, endpoints.source, 1), (target_map, endpoints.target, 3)):
+                for loc, shape in param_map.shard_shapes.items():
+                    if locations.get(loc) == rank:
+                        held += copies * volume(tuple(shape))
+            if held:
+                largest = max(largest, volume(tuple(target_map.logical_shape)))
+                need += held * itemsize
+        need += largest * _MARKER_PEAK_BYTES
+    if need <= available:
+        return None
+    count = f"{len(ranks)} processes" if len(ranks) != 1 else "this process"
+    return (f"the sync's element-by-element check needs at least {_size(need)} of memory for {count} on this "
+            f"machine (the markers of each parameter's logical tensor, and the source shards, target shards and "
+            f"expected values of each process), and {_size(available)} is available; sync a smaller model")
+
+
+def _node_ranks(rank: int) -> list[int]:
+    """The job's processes on this machine: torchrun numbers a node's processes contiguously."""
+    try:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return [rank]
+    if not 0 <= local_rank < local_world:
+        return [rank]
+    return list(range(rank - local_rank, rank - local_rank + local_world))
+
+
+def _check_input(cfg: SyncConfig, job: tuple[int, int] | None
+                 ) -> tuple[str | None, dict[str, tuple[ParamAffineMap, ParamAffineMap]], str]:
+    """What this process refuses of its input (None when nothing), the model's pairs and how
+    they were bound; everything that can be refused is refused here, before anything is launched
+    or joined, and every process of a job checks its own (files are read on its own node)."""
+    import torch
+
+    pairs: dict[str, tuple[ParamAffineMap, ParamAffineMap]] = {}
+    try:
+        pairs, model_endpoints = _load_model(cfg.model)
+        endpoints, how = _bind(pairs, model_endpoints, cfg.endpoints, cfg.nproc)
+    except AffineTransferError as exc:
+        return _first_line(str(exc)), pairs, ""
+    except OSError as exc:
+        return _first_line(_describe(exc)), pairs, ""
+    try:  # every process plans again itself
+        from ..planner import plan_transfers
+
+        dtype = getattr(torch, cfg.dtype)
+        plan_transfers(pairs, endpoints=endpoints, element_size=dict.fromkeys(pairs, dtype.itemsize),
+                       replica_policy=POLICIES[cfg.policy])
+    except AffineTransferError as exc:
+        return f"{type(exc).__name__}: {_first_line(str(exc))}", pairs, how
+    ranks = list(range(cfg.nproc)) if job is None else _node_ranks(job[0])
+    return _check_memory(pairs, endpoints, dtype.itemsize, ranks), pairs, how
+
+
 def _own_code(outcome: RankOutcome) -> int:
-    if outcome.error_type == "TransferRejectedError":
+    if outcome.error_type in ("TransferRejectedError", "BadInput", "NotRun"):
         return 2
     if not outcome.ok or outcome.value["mismatched"]:
         return 1
@@ -803,6 +908,11 @@ def _own_code(outcome: RankOutcome) -> int:
 def _report(outcomes: Sequence[RankOutcome], wall: float, quiet: bool = False) -> int:
     """Print the summary of every process's outcome (``quiet``: only the last line, which says
     whether every element landed exact, and errors); the exit code."""
+    refused = [o for o in outcomes if o.error_type == "BadInput"]
+    if refused:  # a job whose processes agreed not to start: the cause, for every process that has one
+        print("refplan sync: " + "; ".join(f"process {o.rank}: bad input: {_first_line(o.error)}" for o in refused),
+              file=sys.stderr)
+        return 2
     rejected = [o for o in outcomes if o.error_type == "TransferRejectedError"]
     if rejected:
         print(f"refplan sync: {_first_line(rejected[0].error)}", file=sys.stderr)
