@@ -255,6 +255,18 @@ def _rank_main(
         os._exit(0)
 
 
+def _suspended(pid: int | None) -> bool:
+    """Whether the process is stopped by a signal or a tracer (Linux's ``/proc``; elsewhere never)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return bool(state) and state[0] in ("T", "t")
+
+
 def run_ranks(
     fn: Callable[[int, int], Any],
     nproc: int,
@@ -317,6 +329,14 @@ def run_ranks(
     outcomes: dict[int, RankOutcome] = {}
     pending = {rank: (reports[rank][0], procs[rank]) for rank in range(nproc)}
     first_death: float | None = None
+    # The first process to report a failure: every other one is then waiting on a broken job,
+    # and each of its waits ends within the group's timeout (a dead or stuck peer makes them all
+    # fail, and the executor's outcome agreement tells the rest early). A process that still has
+    # not reported one timeout (and ``grace_s``) later is stuck itself (stopped by a signal, hung
+    # in a native call): before, the launcher waited for it to the whole deadline, twice the
+    # timeout plus a minute, though the job's failure was known a timeout earlier.
+    first_failure: tuple[float, int] | None = None
+    suspended: dict[int, float] = {}
 
     def take(rank: int) -> None:
         reader, proc = pending.pop(rank)
@@ -328,6 +348,21 @@ def run_ranks(
 
     while pending:
         stop = end if first_death is None else min(end, first_death + grace_s)
+        if first_failure is not None:
+            stop = min(stop, first_failure[0] + timeout.total_seconds() + grace_s)
+            now = time.monotonic()
+            for rank in sorted(pending):  # a suspended process does no work: it gets the grace only
+                if _suspended(pending[rank][1].pid):
+                    since = suspended.setdefault(rank, now)
+                    if now - since >= grace_s:
+                        pending.pop(rank)
+                        outcomes[rank] = RankOutcome(
+                            rank, None, f"stopped: suspended (SIGSTOP or a debugger) with no report {grace_s:.0f} s "
+                            f"after process {first_failure[1]} failed", "Stopped")
+                else:
+                    suspended.pop(rank, None)
+            if not pending:
+                break
         left = stop - time.monotonic()
         if left <= 0:
             break
@@ -337,7 +372,7 @@ def run_ranks(
             by_object[proc.sentinel] = rank
         # At most an hour a wait: select() takes its timeout in milliseconds as a C int, and the
         # deadline of a long --timeout (twice it, plus a minute) does not fit one.
-        for ready in wait(list(by_object), timeout=min(left, 3600.0)):
+        for ready in wait(list(by_object), timeout=min(left, 3600.0 if first_failure is None else 0.25)):
             rank = by_object[ready]
             if rank not in pending:
                 continue
@@ -350,11 +385,18 @@ def run_ranks(
                 outcomes[rank] = RankOutcome(rank, None, f"exited ({proc.exitcode}) without reporting", "Died")
             if outcomes.get(rank) is not None and outcomes[rank].error_type == "Died" and first_death is None:
                 first_death = time.monotonic()
+            if outcomes.get(rank) is not None and not outcomes[rank].ok and first_failure is None:
+                first_failure = (time.monotonic(), rank)
     for rank in sorted(pending):
         if first_death is not None:
             dead = sorted(r for r, o in outcomes.items() if o.error_type == "Died")
             outcomes[rank] = RankOutcome(
                 rank, None, f"stopped {grace_s:.0f} s after process {dead[0]} died", "Stopped"
+            )
+        elif first_failure is not None and time.monotonic() < end:
+            outcomes[rank] = RankOutcome(
+                rank, None, f"stopped: no report {timeout.total_seconds() + grace_s:.0f} s after process "
+                f"{first_failure[1]} failed (stuck: suspended, or hung in a native call)", "Stopped"
             )
         else:
             outcomes[rank] = RankOutcome(rank, None, f"no report within {limit:.0f} s", "Timeout")
