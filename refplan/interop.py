@@ -30,6 +30,7 @@ ranks; element sizes come from the tensors' own dtypes (``maps_from_state_dict``
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import sys
@@ -144,10 +145,10 @@ def _shape(values: Any, what: str, *, minimum: int = 0) -> tuple[int, ...]:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{what} must hold integers, got {v!r}")
-        if int(v) < minimum:
+        if operator.index(v) < minimum:
             shown = _show_values(values)
-            raise ValueError(f"{what} {shown} has {show_int(int(v))}; each entry must be at least {minimum}")
-        out.append(int(v))
+            raise ValueError(f"{what} {shown} has {show_int(operator.index(v))}; each entry must be at least {minimum}")
+        out.append(operator.index(v))  # the integer rule's value (``maps.as_int``), never ``__int__``'s
     return tuple(out)
 
 
@@ -524,7 +525,7 @@ def _group_ranks(value: Any) -> tuple[int, ...]:
     for position, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"group_ranks must hold integers (global ranks), got {v!r} at group rank {position}")
-        rank = int(v)
+        rank = operator.index(v)
         if rank < 0:
             raise ValueError(f"group_ranks[{position}] is {show_int(rank)}; a global rank is at least 0")
         if rank in seen:
@@ -822,9 +823,9 @@ def _plain_locations(value: Any) -> tuple[int, ...]:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"plain_location must hold integers, got {v!r}")
-        if int(v) in out:
-            raise ValueError(f"plain_location lists location {int(v)} twice")
-        out.append(int(v))
+        if operator.index(v) in out:
+            raise ValueError(f"plain_location lists location {operator.index(v)} twice")
+        out.append(operator.index(v))
     if not out:
         raise ValueError("plain_location must name at least one location")
     return tuple(out)
@@ -875,12 +876,12 @@ def _tp_group(meta: Any, where: str) -> tuple[int, ...]:
         raise InvalidMapError(f"{where}: tensor_parallel_group_ranks {group!r} is not a list of ranks")
     values = list(group)
     for v in values:
-        if not _is_int(v) or int(v) < 0:
+        if not _is_int(v) or operator.index(v) < 0:
             raise InvalidMapError(
                 f"{where}: tensor_parallel_group_ranks {_show_values(values, '[]')} holds {_show_value(v)}, which "
                 "is not a rank (a non-negative integer)"
             )
-    out = tuple(int(v) for v in values)
+    out = tuple(operator.index(v) for v in values)
     seen: set[int] = set()
     for member in out:
         if member in seen:

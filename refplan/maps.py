@@ -73,7 +73,7 @@ def as_int(value: Any) -> int | None:
         return None
     try:
         return operator.index(value)
-    except TypeError:
+    except Exception:  # an ``__index__`` that raises anything says "not an integer"
         return None
 
 
@@ -271,7 +271,7 @@ def parse_int_key(key: Any) -> int | None:
     """An integer object key (an int, or a ``LOCATION_KEY`` string, surrounding spaces allowed) as
     an int, or ``None`` when it is not one; the caller words the error."""
     if is_int(key):
-        return int(key)
+        return operator.index(key)  # the integer rule's value, never ``__int__``'s
     if isinstance(key, str):
         text = key.strip()
         if LOCATION_KEY.fullmatch(text):

@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
-from operator import attrgetter
+from operator import attrgetter, index
 from typing import Any
 
 import numpy as np
@@ -183,7 +183,10 @@ def _triple(value: Any, where: Callable[[], str], side: str) -> tuple[int, int, 
     )
     if not ok:
         raise InvalidMapError(f"{where()}.{side}: expected [rank, offset, [strides...]], got {describe(value)}")
-    rank, offset, strides = int(value[0]), int(value[1]), tuple(int(v) for v in value[2])
+    # ``operator.index``, the integer rule's value (``maps.as_int``), never ``int()``: an int
+    # subclass whose ``__int__`` says another number was judged at that number, and is its
+    # ``__index__`` value to every other reader (json, numpy, torch): "ok" for a wrong plan.
+    rank, offset, strides = index(value[0]), index(value[1]), tuple(index(v) for v in value[2])
     _capped(rank, where, f"{side}[0]", "location")  # R3a's cap: no map has a location beyond it
     _capped(offset, where, f"{side}[1]", "offset")
     for axis, stride in enumerate(strides):
@@ -211,10 +214,10 @@ def _parse_segment(entry: Any, where: Callable[[], str]) -> TransferSegment:
     if not isinstance(shape, (list, tuple)) or not all(is_int(v) for v in shape):
         raise InvalidMapError(f"{where()}.shape: expected a list of integers, got {describe(shape)}")
     for axis, extent in enumerate(shape):
-        _capped(int(extent), where, f"shape[{axis}]", "extent")
+        _capped(index(extent), where, f"shape[{axis}]", "extent")
     s_rank, s_off, s_str = _triple(entry["source"], where, "source")
     t_rank, t_off, t_str = _triple(entry["target"], where, "target")
-    return TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(int(v) for v in shape))
+    return TransferSegment(s_rank, s_off, s_str, t_rank, t_off, t_str, tuple(index(v) for v in shape))
 
 
 SEGMENT_FIELDS = attrgetter(*(f.name for f in fields(TransferSegment)))
@@ -257,7 +260,7 @@ class TransferPlan:
             _parse_segment(s, partial(_segment_name, where, i)) for i, s in enumerate(raw)
         )
         stats = PlanStatistics(segments=len(segments), segments_before_merge=len(segments))
-        return cls(segments, tuple(int(v) for v in shape), sum(s.numel for s in segments), stats)
+        return cls(segments, tuple(index(v) for v in shape), sum(s.numel for s in segments), stats)
 
 
 def encode_segments(segments: Sequence[TransferSegment], logical_shape: tuple[int, ...]) -> bytes:

@@ -569,10 +569,18 @@ _Parsed = tuple[list[TransferSegment], tuple[int, ...] | None] | AffineTransferE
 
 
 def _parse(plan: PlanLike) -> _Parsed:
+    """The plan read, or why it cannot be: also when reading it runs the caller's own code that
+    raises (an ``__iter__``, ``__getitem__`` or ``__index__`` of an object in the plan), which
+    escaped ``verify_plan`` as a bare traceback though it promises a verdict for any input."""
     try:
         return parse_plan(plan)
     except AffineTransferError as exc:
         return exc
+    except MemoryError:
+        raise
+    except Exception as exc:
+        said = describe_exception(exc).splitlines()[0][:200]
+        return InvalidMapError(f"plan: cannot be read: reading it raised {said}")
 
 
 _UNREADABLE = "a map cannot be read, so the plan was not judged"

@@ -47,6 +47,12 @@ class Verdict:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def __bool__(self) -> bool:
+        """True only for ``ok``. Without it every verdict was a true object (a dataclass is), so
+        ``assert verify_plan(...)`` or ``if verify_plans(...):`` passed for an invalid or an
+        unverifiable answer: the oracle said "no" and the caller read "yes"."""
+        return self.status == "ok"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status,
@@ -99,6 +105,11 @@ class BatchVerdict:
 
     @property
     def ok(self) -> bool:
+        return self.status == "ok"
+
+    def __bool__(self) -> bool:
+        """True only for ``ok``, as ``Verdict``'s: a batch with an invalid or unverifiable parameter
+        was a true object."""
         return self.status == "ok"
 
     @property
