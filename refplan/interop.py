@@ -42,7 +42,15 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .box import volume
-from .errors import InvalidMapError, UnsupportedLayoutError, show_int, show_ints, show_list
+from .errors import (
+    InputFileError,
+    InvalidMapError,
+    UnsupportedLayoutError,
+    describe_exception,
+    show_int,
+    show_ints,
+    show_list,
+)
 from .frames import normalize
 from .maps import ParamAffineMap, runs_map
 
@@ -248,13 +256,37 @@ def _dtensor_holding(
             start, length = _chunk(size, count, index)
             axes[dim] = _take(runs, start, length)
             continue
-        parts = []
-        for outer in range(factor):
-            outer_start, outer_length = _chunk(size, factor, outer)
-            inner_start, inner_length = _chunk(outer_length, count, index)
-            parts.append(_take(runs, outer_start + inner_start, inner_length))
-        axes[dim] = _join(parts)
+        axes[dim] = _join(_strided_parts(runs, size, factor, count, index))
     return tuple(axes)
+
+
+def _strided_parts(runs: Sequence[Run], size: int, factor: int, count: int, index: int) -> list[tuple[Run, ...]]:
+    """Coordinate ``index``'s runs of a ``_StridedShard`` with split factor ``factor`` over
+    ``count`` coordinates, of an axis of ``size`` positions held as ``runs``, in local order.
+
+    torch cuts the axis into ``factor`` chunks with ``torch.chunk`` and pads the list with empty
+    ones (``Shard._custom_chunk``), so a factor above the axis extent is legal and only its first
+    ``ceil(size / step)`` chunks hold anything. Looping over ``factor`` itself would spin for hours
+    on a corrupt or mistyped factor (``10**9``), so only the chunks that can be non-empty are
+    visited: every full chunk has the same length ``step`` and so the same inner cut, and at most
+    one shorter chunk follows. When the inner cut is all of a full chunk (or none of it) the full
+    chunks need no loop at all, so a factor far above the extent costs O(1), whatever its size.
+    """
+    if size == 0:
+        return []
+    step = -(-size // factor)  # the length of every chunk but the last non-empty one
+    full = size // step  # at most min(size, factor)
+    inner_start, inner_length = _chunk(step, count, index)
+    parts: list[tuple[Run, ...]] = []
+    if inner_length == step:  # this coordinate takes whole chunks: one contiguous range
+        parts.append(_take(runs, 0, full * step))
+    elif inner_length:
+        parts.extend(_take(runs, k * step + inner_start, inner_length) for k in range(full))
+    tail = size - full * step
+    if tail:
+        tail_start, tail_length = _chunk(tail, count, index)
+        parts.append(_take(runs, full * step + tail_start, tail_length))
+    return parts
 
 
 def _mesh_location_lookup(mesh_locations: Any, mesh_shape: tuple[int, ...]) -> dict[tuple[int, ...], int]:
@@ -331,14 +363,19 @@ def from_dtensor(
     wrong count or a bad shape is a ``TypeError``/``ValueError``. ``parameter`` names the tensor
     in error messages. Only placements are read: a DTensor whose spec carries an explicit
     non-default ``shard_order`` is refused (``UnsupportedLayoutError``), and a ``DTensorSpec``
-    with one is outside what placements passed by hand describe.
+    with one is outside what placements passed by hand describe. So is a DTensor whose local
+    tensor on this process does not have the shape its placements give this process's mesh
+    coordinate (``DTensor.from_local`` with uneven shards): its placements do not say which
+    elements it holds. A ``_StridedShard`` split factor above the axis extent leaves torch's extra
+    chunks empty, as torch does, at no cost per unit of the factor.
     """
+    dtensor: Any = None
     if _is_dtensor(global_shape):
         if mesh_shape is not None or placements is not None:
             raise TypeError(
                 f"{parameter}: a DTensor carries its mesh and placements; pass it alone, from_dtensor(dtensor)"
             )
-        dtensor: Any = global_shape
+        dtensor = global_shape
         _check_shard_order(dtensor, parameter)
         global_shape, mesh_shape, placements = tuple(dtensor.shape), dtensor.device_mesh, tuple(dtensor.placements)
     elif mesh_shape is None or placements is None:
@@ -373,7 +410,43 @@ def from_dtensor(
     holdings = {
         locations[c]: _dtensor_holding(shape, mesh, kinds, c) for c in product(*(range(n) for n in mesh))
     }
+    if dtensor is not None:
+        _check_local_shape(dtensor, shape, mesh, kinds, locations, parameter)
     return _build(shape, holdings, parameter)
+
+
+def _check_local_shape(dtensor: Any, shape: tuple[int, ...], mesh: tuple[int, ...],
+                       kinds: Sequence[tuple[str, int, int]], locations: Mapping[tuple[int, ...], int],
+                       parameter: str) -> None:
+    """Refuse a DTensor whose local tensor is not the shard its placements put at this process.
+
+    The map is computed from the placements alone, by torch's even split (``torch.chunk``), but
+    ``DTensor.from_local(local, mesh, placements, shape=...)`` accepts local tensors of any
+    sizes: rank 0 may hold 1 row and rank 1 4 rows of a ``Shard(0)`` (5, 3) tensor. The map would
+    then say (3, 3) and (2, 3), and a plan built on it would ship the wrong rows with no error.
+    Only this process's local tensor is at hand, so its *shape* (cheap, no data is read) is
+    compared with the shard the map gives its mesh coordinate; every rank that builds its map this
+    way checks its own. Skipped when this process is not in the mesh (``get_coordinate()`` is
+    ``None``: it holds nothing to compare) and under ``LocalTensorMode``, where one process
+    simulates every rank and coordinates and sizes are per-rank symbolic values, not ints.
+    """
+    coordinate = dtensor.device_mesh.get_coordinate()
+    if coordinate is None:
+        return
+    actual_shape = tuple(dtensor.to_local().shape)
+    if not all(type(v) is int for v in (*coordinate, *actual_shape)):
+        return
+    where = tuple(coordinate)
+    expected = tuple(map(_extent, _dtensor_holding(shape, mesh, kinds, where)))
+    if actual_shape != expected:
+        raise UnsupportedLayoutError(
+            f"{parameter}: location {show_int(locations[where])} (this process, mesh coordinate {show_ints(where)}) "
+            f"holds a local tensor of shape {show_ints(actual_shape)}, but the placements "
+            f"{list(dtensor.placements)} of the global shape {show_ints(shape)} put a shard of shape "
+            f"{show_ints(expected)} there: the DTensor's local shards do not follow torch's even split "
+            "(torch.chunk) of its placements (made by DTensor.from_local with uneven shards?), so which "
+            "elements each rank holds is not described by them"
+        )
 
 
 def _is_dtensor(value: Any) -> bool:
@@ -539,27 +612,79 @@ def _group_ranks(value: Any) -> tuple[int, ...]:
 
 def _dcp_metadata(checkpoint: Any) -> Any:
     """``Metadata`` from a checkpoint directory (``str`` or path), a storage reader
-    (``FileSystemReader`` or anything with ``read_metadata()``), or the ``Metadata`` itself."""
-    if isinstance(checkpoint, (str, os.PathLike)):
-        from torch.distributed.checkpoint.filesystem import FileSystemReader
+    (``FileSystemReader`` or anything with ``read_metadata()``), or the ``Metadata`` itself.
 
-        return FileSystemReader(checkpoint).read_metadata()
+    A directory (or a ``FileSystemReader``, which reads the same file) is read through
+    ``_read_dcp_file``, so that a checkpoint that is not there or is corrupt is refused in
+    refplan's words; another reader's ``read_metadata()`` is the caller's code and raises as it
+    raises."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    if isinstance(checkpoint, (str, os.PathLike)):
+        return _read_dcp_file(FileSystemReader(checkpoint), checkpoint)
+    if isinstance(checkpoint, FileSystemReader):
+        return _read_dcp_file(checkpoint, checkpoint.path)
     if not hasattr(checkpoint, "state_dict_metadata") and callable(getattr(checkpoint, "read_metadata", None)):
         return checkpoint.read_metadata()
     return checkpoint
+
+
+def _read_dcp_file(reader: Any, directory: Any) -> Any:
+    """``reader.read_metadata()`` of a checkpoint directory, or a refusal naming it.
+
+    The file is a pickle, so a truncated, empty or overwritten one fails inside ``pickle.load``
+    with whatever it happens to hit (``UnpicklingError``, ``EOFError``, ``AttributeError`` while
+    torch stamps a load id on a pickled ``dict``, an ``ImportError`` for a class that no longer
+    exists, ...): none of those says "corrupt checkpoint", so every one is ``InvalidMapError``
+    naming the file (errors.py: the metadata is corrupt, never fall back), as is a pickle of
+    anything but ``Metadata``. A file that cannot be opened at all (no ``.metadata``: the
+    directory is not a DCP checkpoint, or does not exist) is ``InputFileError``: nothing is known
+    about its maps, so it must not read as a map error.
+    """
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    folder = os.fsdecode(directory)
+    path = os.path.join(folder, ".metadata")
+    try:
+        metadata = reader.read_metadata()
+    except OSError as exc:
+        raise InputFileError(
+            f"{folder}: not a DCP checkpoint (no readable .metadata): cannot read {path}: "
+            f"{exc.strerror or describe_exception(exc)}",
+            exc.errno,
+        ) from None
+    except Exception as exc:  # anything unpickling a corrupt file raises (see the docstring)
+        raise InvalidMapError(
+            f"{path}: the DCP checkpoint's metadata cannot be read ({describe_exception(exc)}); the file is "
+            "corrupt or truncated, or not one DCP wrote"
+        ) from None
+    if not isinstance(metadata, Metadata):
+        raise InvalidMapError(
+            f"{path}: holds a pickled {type(metadata).__name__}, not the DCP Metadata a checkpoint's .metadata "
+            "holds; the file is corrupt or not a DCP checkpoint's"
+        )
+    return metadata
 
 
 def dcp_element_sizes(checkpoint: Any, *, non_tensors: Literal["skip", "refuse"] = "skip") -> dict[str, int]:
     """Bytes per element of every tensor a DCP checkpoint stores (from each entry's dtype), keyed
     like ``from_dcp_metadata``'s maps: the ``element_size`` that ``plan_transfers`` and a maps
     file take, so planned byte counts are the checkpoint's own. ``checkpoint`` is what
-    ``from_dcp_metadata`` takes."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    ``from_dcp_metadata`` takes, refused as it refuses it; an entry whose stored dtype is not a
+    ``torch.dtype`` is ``InvalidMapError`` naming the fqn."""
+    import torch
 
     out: dict[str, int] = {}
     for fqn, entry in _dcp_entries(_dcp_metadata(checkpoint), non_tensors).items():
-        if isinstance(entry, TensorStorageMetadata):
-            out[fqn] = int(entry.properties.dtype.itemsize)
+        # A corrupt pickle may hold anything here; without a dtype the element size is unknown,
+        # and guessing one would make every planned byte count wrong.
+        dtype = getattr(getattr(entry, "properties", None), "dtype", None)
+        if not isinstance(dtype, torch.dtype):
+            raise InvalidMapError(
+                f"{fqn}: the stored properties.dtype is {_show_value(dtype)}, not a torch.dtype, so the size of "
+                "its elements is unknown"
+            )
+        out[fqn] = int(dtype.itemsize)
     return out
 
 
@@ -584,6 +709,24 @@ def _dcp_entries(metadata: Any, non_tensors: str) -> dict[str, Any]:
         if not isinstance(entry, TensorStorageMetadata):
             raise UnsupportedLayoutError(f"{fqn}: unknown storage metadata {type(entry).__name__}")
         out[fqn] = entry
+    return out
+
+
+def _dcp_chunks(entry: Any, fqn: str) -> list[Any]:
+    """``entry.chunks`` as a list of ``ChunkStorageMetadata``, or ``InvalidMapError`` naming the
+    fqn (and the chunk). Only a corrupt pickle holds anything else there, and reading ``offsets``
+    off ``None`` or an int would fail with a bare error that names neither."""
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    chunks = getattr(entry, "chunks", None)
+    if isinstance(chunks, (str, bytes, Mapping)) or not isinstance(chunks, Iterable):
+        raise InvalidMapError(f"{fqn}: the stored chunks are {_show_value(chunks)}, not a list of ChunkStorageMetadata")
+    out = list(chunks)
+    for i, chunk in enumerate(out):
+        if not isinstance(chunk, ChunkStorageMetadata):
+            raise InvalidMapError(
+                f"{fqn}: chunk {i} is {_show_value(chunk)}, not a ChunkStorageMetadata (offsets and sizes)"
+            )
     return out
 
 
@@ -638,8 +781,12 @@ def from_dcp_metadata(
     leave part of a tensor stored nowhere (rows missing, or no chunks for a non-empty tensor) are
     ``InvalidMapError`` naming the fqn, as is corrupt chunk geometry (a negative or non-integer
     offset or size, a wrong axis count), naming the chunk: such metadata describes a checkpoint
-    that cannot be read back whole. Non-tensor entries (``BytesStorageMetadata``) are skipped, or
-    with ``non_tensors="refuse"`` raise ``UnsupportedLayoutError`` naming the key.
+    that cannot be read back whole, and so is a ``chunks`` field that is not a list of
+    ``ChunkStorageMetadata``. A checkpoint directory without a readable ``.metadata`` (not a DCP
+    checkpoint) is ``InputFileError`` naming it; a ``.metadata`` that does not unpickle to
+    ``Metadata`` (truncated, empty, overwritten) is ``InvalidMapError`` naming the file.
+    Non-tensor entries (``BytesStorageMetadata``) are skipped, or with ``non_tensors="refuse"``
+    raise ``UnsupportedLayoutError`` naming the key.
     """
     if location not in ("rank", "chunk", "file"):
         raise ValueError(f"location must be 'rank', 'chunk' or 'file', got {location!r}")
@@ -683,7 +830,7 @@ def from_dcp_metadata(
     for fqn, entry in entries.items():
         shape = _stored_shape(entry.size, f"{fqn}: size")
         holdings: dict[int, Holding] = {}
-        for i, chunk in enumerate(entry.chunks):
+        for i, chunk in enumerate(_dcp_chunks(entry, fqn)):
             offsets = _stored_shape(chunk.offsets, f"{fqn}: chunk {i} offsets")
             sizes = _stored_shape(chunk.sizes, f"{fqn}: chunk {i} sizes")
             if len(offsets) != len(shape) or len(sizes) != len(shape):
@@ -760,6 +907,9 @@ def maps_from_state_dict(
     tensor (no single shape at all). Maps are keyed by ``str(key)``, so two tensor keys that print
     alike (``1`` and ``"1"``) are a ``ValueError`` naming both, never one silently replacing the
     other. ``plain_location`` may be an integer (a 0-d integer array too) or a sequence of them.
+    Refused the same way, naming the key: a quantized tensor (integer codes whose scales are not
+    in a map), a ``ShardedTensor`` (``torch.distributed._shard``, whose layout is in its own
+    metadata) and a lazy module's ``UninitializedParameter`` (no shape yet).
     """
     import torch
 
@@ -785,6 +935,25 @@ def maps_from_state_dict(
                 "str(key)), so one tensor's map would replace the other's; rename one"
             )
         keys[name] = key
+        # Before any attribute is read: both subclasses below raise a bare RuntimeError on
+        # ``is_nested`` or ``shape``, which would name neither the key nor the reason.
+        if _is_sharded_tensor(value):
+            raise UnsupportedLayoutError(
+                f"{name}: a ShardedTensor (torch.distributed._shard, e.g. FSDP1's sharded state dict) keeps its "
+                "layout in its own sharding metadata, which refplan does not read; shard the model with DTensors "
+                "(FSDP2) instead"
+            )
+        if isinstance(value, (torch.nn.UninitializedParameter, torch.nn.UninitializedBuffer)):
+            raise UnsupportedLayoutError(
+                f"{name}: an {type(value).__name__} (a lazy module's, not yet materialized) has no shape yet; "
+                "run the module once or materialize it first"
+            )
+        if value.is_quantized:
+            raise UnsupportedLayoutError(
+                f"{name}: a quantized tensor ({value.dtype}, {value.qscheme()}) stores integer codes whose scales "
+                "and zero points a map does not describe, so it is no plain row-major shard of "
+                f"{value.dtype.itemsize}-byte elements; dequantize it (.dequantize()) first"
+            )
         if value.is_nested:
             raise UnsupportedLayoutError(
                 f"{name}: a nested tensor (layout {value.layout}) has no single shape, so it is no row-major shard"
@@ -802,6 +971,14 @@ def maps_from_state_dict(
             maps[name] = _build(shape, dict.fromkeys(plain, whole), name)
         sizes[name] = int(value.dtype.itemsize)
     return StateDictMaps(maps, sizes)
+
+
+def _is_sharded_tensor(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.distributed._shard`` ``ShardedTensor``. None can exist before
+    its module is imported, so a state dict without one does not make this import it."""
+    module = sys.modules.get("torch.distributed._shard.sharded_tensor.api")
+    sharded = getattr(module, "ShardedTensor", None)
+    return isinstance(sharded, type) and isinstance(value, sharded)
 
 
 def _plain_locations(value: Any) -> tuple[int, ...]:
@@ -864,6 +1041,24 @@ def _is_int(value: Any) -> bool:
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
 
 
+def _rank_list(group: Any, field: str, where: str) -> tuple[int, ...]:
+    """A process group's ranks read from metadata field ``field``: non-negative ints, or
+    ``InvalidMapError``. A numpy array is a list of ranks as any sequence is (its truth value,
+    which ``group or []`` would ask for, is an error of its own); a single integer is not a group."""
+    if isinstance(group, np.ndarray):
+        group = group.tolist() if group.ndim == 1 else group
+    if isinstance(group, (str, bytes, Mapping, np.ndarray)) or not isinstance(group, Iterable):
+        raise InvalidMapError(f"{where}: {field} {_show_value(group)} is not a list of ranks")
+    values = list(group)
+    for v in values:
+        if not _is_int(v) or operator.index(v) < 0:
+            raise InvalidMapError(
+                f"{where}: {field} {_show_values(values, '[]')} holds {_show_value(v)}, which "
+                "is not a rank (a non-negative integer)"
+            )
+    return tuple(operator.index(v) for v in values)
+
+
 def _tp_group(meta: Any, where: str) -> tuple[int, ...]:
     """``tensor_parallel_group_ranks`` as distinct non-negative ints, or ``InvalidMapError``.
 
@@ -871,17 +1066,7 @@ def _tp_group(meta: Any, where: str) -> tuple[int, ...]:
     rank, an approximation of metadata that is simply wrong. A rank listed twice leaves the group
     one position short of its width, so the logical tensor would have a part no rank holds.
     """
-    group = meta.tensor_parallel_group_ranks
-    if isinstance(group, (str, bytes, Mapping)) or not isinstance(group, Iterable):
-        raise InvalidMapError(f"{where}: tensor_parallel_group_ranks {group!r} is not a list of ranks")
-    values = list(group)
-    for v in values:
-        if not _is_int(v) or operator.index(v) < 0:
-            raise InvalidMapError(
-                f"{where}: tensor_parallel_group_ranks {_show_values(values, '[]')} holds {_show_value(v)}, which "
-                "is not a rank (a non-negative integer)"
-            )
-    out = tuple(operator.index(v) for v in values)
+    out = _rank_list(meta.tensor_parallel_group_ranks, "tensor_parallel_group_ranks", where)
     seen: set[int] = set()
     for member in out:
         if member in seen:
@@ -907,7 +1092,15 @@ def _megatron_holding(meta: Any, rank: int, key: str) -> tuple[tuple[int, ...], 
     where = f"{key} on rank {rank}"
     local = _stored_shape(meta.shape, f"{where}: shape")
     if getattr(meta, "is_ep", False) and getattr(meta, "global_expert_index", None) is None:
-        ep = getattr(meta, "expert_parallel_group_ranks", None) or []
+        # Parsed as the TP group is: a numpy array or an int here would otherwise fail on its truth
+        # value or len() with no parameter named.
+        raw = getattr(meta, "expert_parallel_group_ranks", None)
+        ep = () if raw is None else _rank_list(raw, "expert_parallel_group_ranks", where)
+        if len(set(ep)) != len(ep):
+            raise InvalidMapError(
+                f"{where}: expert_parallel_group_ranks {show_list(ep)} lists a rank twice; a process group's "
+                "ranks are distinct"
+            )
         if len(ep) > 1:
             # Megatron-Core sets global_expert_index only for names it can make global (TEGroupedMLP's
             # per-expert "weight{i}"); a fused GroupedMLP tensor and a SequentialMLP "local_experts.{i}"
@@ -1001,10 +1194,11 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
     (metadata that cannot be true, so part of the parameter would be held nowhere or twice): ranks
     disagreeing on the logical shape, a parameter listed twice on a rank, a negative or non-integer
     ``shape`` or ``partition_sizes`` entry, ``partition_sizes`` that do not sum to the local
-    extent, an ``owner_rank`` that is not the reporting rank, TP group ranks that are not distinct
-    non-negative integers (never coerced: ``1.9``, ``"1"`` and ``True`` are not ranks), a TP group
-    member that does not report the parameter in the same group. Integer fields may be numpy
-    integers (``partition_dim``, ``partition_stride``, group ranks), as everywhere in this module.
+    extent, an ``owner_rank`` that is not the reporting rank (or not an integer: ``True`` and
+    ``0.0`` are no ranks), TP or EP group ranks that are not distinct non-negative integers (never
+    coerced: ``1.9``, ``"1"`` and ``True`` are not ranks), a TP group member that does not report
+    the parameter in the same group. Integer fields may be numpy integers (``partition_dim``,
+    ``partition_stride``, group ranks, ``owner_rank``), as everywhere in this module.
     """
     held: dict[str, dict[int, Holding]] = {}
     shapes: dict[str, tuple[tuple[int, ...], int]] = {}
@@ -1018,7 +1212,12 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
             if not isinstance(key, str):
                 raise TypeError(f"rank {rank} entry {index}: parameter name {key!r} is not a string")
             owner = meta.owner_rank
-            if owner not in (-1, None) and owner != rank:
+            if owner is not None and not _is_int(owner):  # True == 1 and 0.0 == 0: no rank, never coerced
+                raise InvalidMapError(
+                    f"{key} on rank {rank}: owner_rank {_show_value(owner)} is not a rank (an integer, -1 or None "
+                    "for none)"
+                )
+            if owner is not None and owner != -1 and owner != rank:
                 raise InvalidMapError(f"{key} on rank {rank}: owner_rank is {owner}, not the reporting rank")
             per_rank = held.setdefault(key, {})
             if rank in per_rank:
