@@ -1041,31 +1041,36 @@ def peers() -> Family:
            "w2": (full((2, 4)), from_dtensor((2, 4), (2, 2), [Replicate(), Replicate()]))},
           accept(max_sender_load=8))
     half = pmap((8, 4), {0: (4, 4)}, {0: [piece((4, 4), 0, (4, 1), 0, (4, 1), [0])]})
-    f.add("finding-dcp-one-plan-skips-coverage", "One source location holds only half of the tensor; DCP's global "
-          "plan check tests coverage only when there is more than one plan", ["peers", "finding", "dcp", "R25"],
+    f.add("finding-dcp-one-plan-skips-coverage", "One source location holds only half of the tensor: refused (the "
+          "source does not cover it). Named for DCP's global plan check, which by design tests coverage only across "
+          "several plans; no DTensor states this layout, so DCP's front door never sees it (no DCP defect)",
+          ["peers", "finding", "dcp", "R25"],
           (full((8, 4)), half), refuse(IME))
     f.add("finding-megatron-pure-dp-reads-one-rank", "Pure data parallel source (TP=1, DP=4) -> TP=4: four holders "
-          "can each send a quarter (Megatron's one-DP-group fast path reads everything from the first)",
+          "can each send a quarter (Megatron's one-DP-group fast path reads everything from the first: documented "
+          "in 0.16.1, against the round robin's own docstring in 0.19.2)",
           ["peers", "finding", "megatron", "balance"],
           (contiguous_split_map((ffn, h), [8] * 4, 0), replicated_map((ffn, h), 4)), accept(max_sender_load=8 * h))
     tp2 = contiguous_split_map((ffn, h), [16, 16], 0)
     f.add("finding-megatron-tp2dp2-uses-one-replica", "Two parameters, TP=2 x DP=2 -> TP=2 on other ranks: one can "
           "be read from each replica, so no sender moves more than half a parameter (Megatron reads both from "
-          "replica 0: every DP group holds the first TP group's ranks)", ["peers", "finding", "megatron", "balance"],
+          "one replica per destination rank)", ["peers", "finding", "megatron", "balance"],
           {"a": (tp2, replicate(tp2, 2)), "b": (tp2, replicate(tp2, 2))}, accept(max_sender_load=16 * h))
     f.add("finding-awex-one-inference-replica", "Two parameters, two training replicas, one inference replica: "
-          "each training replica can send one parameter (Awex pairs inference replica i with training replica "
-          "i mod T, so replica 0 sends both)", ["peers", "finding", "awex", "balance"],
+          "each training replica can send one parameter (Awex, by design, pairs inference replica i with training "
+          "replica i mod T, so replica 0 sends both: an enhancement for Awex, not a defect)",
+          ["peers", "finding", "awex", "balance"],
           {"a": (full((ffn, h)), replicated_map((ffn, h), 2)), "b": (full((ffn, h)), replicated_map((ffn, h), 2))},
           accept(max_sender_load=ffn * h))
     overlap = pmap((8, 4), {0: (6, 4), 1: (4, 4)}, {0: [piece((6, 4), 0, (4, 1), 0, (4, 1), [0])],
                                                     1: [piece((4, 4), 16, (4, 1), 0, (4, 1), [1])]})
     f.add("finding-awex-overlapping-shards", "Source shards [0,6) and [4,8) overlap without being equal (and "
-          "declare one holder each): refused (Awex reads rows 4-5 twice, a double write)",
+          "declare one holder each): refused. Awex's meta resolver never builds such shards, so its front door "
+          "never sees them (no Awex defect)",
           ["peers", "finding", "awex", "R21"], (full((8, 4)), overlap), refuse(IME))
     f.add("finding-awex-shape-mismatch", "The two sides disagree on the logical shape ((8,4) vs (4,8)): refused "
-          "with a clear error (Awex plans the (4,4) intersection and leaves the rest unwritten; with a different "
-          "number of axes it crashes with IndexError)", ["peers", "finding", "awex", "R0"],
+          "with a clear error, as Awex's own metadata check refuses it (Inconsistent shape)",
+          ["peers", "finding", "awex", "R0"],
           (full((8, 4)), full((4, 8))), refuse(IME))
     return f
 

@@ -32,14 +32,17 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
-    contract: tuple[tuple[str, str], ...] = ()
-    """(kind, why) pairs, set only by peer adapters from the case's structure: when the judge's
-    verdict is of that kind (``accept``: a ``fail`` for accepting a case refplan must refuse;
-    ``refuse``: a ``fail`` for refusing a valid case; ``class``: a ``fail`` for refusing, as it
-    must, with another error class than refplan's; ``quality``), it becomes ``contract`` with that
-    reason, because the peer did what its own documented contract allows (a partial load, a
-    deliberate refusal, an item-granular choice) and only refplan's rules forbid it. A wrong plan is
-    never excused."""
+    contract: tuple[tuple[str, ...], ...] = ()
+    """(kind, why) or (kind, why, refusal) entries, set only by peer adapters from the case's
+    structure: when the judge's verdict is of that kind (``accept``: a ``fail`` for accepting a
+    case refplan must refuse; ``refuse``: a ``fail`` for refusing a valid case; ``class``: a
+    ``fail`` for refusing, as it must, with another error class than refplan's; ``quality``), it
+    becomes ``contract`` with that reason, because the peer did what its own documented contract
+    allows (a partial load, a deliberate refusal, an item-granular choice) and only refplan's rules
+    forbid it. A wrong plan is never excused. ``refusal``, a regular expression, names the peer's
+    own deliberate refusal: the excuse holds only for a refusal whose message it matches. Without
+    it any refusal of such a case was excused, a peer's bug included (a maintainer's review of the
+    findings, 2026-12-06)."""
     placement: Mapping[str, Mapping[int, int]] | None = None
     """``{"source": {location: process}, "target": {...}}``: where the adapter ran each location
     when the case names no endpoints and the peer cannot run without (Megatron-Core 0.16.1 refits

@@ -480,8 +480,8 @@ def _judge_read(
         kind = "refuse"
     elif verdict == "fail" and outcome.kind == "refuse" and case.expect.outcome == "refuse":
         kind = "class"  # refused, as it must be, under another class than refplan's
-    for excused, why in outcome.contract:
-        if excused == kind:
+    for excused, why, *refusal in outcome.contract:
+        if excused == kind and (not refusal or re.search(refusal[0], outcome.message)):
             return "contract", f"{why} (refplan: {reason})", notes
     return verdict, reason, notes
 

@@ -108,7 +108,7 @@ class AwexAdapter(PeerAdapter):
         self._gate(maps, problem)
         return problem
 
-    def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, ...]]:
         """Awex syncs between TP sizes that divide each other only: its metadata check refuses any
         other pair on purpose (awex/util/common.py:247-261), before planning."""
         for i, t in zip(problem["infer"], problem["train"]):
@@ -116,7 +116,8 @@ class AwexAdapter(PeerAdapter):
             if max(a, b) % min(a, b):
                 return [("refuse", f"awex {peer_version('awex')}: inference TP {a} and training TP {b} do not divide "
                                    f"each other (parameter {i.name!r}); check_train_infer_params_meta refuses such a "
-                                   "pair on purpose before planning (awex/util/common.py:247-261)")]
+                                   "pair on purpose before planning (awex/util/common.py:247-261)",
+                         r"has wrong tp_size: infer \d+ train \d+")]
         # Awex chooses per inference replica: every rank of one reads the same training replica.
         receivers = {i.name: {shard.global_rank: index for index, replica in enumerate(i.replicas)
                               for shard in replica.shards} for i in problem["infer"]}

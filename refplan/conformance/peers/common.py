@@ -473,11 +473,19 @@ class PeerAdapter(Adapter):
         contract = tuple(self.contract(case, problem))
         try:
             with _quiet():
-                plans = self.run_peer(problem)
+                output = self.call_peer(problem)
         except _DELIBERATE as exc:
             return Outcome("refuse", error=type(exc).__name__, message=_first_line(exc), contract=contract)
         except Exception as exc:
             return Outcome("crash", error=type(exc).__name__, message=_first_line(exc), contract=contract)
+        try:
+            # The adapter's own reading of the answer, apart from the peer's call: a ValueError of
+            # its own (slices that disagree with an overlap) was taken for the peer's deliberate
+            # refusal, and passed a case that must be refused (a maintainer's review, 2026-12-06).
+            plans = self.convert(problem, output)
+        except Exception as exc:
+            return Outcome("error", message=f"the adapter could not read {self.name}'s answer: "
+                                            f"{type(exc).__name__}: {_first_line(exc)}")
         return Outcome("accept", plans=plans, contract=contract, placement=self.placement(case, problem))
 
     def translate(self, case: Case) -> Any:
@@ -497,15 +505,11 @@ class PeerAdapter(Adapter):
             return "cause not yet explained (no entry in refplan/conformance/peers/findings.py)"
         return finding.note()
 
-    def contract(self, case: Case, problem: Any) -> list[tuple[str, str]]:
+    def contract(self, case: Case, problem: Any) -> list[tuple[str, ...]]:
         """(verdict, why) pairs (``Outcome.contract``): what the peer's own documented contract
         allows in this case that refplan's rules forbid, read from the case's structure alone (never
         from the peer's answer), each naming the peer's file:line. None by default."""
         return []
-
-    def run_peer(self, problem: Any) -> dict[str, Any]:
-        """Plan dicts per parameter: the peer's planning call, then its output turned into segments."""
-        return self.convert(problem, self.call_peer(problem))
 
     def call_peer(self, problem: Any) -> Any:
         """Only the peer's own planning routine (what ``refplan bench`` times); returns its output."""

@@ -288,10 +288,10 @@ class DCPAdapter(PeerAdapter):
 
     # ------------------------------------------------------------------ contract
 
-    def contract(self, case: Case, problem: Any) -> list[tuple[str, str]]:
+    def contract(self, case: Case, problem: Any) -> list[tuple[str, ...]]:
         """What DCP's save/load contract allows here and refplan's rules forbid (see ``PeerAdapter``)."""
         torch = peer_version("torch") or "?"
-        out: list[tuple[str, str]] = []
+        out: list[tuple[str, ...]] = []
         if self.lowest_rank:
             out.append(("quality", f"torch {torch}: DefaultSavePlanner(dedup_save_to_lowest_rank=True) "
                                    "(default_planner.py:78, _dedup_save_plans.py:43-44) writes every duplicate from "

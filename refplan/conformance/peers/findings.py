@@ -53,12 +53,18 @@ FINDINGS: tuple[Finding, ...] = (
         peer="dcp", verdict="quality",
         title="DCP's dedup sizes every SHARD write item by the whole tensor, not its chunk",
         version="torch 2.13.0",
-        cause="torch/distributed/checkpoint/_dedup_save_plans.py:53 adds `write_item.tensor_storage_size()`, "
-              "which planner.py:80-82 computes from `tensor_data.size` (the whole tensor), for the DTensor "
-              "write item planner_helpers.py:177-194 builds, empty chunks included",
-        configuration="an HSDP save (DTensors on a (replicate, shard) mesh, default DefaultSavePlanner()) whose "
-                      "FSDP shards differ in size, e.g. a 1-row parameter whose second FSDP shard torch's chunking "
-                      "leaves empty, beside a 4-row weight and a replicated parameter",
+        cause="the dedup's docstring (torch/distributed/checkpoint/_dedup_save_plans.py:20-21) says only the "
+              "smallest SavePlan in terms of planned storage keeps a duplicate entry, but _dedup_save_plans.py:53 "
+              "weighs each by `write_item.tensor_storage_size()`, which planner.py:80-82 computes from "
+              "`tensor_data.size` (the whole tensor; its own docstring, planner.py:75, says so), for the DTensor "
+              "write item "
+              "planner_helpers.py:177-194 builds, empty chunks included",
+        configuration="an HSDP save (DTensors on a (replicate, shard) mesh, default DefaultSavePlanner(), as "
+                      "dcp.save runs it) whose FSDP shards differ in size, e.g. a 1-row parameter whose second FSDP "
+                      "shard torch's chunking leaves empty, beside a 4-row weight, *and* a tensor replicated over the "
+                      "whole mesh (a [Replicate(), Replicate()] DTensor, or a plain tensor such as a persistent "
+                      "buffer in an FSDP2 state dict): with HSDP-sharded parameters alone the per-rank bytes skew "
+                      "but the busiest writer is unchanged",
         why="Every duplicate item weighs its whole tensor, so the greedy dedup balances tensor sizes, not the bytes "
             "each rank writes: rank 3's empty chunk of w0 counts as all of w0, so w1's second chunk goes to rank 1, "
             "which already writes w2 (16 elements where 8 is reachable and a chunk-sized greedy reaches it). Load "
@@ -68,7 +74,8 @@ FINDINGS: tuple[Finding, ...] = (
     ),
     Finding(
         peer="megatron-core 0.16", verdict="quality",
-        title="Megatron-Core reads every parameter from the first source replica",
+        title="Megatron-Core 0.16.1 reads every parameter from the first source replica (0.19.2 reads local copies "
+              "first)",
         version="megatron-core 0.16.1",
         cause="megatron/core/resharding/utils.py:346-347 and 357-358: `select_src_metadata_balanced` buckets the "
               "source metadata by DP group and returns the first entry of the chosen bucket (of the only one, on "
@@ -76,15 +83,20 @@ FINDINGS: tuple[Finding, ...] = (
               "`_determine_source_ranks_for_dst_param` reads every slice",
         configuration="a collocated refit from a trainer with DP > 1, e.g. TP2xDP2 -> TP2xDP2 on 4 ranks (each "
                       "rank holds its shard locally; ranks 2-3 read theirs from ranks 0-1) or TP1xDP4 -> TP4",
-        why="The DP round robin picks a bucket, but every bucket's first entry belongs to replica 0, so every "
-            "read leaves replica 0's TP group, also where the destination rank holds the same shard locally. "
-            "Load only: the copies are exact. 0.19.2 reads local copies first but keeps the rest (next entry).",
+        why="With TP x DP, the DP round robin picks a bucket, as its docstring says (utils.py:330), but every "
+            "bucket's first entry belongs to replica 0, so every read leaves replica 0's TP group, also where the "
+            "destination rank holds the same shard locally: against the docstring's aim of not always reading "
+            "from the same group. With pure DP (one bucket) the docstring documents returning the first entry, so "
+            "that case is its documented fast path, not a defect by its contract. Load only: the copies are exact. "
+            "0.19.2 reads local copies first and rewrote the choice (next entry), so a maintainer would call this "
+            "fixed there rather than backport.",
         witnesses=_MEGATRON_LOAD,
         script="megatron_tp2dp2_uses_one_replica.py",
     ),
     Finding(
         peer="megatron-core 0.19", verdict="quality",
-        title="Megatron-Core 0.19.2 reads every parameter from the same source replica",
+        title="Megatron-Core 0.19.2 reads a pure-DP parameter from one replica against its round robin's "
+              "docstring, and picks the replica by destination rank alone",
         version="megatron-core 0.19.2",
         cause="megatron/core/resharding/utils.py:514-516 and 521-529: `_round_robin_dp` returns the first entry "
               "when all sources share one DP group (pure DP), and otherwise picks the DP group by `dst_rank % "
@@ -95,9 +107,14 @@ FINDINGS: tuple[Finding, ...] = (
         configuration="an RL refit with the engine on ranks apart from the trainer's (build_plan_from_rosters, "
                       "planner.py:403), e.g. a TP2xDP2 trainer -> a TP2 engine on ranks 4-5 (every parameter from "
                       "replica 0) or TP1xDP4 -> TP4 (everything from rank 0)",
-        why="0.19.2 rewrote the replica choice (local copies first, then a round robin over DP groups and TP "
-            "groups), but the round robin is keyed by the destination rank only, never by the parameter: a "
-            "destination rank reads all its parameters from one replica. Load only: the copies are exact.",
+        why="Two results of different standing. Pure DP (TP1xDP4 -> TP4): `_round_robin_dp`'s docstring "
+            "(utils.py:505-507) says it cycles within the chosen DP group, but its fast path at 514-516 (one DP "
+            "group: 'no balancing necessary') returns the first entry, so one rank sends everything: a defect by "
+            "its own docstring. TP x DP (TP2xDP2 -> TP2 on ranks 4-5): the round robin is keyed by the destination "
+            "rank only, as designed, and balances across destination ranks as its docstring promises (an engine "
+            "on ranks 6-7 would read replica 1), but never by the parameter, so one destination rank reads all its "
+            "parameters from one replica: an enhancement to ask for, not a defect. Load only: the copies are "
+            "exact.",
         # ``peers/finding-dcp-dedup-counts-items`` was listed until 2026-12-06: its one receiver reads
         # a whole replicated parameter, which no per-(rank, parameter) choice spreads (a contract now).
         witnesses=("batches/balance-spans-two-parameters", "batches/balance-three-parameters",
@@ -109,7 +126,8 @@ FINDINGS: tuple[Finding, ...] = (
     ),
     Finding(
         peer="awex", verdict="quality",
-        title="Awex maps inference replica i to training replica i mod T for every parameter",
+        title="Awex maps inference replica i to training replica i mod T for every parameter (by design: an "
+              "enhancement, not a defect)",
         version="awex 0.9.0",
         cause="awex/transfer/transfer_plan.py:320-323: `train_replica_idx = inf_replica_idx % num_training_replicas`, "
               "the same for every parameter (no rotation)",

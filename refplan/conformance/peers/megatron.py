@@ -191,7 +191,7 @@ class MegatronAdapter(PeerAdapter):
                 f"{sorted(world)}): megatron-core 0.16.1 "
                 "refits inside one world where every rank holds both models (planner.py:219-220, 296), so "
                 "destination ranks apart from the trainer's cannot be built")
-        contract: list[tuple[str, str]] = []
+        contract: list[tuple[str, ...]] = []
         utils, torch = self._utils, self._torch
         meta: dict[str, dict[str, dict[int, Any]]] = {"source": {}, "target": {}}
         loc_of: dict[str, dict[str, dict[int, int]]] = {"source": {}, "target": {}}
@@ -216,8 +216,10 @@ class MegatronAdapter(PeerAdapter):
                     f"{self.name}: partition_dim {sides['source'].dim} -> "
                     f"{sides['target'].dim} (parameter {name!r}); a refit moves weights between two instances of "
                     "one model, whose layer classes fix partition_dim (ColumnParallelLinear 0, RowParallelLinear "
-                    "1), and _build_descriptors_for_param refuses a change on purpose "
-                    f"(planner.py:{'56-62' if self._worker is not None else '49-55'})")))
+                    "1); _build_descriptors_for_param's size check refuses it, naming an inconsistent "
+                    "partition_dim as the likely cause "
+                    f"(planner.py:{'56-62' if self._worker is not None else '49-55'})"),
+                    r"Cannot build TP descriptor for .* dim\d+: src_world\*src_local="))
         # Experts: whole on each of their holders (EP x expert-DP, ETP=1). Holder c of every expert (in rank
         # order) is in expert-DP replica c, so a rank's EP group is the holders of its replica position.
         experts: dict[str, dict[str, int]] = {"source": {}, "target": {}}
@@ -324,8 +326,8 @@ class MegatronAdapter(PeerAdapter):
         self._gate(cased, problem)
         return problem
 
-    def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, str]]:
-        found: list[tuple[str, str]] = list(problem["contract"])
+    def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, ...]]:
+        found: list[tuple[str, ...]] = list(problem["contract"])
         floor = one_source_floor(case, problem.get("placement"))
         bound = case.expect.max_sender_load
         if floor is not None and bound is not None and floor.bytes > bound:
