@@ -82,3 +82,27 @@ def test_input_errors_name_the_file_and_the_json_path(tmp_path: Path, capsys: py
         assert err.count("\n") == 1 and str(bad) in err, err
     main(["plan", str(bad)])
     assert '$.parameters.w.source.ranks["0"].pieces[0].shape: ' in capsys.readouterr().err
+
+
+def test_plan_min_split_bytes_reaches_the_split_policy(tmp_path: Path) -> None:
+    """``--min-split-bytes`` was given to the planner's check but not to ``split_balanced``, built
+    with its default 8 MiB floor: a larger floor refused the policy's own splits (exit 2, "below
+    min_split_bytes") and a smaller one changed nothing. One 4096x4096 bf16 parameter (32 MiB), two
+    holders, three receivers: the default splits it in parts of about 16 MiB."""
+    n = 4096
+    source = replicate(contiguous_split_map((n, n), [n], 0), 2)
+    target = replicate(contiguous_split_map((n, n), [n], 0), 3)
+    endpoints = TransferEndpoints(source={0: 0, 1: 1}, target={0: 2, 1: 3, 2: 4})
+    maps = tmp_path / "maps.json"
+    maps.write_text(json.dumps(dump_maps(MapsBatch({"w": (target, source)}, endpoints, None, {"w": 2}))))
+
+    def parts(floor: int) -> list[int]:
+        out = tmp_path / f"plans-{floor}.json"
+        assert main(["plan", str(maps), "--policy", "split_balanced", "--min-split-bytes", str(floor),
+                     "-o", str(out), "-q"]) == 0
+        plan = parse_plans(json.loads(out.read_text()))["w"]
+        assert main(["verify", str(maps), str(out), "-q"]) == 0
+        return sorted(2 * s.numel for s in plan.segments)
+
+    assert min(parts(16 << 20)) >= 16 << 20  # refused before: "part 0 of a split is 16400384 bytes, below ..."
+    assert all(p >= 32 << 20 for p in parts(17 << 20))  # above half the parameter: no split at all

@@ -57,11 +57,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     element_size = batch.element_size
     if args.element_size is not None:
         element_size = dict.fromkeys(batch.pairs, args.element_size)
+    policy = POLICIES[args.policy]
+    if args.policy == "split_balanced" and args.min_split_bytes is not None:
+        # The floor reaches the policy as well as the planner's check: the registered policy keeps
+        # its default 8 MiB floor, so a larger --min-split-bytes refused the policy's own valid
+        # splits ("below min_split_bytes") and a smaller one changed nothing (as ``bench`` builds it).
+        from ..policies.split_balanced import split_balanced_policy
+
+        policy = split_balanced_policy(args.min_split_bytes)
     plans = plan_transfers(
         batch.pairs,
         endpoints=endpoints,
         element_size=element_size,
-        replica_policy=POLICIES[args.policy],
+        replica_policy=policy,
         min_split_bytes=args.min_split_bytes,
         process_node=batch.process_node,  # without endpoints, refused as plan_transfers refuses it
     )
