@@ -908,6 +908,27 @@ def output_file_name(text: str) -> str:
     return text
 
 
+def unwritable(path: str | os.PathLike[str]) -> str | None:
+    """Why ``write_file`` could not write ``path`` (``"cannot write P: reason"``), or None when it
+    looks writable; asked before a long run, so that a result is not computed and then thrown
+    away for a typo in an output path (an outside probe: ``verify --junit /nonexistent/x.xml``
+    printed only the write error and turned exit 1 into 2). ``-`` is always writable. A check,
+    not a promise: the write itself still reports what it meets."""
+    name = os.fspath(path)
+    if name == STDIN:
+        return None
+    if os.path.isdir(name):
+        return f"cannot write {name}: Is a directory"
+    folder = os.path.dirname(os.path.abspath(name))
+    if not os.path.isdir(folder):
+        return f"cannot write {name}: No such file or directory"
+    if os.path.exists(name) and not os.access(name, os.W_OK) and not os.access(folder, os.W_OK):
+        return f"cannot write {name}: Permission denied"
+    if not os.path.exists(name) and not os.access(folder, os.W_OK):
+        return f"cannot write {name}: Permission denied"
+    return None
+
+
 def write_text_file(path: str | os.PathLike[str], text: str) -> None:
     """``write_file`` of ``text`` in UTF-8."""
     write_file(path, text.encode("utf-8"))

@@ -26,6 +26,7 @@ from .formats import (
     load_json,
     parse_plans,
     read_maps,
+    unwritable,
     write_text_file,
     xml_text,
 )
@@ -117,6 +118,15 @@ def run_verify_cli(
             return _cli_error(InputFileError("-: --stream reads its file twice, and standard input can be read "
                                              "once: save the plans to a file"))
         stream = False
+    if junit is not None:
+        if junit == STDIN and as_json:  # one stream, two documents: neither would parse
+            print("refplan verify: --junit - and --json both write to standard output; write one to a file",
+                  file=sys.stderr)
+            return 2
+        problem = unwritable(junit)
+        if problem is not None:  # before the run: a verdict computed and then dropped for a path's typo
+            print(f"refplan verify: {problem}", file=sys.stderr)
+            return 2
     try:
         batch = read_maps(maps_path)
         _cli_check_sizes(batch)
@@ -161,9 +171,9 @@ def run_verify_cli(
             return 2
     if as_json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-    elif not quiet:
+    elif not quiet:  # beside a JUnit file on standard output, the text goes to stderr
         print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=details.offending,
-                          more=details.more))
+                          more=details.more), file=sys.stderr if junit == STDIN else sys.stdout)
     for name in sorted(result.verdicts):
         verdict = result.verdicts[name]
         if verdict.status == "invalid_map":

@@ -156,9 +156,11 @@ def test_bench_table_and_options(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(("option", "value", "said"), [
-    ("--alpha", "nan", "--alpha must be finite and >= 0 (seconds per message), got nan"),
-    ("--alpha", "inf", "--alpha must be finite and >= 0 (seconds per message), got inf"),
-    ("--beta", "inf", "--beta must be finite and > 0 (bytes per second), got inf"),
+    ("--alpha", "nan", "--alpha must be from 0 to 3600 (seconds per message), got nan"),
+    ("--alpha", "inf", "--alpha must be from 0 to 3600 (seconds per message), got inf"),
+    ("--alpha", "1e308", "--alpha must be from 0 to 3600 (seconds per message), got 1e+308"),
+    ("--beta", "inf", "--beta must be from 1 to 1e+18 (bytes per second), got inf"),
+    ("--beta", "1e-300", "--beta must be from 1 to 1e+18 (bytes per second), got 1e-300"),
     ("--sync-runs", "0", "--sync-runs must be at least 1, got 0"),
     ("--repeat", "-2", "--repeat must be at least 1, got -2"),
     ("--min-split-bytes", "-1", "--min-split-bytes must be >= 0, got -1"),

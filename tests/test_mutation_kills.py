@@ -443,7 +443,8 @@ def test_maps_too_large_for_exact_arithmetic_are_unverifiable() -> None:
     assert verdict.status == "invalid_map"  # shapes differ: a map error before size matters
     verdict = verify_plan(M((huge, 1), {}, {}), M((huge, 1), {}, {}), [])
     assert verdict.status == "unverifiable" and verdict.reason == (
-        "source map: logical shape (4611686018427387904, 1) exceeds 4611686018427387904 elements"
+        "source map: logical shape (4611686018427387904, 1) has 4611686018427387904 elements, at least 2**62 (the "
+        "oracle addresses fewer)"
     )
 
 
@@ -729,7 +730,8 @@ def test_map_errors_name_their_side_in_every_form() -> None:
     huge = M((1 << 62, 1), {}, {})
     assert verify_plan(huge, huge, [], parameter="w").parameter == "w"
     assert verify_plan(good, two(A, B, {0: (2, 3), 1: (1 << 62, 1)}), []).reason == (
-        "source map, location 1: shard shape (4611686018427387904, 1) exceeds 4611686018427387904"
+        "source map, location 1: shard shape (4611686018427387904, 1) has 4611686018427387904 elements, at least "
+        "2**62 (the oracle addresses fewer)"
     )
 
 

@@ -54,6 +54,7 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import itertools
 import json
 import math
@@ -808,6 +809,8 @@ class BenchReport:
     machine: dict[str, Any] | None = None
     """``{"cores": ..., "load_before": ...}``: the machine the run had and its one-minute load
     average when the run began (the targets are stated for an idle one)."""
+    no_peer: bool = False
+    """``--no-peer``: DeepSpeed was left out on purpose (the table said "not available")."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -3351,7 +3354,7 @@ def format_report(report: BenchReport) -> str:
     m = report.model
     lines = [
         f"refplan bench: CPU seconds, best of {report.repeat} interleaved runs per contender; "
-        f"DeepSpeed {report.deepspeed or 'not available'}",
+        f"DeepSpeed {report.deepspeed or ('not run (--no-peer)' if report.no_peer else 'not available')}",
         f"alpha-beta model (inputs, not measurements): network alpha={m['alpha_network_s'] * 1e6:.0f} us "
         f"beta={m['beta_network_Bps'] / 1e9:.0f} GB/s; node alpha={m['alpha_node_s'] * 1e6:.0f} us "
         f"beta={m['beta_node_Bps'] / 1e9:.0f} GB/s; min_split_bytes={m['min_split_bytes']}",
@@ -3377,7 +3380,9 @@ def format_report(report: BenchReport) -> str:
                      f"deepspeed ({r.policy})" if r.peer == "deepspeed" else r.policy)  # a peer's name and version
             if r.error is not None:
                 verb = "" if r.error.startswith(("unsupported", "planner")) else "refused: "
-                lines.append(f"  {label:<26}{verb}{r.error[:200]}")
+                # Cut at a word, and said to be cut: a reason ended mid-word at 200 characters.
+                reason = r.error if len(r.error) <= 200 else r.error[:200].rsplit(" ", 1)[0] + " …"
+                lines.append(f"  {label:<26}{verb}{reason}")
                 continue
             plan = f"{r.plan_seconds:.3f}" if r.plan_seconds is not None else "-"
             vs = f"{r.plan_vs_deepspeed:.2f}" if r.plan_vs_deepspeed is not None else "-"
@@ -3452,6 +3457,23 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync-runs", type=int, default=5, help="runs per policy for --sync (median reported)")
 
 
+MAX_ALPHA = 3600.0
+"""The largest ``--alpha``: an hour per message models no network."""
+MIN_BETA, MAX_BETA = 1.0, 1e18
+"""``--beta``'s range: a byte a second to an exabyte a second."""
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite as None: what ``--json`` can print."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _bad_options(repeat: int, sync_runs: int, alpha: float, beta: float, min_split_bytes: int) -> list[str]:
     """Each numeric option out of its range, named with its value. Why finite: ``--alpha nan``
     ended in a bare ``ValueError`` traceback from the cost model, and ``--beta inf`` was taken (a
@@ -3459,10 +3481,12 @@ def _bad_options(repeat: int, sync_runs: int, alpha: float, beta: float, min_spl
     as 1."""
     counts = (("--repeat", repeat), ("--sync-runs", sync_runs))
     bad = [f"{name} must be at least 1, got {value}" for name, value in counts if value < 1]
-    if not (math.isfinite(alpha) and alpha >= 0):
-        bad.append(f"--alpha must be finite and >= 0 (seconds per message), got {alpha}")
-    if not (math.isfinite(beta) and beta > 0):
-        bad.append(f"--beta must be finite and > 0 (bytes per second), got {beta}")
+    # Bounded, not only finite: --beta 1e-300 or --alpha 1e308 overflowed the model's seconds to
+    # infinity, which --json printed as Infinity, no JSON reader's number (an outside probe).
+    if not (math.isfinite(alpha) and 0 <= alpha <= MAX_ALPHA):
+        bad.append(f"--alpha must be from 0 to {MAX_ALPHA:g} (seconds per message), got {alpha}")
+    if not (math.isfinite(beta) and MIN_BETA <= beta <= MAX_BETA):
+        bad.append(f"--beta must be from {MIN_BETA:g} to {MAX_BETA:g} (bytes per second), got {beta}")
     if min_split_bytes < 0:
         bad.append(f"--min-split-bytes must be >= 0, got {min_split_bytes}")
     return bad
@@ -3471,10 +3495,19 @@ def _bad_options(repeat: int, sync_runs: int, alpha: float, beta: float, min_spl
 def run_bench_cli(args: argparse.Namespace) -> int:
     """``refplan bench``: run, print the table (or JSON). Exit 0; 2 on bad options."""
     quick = bool(getattr(args, "quick", False))
-    wanted = getattr(args, "scenario", None) or list(QUICK if quick else DEFAULT)
+    quiet = bool(getattr(args, "quiet", False))
+    wanted = list(dict.fromkeys(getattr(args, "scenario", None) or list(QUICK if quick else DEFAULT)))  # once each
     unknown = [w for w in wanted if w not in SCENARIOS and w != REPLICATE]
     if unknown:
-        print(f"refplan bench: unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
+        print(f"refplan bench: unknown scenario(s) {unknown}; known: {[*SCENARIOS, REPLICATE]}", file=sys.stderr)
+        return 2
+    if getattr(args, "e2e_only", False) and getattr(args, "no_e2e", False):
+        print("refplan bench: bad input: --e2e-only and --no-e2e leave nothing to measure; give one", file=sys.stderr)
+        return 2
+    if getattr(args, "sync", False) and importlib.util.find_spec("torch") is None:
+        # Before any scenario runs: the whole default set (minutes) ran first, then this failed.
+        print("refplan bench: --sync needs torch, which is not installed (pip install 'refplan[torch]')",
+              file=sys.stderr)
         return 2
     repeat = args.repeat if getattr(args, "repeat", None) is not None else (1 if quick else 3)
     bad = _bad_options(repeat, int(getattr(args, "sync_runs", 5)), args.alpha, args.beta, args.min_split_bytes)
@@ -3487,23 +3520,31 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     replicate = REPLICATE in wanted
     chosen = [SCENARIOS[w]() for w in wanted if w != REPLICATE]
     if getattr(args, "e2e_only", False):
+        skipped = [s.name for s in chosen if s.layout is None]
+        if skipped:
+            print(f"refplan bench --e2e-only: {skipped} have no plain description; left out", file=sys.stderr)
         chosen = [dataclasses.replace(s, rows=False) for s in chosen if s.layout is not None]
     if distinct:
         skipped = [s.name for s in chosen if s.layout is None]
         if skipped:
             print(f"refplan bench --distinct: {skipped} have no plain description; left out", file=sys.stderr)
         chosen = [distinct_scenario(s) for s in chosen if s.layout is not None]
+    if not chosen and not replicate and not getattr(args, "sync", False):
+        # A report of no rows, exit 0, read as a pass by a script (an outside probe).
+        print("refplan bench: bad input: nothing left to measure with these options", file=sys.stderr)
+        return 2
     cost = CostModel().with_network(args.alpha, args.beta)
     as_json = bool(getattr(args, "json", False))
     machine = {"cores": os.cpu_count(), "load_before": _load_average()}
     report = run_bench(
         chosen, repeat=repeat, peer=not getattr(args, "no_peer", False), oracle=not getattr(args, "no_oracle", False),
         cost=cost, min_split_bytes=args.min_split_bytes,
-        progress=None if as_json else (lambda text: print(text, file=sys.stderr, flush=True)),
+        progress=None if as_json or quiet else (lambda text: print(text, file=sys.stderr, flush=True)),
         e2e=not getattr(args, "no_e2e", False), replicate=replicate,
     )
     words = getattr(args, "argv", None)  # set by the CLI (``refplan.cli.main``, ``main`` below)
     report.command = None if words is None else shlex.join(["refplan", *words])
+    report.no_peer = bool(getattr(args, "no_peer", False))
     report.machine = machine
     if getattr(args, "sync", False):
         runs = int(getattr(args, "sync_runs", 5))
@@ -3515,7 +3556,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
         report.targets.append(_fixed_target(report.sync_fixed))
         report.sync_rows = run_sync_rows(runs, cost)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        print(json.dumps(_finite(report.to_dict()), indent=2, sort_keys=True, allow_nan=False))
     else:
         print(format_report(report))
     return 0

@@ -75,12 +75,14 @@ def run_demo() -> str:
     return demo_report()[0]
 
 
-def demo_report(quiet: bool = False) -> tuple[str, bool]:
+def demo_report(quiet: bool = False, verbose: bool = False) -> tuple[str, bool]:
     """The report ``refplan demo`` prints, and whether the oracle found every plan ok.
 
     ``quiet`` (``refplan demo -q``): only the oracle's verdict lines, the results; the tables,
     the note and the sample segments are the summary that ``-q`` promises to leave out. The
-    verdicts decide the command's exit code, so a demo whose plans the oracle refuses fails."""
+    verdicts decide the command's exit code, so a demo whose plans the oracle refuses fails.
+    ``verbose`` (``-v``): also every parameter of each plan, its segments, elements and verdict;
+    before, ``-v`` was accepted and changed nothing."""
     pairs, endpoints, sizes = demo_batch()
     out = [
         "refplan demo: TP=2 x DP=2 trainer (processes 0-3) -> TP=4 engine (processes 4-7), bf16",
@@ -104,6 +106,15 @@ def demo_report(quiet: bool = False) -> tuple[str, bool]:
     out.extend(verdicts)
     if quiet:
         return "\n".join(verdicts), all_ok
+    if verbose:
+        for name, plans in results.items():
+            checked = verify_plans(pairs, plans)
+            out.append("")
+            out.append(f"policy {name}, per parameter:")
+            for param in sorted(plans):
+                plan = plans[param]
+                out.append(f"  {param}: {len(plan.segments)} segments, {plan.moved_elements} elements, "
+                           f"oracle {checked.verdicts[param].status}")
     out.append("")
     out.append(SYNC_NOTE)
     sample = "layers.0.attn.qkv"

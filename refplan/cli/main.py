@@ -11,6 +11,7 @@ and ``-v/--verbose`` (more detail), so scripts and people can each get what they
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -99,7 +100,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import demo_report
 
-    report, all_ok = demo_report(quiet=args.quiet)
+    report, all_ok = demo_report(quiet=args.quiet, verbose=args.verbose)
     print(report)
     return 0 if all_ok else 1  # the oracle's verdicts are the demo's result
 
@@ -224,7 +225,20 @@ def _one_line(text: str) -> str:
     return "\\n".join(text.splitlines())
 
 
+def _escape_unencodable() -> None:
+    """Text that the terminal's encoding cannot hold is printed as escapes, never a traceback: a
+    JSON name or a planner's message may hold a lone surrogate (``"\\ud800"``), which UTF-8 cannot
+    encode, and ``refplan conformance`` printing its table died with ``UnicodeEncodeError`` (an
+    outside probe). ``backslashreplace`` keeps every other character as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            with contextlib.suppress(Exception):  # a replaced stream (a test's capture) keeps its own
+                reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _escape_unencodable()
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
     try:

@@ -13,7 +13,8 @@ proportional to their lengths within a parameter. ``--png FILE`` renders the sam
 one, ``--svg`` is still written and the message says how to get the PNG.
 
 Exit codes: 0 shown; 1 the plans file's plan is invalid (the oracle's verdict is printed and the
-picture still drawn, so the gap can be seen); 2 bad input (an unreadable or malformed file, naming
+picture still drawn, so the gap can be seen); 3 the oracle cannot judge it (unverifiable, as
+``refplan verify`` exits; the picture still drawn); 2 bad input (an unreadable or malformed file, naming
 the file, the JSON path and the problem in one line; a plan that cannot be drawn: a segment
 naming a location the maps lack, a parameter in one file only, which ``refplan verify`` judges
 ``invalid`` with exit 1; a PNG asked for without a renderer and no SVG to fall back on).
@@ -43,6 +44,7 @@ from ..formats import (
     parse_maps,
     parse_plans,
     path_key,
+    unwritable,
     write_file,
     write_text_file,
     xml_text,
@@ -59,6 +61,10 @@ PALETTE = (
 )
 SHARD_W = 180.0
 MAX_RECTS = 20000
+MAX_HEIGHT = 16000
+"""Pixels of parameters drawn, at most: the rest are counted in one line (the load table lists
+every one). A PNG of 600 parameters was 850x144190 pixels, 670 MB and 20 s to render, and 3000
+ran for minutes (an outside probe)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +156,11 @@ def _write_png(canvas: _Canvas, path: str, renderer: str) -> None:
         else:
             _, x, y, text, size, anchor, bold = item
             ha = {"start": "left", "middle": "center", "end": "right"}[anchor]
-            ax.text(x, y, text, fontsize=size * 0.75, ha=ha, va="baseline", weight="bold" if bold else "normal")
+            # A name is drawn as written, never as math ("$x$"), and a lone surrogate (valid in a
+            # JSON name) as its escape: matplotlib raised a bare TypeError on it (an outside probe).
+            shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+            ax.text(x, y, shown, fontsize=size * 0.75, ha=ha, va="baseline", weight="bold" if bold else "normal",
+                    parse_math=False)
     picture = io.BytesIO()
     try:
         fig.savefig(picture, format="png")
@@ -306,10 +316,13 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
     y += 24
     drawn = 0
     skipped = 0
-    for name in sorted(plans):
+    shown = [name for name in sorted(plans) if name in batch.pairs]
+    left_out = 0
+    for index, name in enumerate(shown):
+        if y > MAX_HEIGHT:
+            left_out = len(shown) - index
+            break
         plan = plans[name]
-        if name not in batch.pairs:
-            continue
         target, _source = batch.pairs[name]
         canvas.text(10, y, f"{name}  F{tuple(plan.logical_shape)}  {len(plan.segments)} segments", size=12, bold=True)
         y += 10
@@ -350,6 +363,9 @@ def _draw(batch: MapsBatch, plans: Mapping[str, TransferPlan], title: str) -> _C
             row_h = max(row_h, h)
             x += SHARD_W + 30
         y += row_h + 50
+    if left_out:
+        canvas.text(10, y, f"({left_out} more parameters not drawn; the load table counts them all)", size=10)
+        y += 20
     if skipped:
         canvas.text(10, y, f"(at least {skipped} more rectangles not drawn)", size=10)
         y += 20
@@ -460,6 +476,17 @@ def run_show_cli(args: argparse.Namespace) -> int:
         print(f"{prog}: standard input (-) is named for both the maps and the plans; it can be read once",
               file=sys.stderr)
         return 2
+    if args.svg == STDIN and args.png == STDIN:
+        print(f"{prog}: --svg - and --png - both write to standard output; write one to a file", file=sys.stderr)
+        return 2
+    for picture in (args.svg, args.png):
+        problem = None if picture is None else unwritable(picture)
+        if problem is not None:
+            print(f"{prog}: {problem}", file=sys.stderr)
+            return 2
+    # A picture on standard output gets it alone: the table and the oracle's line went there too,
+    # before it, and the file was no SVG or PNG any reader could open (an outside probe).
+    text_out = sys.stderr if STDIN in (args.svg, args.png) else sys.stdout
     try:
         try:
             batch = parse_maps(load_json(args.maps))
@@ -489,13 +516,17 @@ def run_show_cli(args: argparse.Namespace) -> int:
         return 2
     segments = sum(len(p.segments) for p in plans.values())
     if not quiet:
-        print(f"{prog}: {len(plans)} parameter(s), {segments} segments, {origin}")
-        print(load_table(batch, plans))
+        print(f"{prog}: {len(plans)} parameter(s), {segments} segments, {origin}", file=text_out)
+        print(load_table(batch, plans), file=text_out)
+    if getattr(args, "verbose", False):  # -v: every parameter (before, -v was accepted and did nothing)
+        for name in sorted(plans):
+            plan = plans[name]
+            print(f"  {name}: {len(plan.segments)} segments, {plan.moved_elements} elements", file=text_out)
     code = 0
     if args.plans:
         verdict = verify_plans(batch.pairs, plans)
         bad = [str(v) for v in verdict.verdicts.values() if not v.ok]
-        print(f"oracle: {verdict.status}" + (f" ({bad[0]})" if bad else ""))
+        print(f"oracle: {verdict.status}" + (f" ({bad[0]})" if bad else ""), file=text_out)
         code = 0 if verdict.ok else verdict.exit_code  # the picture is still drawn: it shows the gap
     title = f"{Path(args.maps).name}: {origin}"
     writing: str | None = None

@@ -389,7 +389,7 @@ def split_entry_point(spec: str) -> tuple[str, str]:
     if not module or not attr or not all(n.isidentifier() for n in names):
         raise ValueError(
             f"planner {spec!r}: expected an entry point pkg.module:function (or pkg.module.function), "
-            "refplan, deepspeed or cmd:\"<command>\""
+            "refplan, deepspeed, dcp, dcp-lowest, megatron, megatron-0.16, awex or cmd:\"<command>\""
         )
     return module, attr
 

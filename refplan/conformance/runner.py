@@ -1048,6 +1048,10 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
     verbose = bool(getattr(args, "verbose", False))
     min_supported = int(getattr(args, "min_supported", 1))
+    problem = _option_problem(args)
+    if problem is not None:
+        print(_one_line(f"{prog}: {problem}"), file=sys.stderr)
+        return 2
     if getattr(args, "explore", None) is not None:
         return _explore_cli(args, prog)
     try:
@@ -1120,6 +1124,59 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
     return code
 
 
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """Why the options cannot run together (bad input), or None; asked before anything runs.
+
+    Each mode reads its own options: ``--explore`` and ``--markdown`` returned before the corpus
+    run's options were read, so ``--junit``, ``--supports bogus`` or ``--case`` were silently
+    ignored there (no JUnit file, exit 0), and ``--seed`` or ``--explore-out`` without
+    ``--explore`` were too. An output path that cannot be written is refused before the run, not
+    after it (the finished report was dropped), and two documents on standard output (``--junit
+    -`` with ``--json``) could not be read apart. ``--timeout`` is held to its range for every
+    planner (in-process ones took 0, -1, nan and inf)."""
+    from ..formats import STDIN, unwritable
+    from ..limits import MAX_TIMEOUT
+
+    given = {
+        "--junit": getattr(args, "junit", None) is not None,
+        "--json": bool(getattr(args, "json", False)),
+        "--case": bool(getattr(args, "case", None)),
+        "--cases": getattr(args, "cases", None) is not None,
+        "--supports": getattr(args, "supports", None) is not None,
+        "--min-supported": int(getattr(args, "min_supported", 1)) != 1,
+        "--fail-on-quality": bool(getattr(args, "fail_on_quality", False)),
+        "--dump": getattr(args, "dump", None) is not None,
+        "--markdown": getattr(args, "markdown", None) is not None,
+        "--explore-out": getattr(args, "explore_out", None) is not None,
+        "--seed": int(getattr(args, "seed", 0) or 0) != 0,
+    }
+    timeout = getattr(args, "timeout", 60.0)
+    longest = MAX_TIMEOUT.total_seconds()
+    if not isinstance(timeout, (int, float)) or not 0 < timeout <= longest:
+        return f"--timeout must be above 0 and at most {longest:g} seconds (365 days), got {timeout!r}"
+    if getattr(args, "explore", None) is not None:
+        mode, used = "--explore", {"--json", "--explore-out", "--seed"}
+    elif given["--dump"]:
+        mode, used = "--dump", {"--cases", "--dump"}
+    elif given["--markdown"]:
+        mode, used = "--markdown", {"--cases", "--case", "--markdown"}
+    else:
+        mode, used = "a corpus run", {"--junit", "--json", "--case", "--cases", "--supports", "--min-supported",
+                                      "--fail-on-quality"}
+    unused = [option for option, on in given.items() if on and option not in used]
+    if unused:
+        return f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with {mode}; leave it out"
+    if given["--junit"] and given["--json"] and args.junit == STDIN:
+        return "--junit - and --json both write to standard output; write one to a file"
+    for option in ("junit", "markdown", "explore_out"):
+        path = getattr(args, option, None)
+        if path is not None and given[f"--{option.replace('_', '-')}"]:
+            problem = unwritable(path)
+            if problem is not None:
+                return problem
+    return None
+
+
 def _explore_cli(args: argparse.Namespace, prog: str) -> int:
     """``--explore N``: 0 nothing failed, 1 a ``fail`` or adapter error (its shrunk case printed), 2 bad input."""
     from .explore import DOMAINS, explore
@@ -1168,17 +1225,19 @@ def _report_out(
         except OSError as exc:
             print(_one_line(f"{prog}: cannot write {args.junit}: {exc.strerror or exc}"), file=sys.stderr)
             return 2
+    # Beside a JUnit report on standard output, the table goes to stderr.
+    out = sys.stderr if args.junit == "-" else sys.stdout
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
     elif quiet:
         lines = report.table().splitlines()
-        print("\n".join(line for line in lines[len(report.results) + 1:]))  # reasons and the summary
+        print("\n".join(line for line in lines[len(report.results) + 1:]), file=out)  # reasons and the summary
     else:
-        print(report.table())
+        print(report.table(), file=out)
         if verbose:
             for r in report.results:
                 for note in r.notes:
-                    print(f"note {r.case_id}: {note}")
+                    print(f"note {r.case_id}: {note}", file=out)
     if report.ok and report.supported < min_supported and not report.incomplete:
         print(f"{prog}: only {report.supported} of {len(report.results)} selected cases ran (the rest are "
               f"unsupported), fewer than --min-supported {min_supported}: nothing to call a pass", file=sys.stderr)

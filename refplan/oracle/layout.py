@@ -187,7 +187,8 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
     if any(s > MAX_COORDINATE for s in logical):
         raise TooLarge(f"{side} map: logical shape {show_ints(logical)} has an extent above 2**62")
     if volume(logical) >= MAX_COORDINATE:
-        raise TooLarge(f"{side} map: logical shape {logical} exceeds {MAX_COORDINATE} elements")
+        raise TooLarge(f"{side} map: logical shape {logical} has {volume(logical)} elements, at least 2**62 "
+                       "(the oracle addresses fewer)")
     # Location ids go into the same int64 columns as coordinates (``check_plan``'s rows, the cuts).
     bad = [loc for loc in m.ranks if not -MAX_COORDINATE <= loc <= MAX_COORDINATE]
     if bad:
@@ -210,7 +211,8 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
             if any(s > MAX_COORDINATE for s in shard):  # as for F
                 raise TooLarge(f"{side} map, location {loc}: shard shape {show_ints(shard)} has an extent above 2**62")
             if volume(shard) >= MAX_COORDINATE:
-                raise TooLarge(f"{side} map, location {loc}: shard shape {shard} exceeds {MAX_COORDINATE}")
+                raise TooLarge(f"{side} map, location {loc}: shard shape {shard} has {volume(shard)} elements, at "
+                               "least 2**62 (the oracle addresses fewer)")
         if shard is None and loc in m.pieces_by_rank:
             # R5 before any rule on the pieces, as in the planner: listing pieces, even none,
             # without a shard shape is a broken map. Named at the first non-empty piece, if any.
