@@ -156,3 +156,15 @@ def test_verbose_adds_every_parameter(tmp_path: Path, capfd: pytest.CaptureFixtu
     assert main(["show", str(maps), "-v", "--svg", str(tmp_path / "p.svg")]) == 0
     out = capfd.readouterr().out
     assert "  a: " in out and "  b: " in out
+
+
+def test_a_planners_control_characters_are_escaped_in_the_table(tmp_path: Path) -> None:
+    """An ANSI sequence in a planner's message reached the terminal as is (a clear-screen)."""
+    (tmp_path / "ansi_planner.py").write_text(
+        "def plan(doc):\n    raise ValueError('\\x1b[2J\\x1b[31mred\\x07')\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "refplan", "conformance", "--planner", "ansi_planner:plan",
+                           "--case", "rules/R2-a6-shard-ndim-source"], capture_output=True, cwd=tmp_path,
+                          timeout=120, check=False, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(refplan.__file__).parents[1])})
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout, done.stdout
+    assert "\\x1b[2J\\x1b[31mred\\x07" in done.stdout, done.stdout
