@@ -168,3 +168,17 @@ def test_a_planners_control_characters_are_escaped_in_the_table(tmp_path: Path) 
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(refplan.__file__).parents[1])})
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout, done.stdout
     assert "\\x1b[2J\\x1b[31mred\\x07" in done.stdout, done.stdout
+
+
+def test_a_cmd_planner_that_floods_stdout_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 MB on stdout held about 1 GB of the runner's memory; past the cap the command is stopped
+    and the case is its error (here a 1 MiB cap and an endless writer, so the test is quick)."""
+    import refplan.conformance.adapters as adapters
+    from refplan.conformance import run_conformance
+    from refplan.conformance.corpus import load_cases
+
+    monkeypatch.setattr(adapters, "MAX_ANSWER_BYTES", 1 << 20)
+    case = [c for c in load_cases() if c.id == "rules/R2-a6-shard-ndim-source"]
+    report = run_conformance("cmd:yes refplan", case, timeout=60)
+    (result,) = report.results
+    assert result.verdict == "error" and "wrote more than 1 MiB on stdout" in result.reason, result

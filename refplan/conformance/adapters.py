@@ -435,6 +435,15 @@ class ModuleAdapter(FunctionAdapter):
 
 
 _GRACE_S = 0.5
+MAX_ANSWER_BYTES = 64 << 20
+"""The most a ``cmd:`` planner may write on stdout (and on stderr) for one case. A corpus case's
+answer is kilobytes; a planner that wrote 200 MB held about 1 GB of the runner's memory, the
+bytes read in pieces, joined and decoded (an outside probe). Past it the command is stopped and
+the case is its ``error``."""
+
+
+class _TooMuchOutput(Exception):
+    """A ``cmd:`` planner wrote more than ``MAX_ANSWER_BYTES`` on one stream."""
 """How long output is still read after the command exits: what it wrote before exiting is in the
 pipes already; a child it left running may hold them open for good."""
 
@@ -458,7 +467,7 @@ def _run_command(command: str, data: bytes, timeout: float) -> subprocess.Comple
     )
     try:
         out, err = _exchange(proc, data, timeout)
-    except BaseException:  # TimeoutExpired, KeyboardInterrupt: nothing of the command may stay behind
+    except BaseException:  # TimeoutExpired, KeyboardInterrupt, too much output: nothing may stay behind
         _kill_session(proc)
         raise
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
@@ -471,6 +480,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> tup
     deadline = time.monotonic() + timeout
     out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
     chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    held = {out_fd: 0, err_fd: 0}
     view, sent = memoryview(data), 0
     with selectors.DefaultSelector() as selector:
         for fd in chunks:
@@ -505,6 +515,9 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> tup
                 block = os.read(fd, 65536)
                 if block:
                     chunks[fd].append(block)
+                    held[fd] += len(block)
+                    if held[fd] > MAX_ANSWER_BYTES:
+                        raise _TooMuchOutput("stdout" if fd == out_fd else "stderr")
                 else:
                     selector.unregister(fd)
     if not proc.stdin.closed:
@@ -562,6 +575,9 @@ class CommandAdapter(Adapter):
             done = _run_command(self.command, data, self.timeout)
         except subprocess.TimeoutExpired:
             return Outcome("error", message=f"the command ran past {self.timeout:g} s")
+        except _TooMuchOutput as exc:
+            return Outcome("error", message=f"the command wrote more than {MAX_ANSWER_BYTES >> 20} MiB on {exc}; "
+                                            "it was stopped (an answer is a few kilobytes)")
         except OSError as exc:
             return Outcome("error", message=f"cannot run the command: {exc}")
         # Only the answer must be UTF-8 JSON; stderr, and log lines before the answer, are the
