@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_COUNTS = {
     "dcp": {"pass": 125, "fail": 0, "unsupported": 233, "quality": 1, "contract": 2, "error": 0},
     "dcp-lowest": {"pass": 120, "fail": 0, "unsupported": 233, "quality": 0, "contract": 8, "error": 0},
-    "megatron": {"pass": 108, "fail": 0, "unsupported": 237, "quality": 7, "contract": 9, "error": 0},
-    "megatron-0.16": {"pass": 95, "fail": 0, "unsupported": 260, "quality": 3, "contract": 3, "error": 0},
+    "megatron": {"pass": 108, "fail": 0, "unsupported": 237, "quality": 6, "contract": 10, "error": 0},
+    "megatron-0.16": {"pass": 95, "fail": 0, "unsupported": 260, "quality": 0, "contract": 6, "error": 0},
     "awex": {"pass": 125, "fail": 0, "unsupported": 216, "quality": 5, "contract": 15, "error": 0},
 }
 
@@ -120,11 +120,13 @@ RESULTS = [
     # the three genuine findings (load only), each naming its cause
     ("dcp", "peers/finding-dcp-dedup-dtensor-hsdp", "quality", "moves 16 > 8"),
     ("dcp", "peers/finding-dcp-dedup-dtensor-hsdp", "quality", "_dedup_save_plans.py:53"),
-    # On the ranks 0.16.1 runs them on (target k on source rank k), rank 0's quarter is a local copy.
-    ("megatron-0.16", "peers/finding-megatron-pure-dp-reads-one-rank", "quality", "moves 384 > 128"),
-    ("megatron-0.16", "peers/finding-megatron-pure-dp-reads-one-rank", "quality", "utils.py:346-347 and 357-358"),
+    # 0.16.1's pure-DP fast path is documented (utils.py:330); an engine on some ranks of its one
+    # world is no input its front door builds, nor a parameter on some ranks of its model (a
+    # maintainer-style review, 2026-12-06): contracts, judged for correctness only.
+    ("megatron-0.16", "peers/finding-megatron-pure-dp-reads-one-rank", "contract", "utils.py:330"),
     ("megatron-0.16", "peers/finding-megatron-tp2dp2-uses-one-replica", "pass", ""),  # ranks 0-1 hold replica 0
-    ("megatron-0.16", "batches/local-first", "quality", "a local holder was not used"),
+    ("megatron-0.16", "batches/local-first", "contract", "hold no target shard"),
+    ("megatron", "peers/finding-dcp-dedup-dtensor-hsdp", "contract", "of a model on ranks [0, 1, 2, 3]"),
     ("megatron", "peers/finding-megatron-pure-dp-reads-one-rank", "quality", "moves 512 > 128"),
     ("megatron", "peers/finding-megatron-tp2dp2-uses-one-replica", "quality", "utils.py:514-516 and 521-529"),
     ("megatron", "batches/local-first", "pass", ""),  # 0.19.2 reads local copies first
@@ -368,6 +370,7 @@ def test_a_collocating_peer_is_judged_on_the_ranks_it_runs_locations_on(cases: l
     assert outcome.placement is not None and outcome.placement["target"] == {0: 0}  # on source rank 0
     assert judge(case, outcome, adapter)[0] == "pass"
     verdict, reason, _notes = judge(case, dataclasses.replace(outcome, placement=None), adapter)
-    assert verdict == "quality" and "moves 32 > 16" in reason  # what was published before
+    # what was published before, now a contract too: the engine is on some ranks of the one world only
+    assert verdict == "contract" and "moves 32 > 16" in reason and "hold no target shard" in reason
     assert sender_loads(case, outcome.plans or {}, outcome.placement) == {}  # every copy stays on its rank
     assert _adapter("megatron").plan(case).placement is None  # 0.19.2 runs targets on ranks of their own
