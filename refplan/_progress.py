@@ -9,10 +9,12 @@ stdout (the report a script parses) never changes. It stays off when stderr is n
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import TextIO
+from collections.abc import Iterator
+from typing import Any, TextIO
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "escaping_unencodable"]
 
 _CLEAR = "\r\x1b[K"
 
@@ -60,3 +62,26 @@ class Progress:
         if self._shown:
             self._write("")
             self._shown = False
+
+
+@contextlib.contextmanager
+def escaping_unencodable() -> Iterator[None]:
+    """While a command runs, text its streams cannot encode is printed as escapes, never a
+    traceback: a JSON name or a planner's message may hold a lone surrogate (``"\\ud800"``), which
+    UTF-8 cannot encode, and ``refplan conformance`` printing its table died with
+    ``UnicodeEncodeError`` (an outside probe). Only a stream whose handler is ``strict`` is changed
+    (a C locale's ``surrogateescape`` writes a file name's undecodable bytes back as they were),
+    and each is restored afterwards, so a caller that runs a command in-process keeps its own."""
+    changed: list[tuple[Any, str]] = []
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure) and getattr(stream, "errors", None) == "strict":
+            with contextlib.suppress(Exception):  # a replaced stream (a test's capture) keeps its own
+                reconfigure(errors="backslashreplace")
+                changed.append((stream, "strict"))
+    try:
+        yield
+    finally:
+        for stream, errors in changed:
+            with contextlib.suppress(Exception):
+                stream.reconfigure(errors=errors)

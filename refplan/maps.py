@@ -73,6 +73,8 @@ def as_int(value: Any) -> int | None:
         return None
     try:
         return operator.index(value)
+    except MemoryError:
+        raise
     except Exception:  # an ``__index__`` that raises anything says "not an integer"
         return None
 

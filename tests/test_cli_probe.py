@@ -182,3 +182,44 @@ def test_a_cmd_planner_that_floods_stdout_is_stopped(monkeypatch: pytest.MonkeyP
     report = run_conformance("cmd:yes refplan", case, timeout=60)
     (result,) = report.results
     assert result.verdict == "error" and "wrote more than 1 MiB on stdout" in result.reason, result
+
+
+def test_the_escape_handler_is_set_only_for_a_strict_stream_and_restored() -> None:
+    """Under a C locale stdout's handler is ``surrogateescape`` (a file name's undecodable bytes
+    written back as they were): it was replaced by ``backslashreplace`` and left so after an
+    in-process ``main()`` (a review of the change)."""
+    import io
+
+    from refplan._progress import escaping_unencodable
+
+    strict = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    escaped = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = strict, escaped
+    try:
+        with escaping_unencodable():
+            assert sys.stdout.errors == "backslashreplace" and sys.stderr.errors == "surrogateescape"
+            print("bad \ud800 name")
+        assert sys.stdout.errors == "strict" and sys.stderr.errors == "surrogateescape"
+    finally:
+        sys.stdout, sys.stderr = saved
+    strict.flush()
+    assert b"bad \\ud800 name" in strict.buffer.getvalue()  # type: ignore[attr-defined]
+
+
+def test_the_runner_module_escapes_as_the_command_does(tmp_path: Path) -> None:
+    (tmp_path / "surrogate_planner.py").write_text(
+        "def plan(doc):\n    raise ValueError('bad \\ud800 name')\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "refplan.conformance.runner", "--planner", "surrogate_planner:plan",
+                           "--case", "rules/R2-a6-shard-ndim-source"], capture_output=True, cwd=tmp_path,
+                          timeout=120, check=False, env={"PYTHONIOENCODING": "utf-8", "PATH": "/usr/bin:/bin",
+                                                         "PYTHONPATH": str(Path(refplan.__file__).parents[1])})
+    assert b"Traceback" not in done.stderr, done.stderr[-800:]
+
+
+def test_a_markdown_document_on_standard_output_is_alone_there(capfd: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "--markdown", "-", "--case", "rules/R2-a6-shard-ndim-source"]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith("# Conformance") and "refplan: 1 passed" not in out and "refplan: 1 passed" in err
+    assert main(["conformance", "--explore", "1", "--explore-out", "-", "--json"]) == 2
+    assert "--explore-out - and --json both write" in capfd.readouterr().err

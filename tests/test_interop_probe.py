@@ -252,3 +252,27 @@ def test_quantized_tensors_and_non_integer_owner_ranks_are_refused() -> None:
             from_megatron({rank: [_meta(owner_rank=owner)]})
     for owner in (0, np.int64(0), -1, None):  # the reporting rank, or none
         assert from_megatron({0: [_meta(owner_rank=owner)]})["w"].shard_shapes == {0: (4, 2)}
+
+
+def test_an_empty_parameter_whose_local_shard_is_narrowed_is_accepted() -> None:
+    """FSDP2 narrows any shard of a tensor with no elements to length 0 on its shard axis: a (4, 0)
+    parameter is (0, 0) locally where the even split says (1, 0). Both hold nothing; the check
+    refused every model with such a parameter (a review of the check)."""
+    with fake_rank(1, 4):
+        mesh = DeviceMesh("cpu", torch.arange(4))
+        empty = DTensor.from_local(torch.zeros(0, 0), mesh, [Shard(0)], shape=torch.Size((4, 0)), stride=(1, 1))
+        assert from_dtensor(empty).shard_shapes[1] == (1, 0)
+        wrong = DTensor.from_local(torch.zeros(2, 3), mesh, [Shard(0)], shape=torch.Size((4, 3)), stride=(3, 1))
+        with pytest.raises(UnsupportedLayoutError):  # a shard with elements is still compared
+            from_dtensor(wrong)
+
+
+def test_another_readers_errors_are_its_own(tmp_path: Path) -> None:
+    """A ``FileSystemReader`` subclass that reads other files (Hugging Face safetensors) raised
+    refplan's "<dir>/.metadata ... corrupt" about a file it never opened."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 3)
+    with pytest.raises(Exception) as raised:
+        from_dcp_metadata(HuggingFaceStorageReader(str(tmp_path)))
+    assert ".metadata" not in str(raised.value), raised.value

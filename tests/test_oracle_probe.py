@@ -102,3 +102,15 @@ def test_the_callers_own_exception_is_a_malformed_plan_not_a_traceback(where: st
         plan["logical_shape"] = _RaisingIter([4])
     verdict = verify_plan(TARGET, SOURCE, plan)
     assert verdict.status == "invalid" and "malformed plan" in verdict.reason, verdict
+
+
+def test_a_bug_in_refplans_own_reading_stays_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the caller's objects' exceptions are a malformed plan: one raised inside refplan's own
+    code (here made to fail in refplan.box) is a bug of ours, and judging a correct plan "invalid"
+    for it would blame the plan (a review of the change)."""
+    import refplan.plan
+    from refplan.box import volume
+
+    monkeypatch.setattr(refplan.plan, "_capped", lambda *args: volume(None))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        verify_plan(TARGET, SOURCE, _segments(2))

@@ -11,12 +11,12 @@ and ``-v/--verbose`` (more detail), so scripts and people can each get what they
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .._progress import escaping_unencodable
 from ..errors import AffineTransferError
 from ..formats import MAX_ELEMENT_SIZE, dump_plans, output_file_name, read_endpoints, read_maps, write_text_file
 from ..limits import STREAM_PLANS_BYTES
@@ -225,20 +225,12 @@ def _one_line(text: str) -> str:
     return "\\n".join(text.splitlines())
 
 
-def _escape_unencodable() -> None:
-    """Text that the terminal's encoding cannot hold is printed as escapes, never a traceback: a
-    JSON name or a planner's message may hold a lone surrogate (``"\\ud800"``), which UTF-8 cannot
-    encode, and ``refplan conformance`` printing its table died with ``UnicodeEncodeError`` (an
-    outside probe). ``backslashreplace`` keeps every other character as it is."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if callable(reconfigure):
-            with contextlib.suppress(Exception):  # a replaced stream (a test's capture) keeps its own
-                reconfigure(errors="backslashreplace")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    _escape_unencodable()
+    with escaping_unencodable():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
     try:

@@ -255,6 +255,19 @@ def _rank_main(
         os._exit(0)
 
 
+def _cpu_ticks(pid: int | None) -> int | None:
+    """User plus system CPU time of the process, in clock ticks (Linux's ``/proc``; else None,
+    and the launcher then reads a process that has not reported as idle)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return int(fields[11]) + int(fields[12])  # utime and stime, fields 14 and 15 of stat(5)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _suspended(pid: int | None) -> bool:
     """Whether the process is stopped by a signal or a tracer (Linux's ``/proc``; elsewhere never)."""
     if pid is None:
@@ -332,11 +345,15 @@ def run_ranks(
     # The first process to report a failure: every other one is then waiting on a broken job,
     # and each of its waits ends within the group's timeout (a dead or stuck peer makes them all
     # fail, and the executor's outcome agreement tells the rest early). A process that still has
-    # not reported one timeout (and ``grace_s``) later is stuck itself (stopped by a signal, hung
-    # in a native call): before, the launcher waited for it to the whole deadline, twice the
-    # timeout plus a minute, though the job's failure was known a timeout earlier.
+    # not reported one timeout (and ``grace_s``) later, and has used no CPU time for ``grace_s``,
+    # is stuck itself (waiting on what will not come, hung in a native call); one suspended by
+    # a signal or a debugger is stopped after the grace alone. One still computing (its own local
+    # work can outlast the timeout) is left to the deadline. Before, the launcher waited for a
+    # stuck one to the whole deadline, twice the timeout plus a minute, though the job's failure
+    # was known a timeout earlier.
     first_failure: tuple[float, int] | None = None
     suspended: dict[int, float] = {}
+    busy: dict[int, tuple[int | None, float]] = {}  # CPU ticks last seen, and when they last moved
 
     def take(rank: int) -> None:
         reader, proc = pending.pop(rank)
@@ -349,18 +366,31 @@ def run_ranks(
     while pending:
         stop = end if first_death is None else min(end, first_death + grace_s)
         if first_failure is not None:
-            stop = min(stop, first_failure[0] + timeout.total_seconds() + grace_s)
             now = time.monotonic()
+            patience = first_failure[0] + timeout.total_seconds() + grace_s
             for rank in sorted(pending):  # a suspended process does no work: it gets the grace only
-                if _suspended(pending[rank][1].pid):
+                proc = pending[rank][1]
+                ticks = _cpu_ticks(proc.pid)
+                seen = busy.get(rank)
+                if seen is None or ticks is None or ticks != seen[0]:
+                    busy[rank] = (ticks, now if seen is not None and ticks is not None else first_failure[0])
+                if _suspended(proc.pid):
                     since = suspended.setdefault(rank, now)
                     if now - since >= grace_s:
                         pending.pop(rank)
+                        proc.kill()  # a stopped process never exits by itself: not waited for below
                         outcomes[rank] = RankOutcome(
                             rank, None, f"stopped: suspended (SIGSTOP or a debugger) with no report {grace_s:.0f} s "
                             f"after process {first_failure[1]} failed", "Stopped")
-                else:
-                    suspended.pop(rank, None)
+                    continue
+                suspended.pop(rank, None)
+                if now >= patience and now - busy[rank][1] >= grace_s:
+                    pending.pop(rank)
+                    proc.kill()
+                    outcomes[rank] = RankOutcome(
+                        rank, None, f"stopped: no report {timeout.total_seconds() + grace_s:.0f} s after process "
+                        f"{first_failure[1]} failed, and no CPU time used for {grace_s:.0f} s (waiting on what will "
+                        "not come, or hung)", "Stopped")
             if not pending:
                 break
         left = stop - time.monotonic()
@@ -392,11 +422,6 @@ def run_ranks(
             dead = sorted(r for r, o in outcomes.items() if o.error_type == "Died")
             outcomes[rank] = RankOutcome(
                 rank, None, f"stopped {grace_s:.0f} s after process {dead[0]} died", "Stopped"
-            )
-        elif first_failure is not None and time.monotonic() < end:
-            outcomes[rank] = RankOutcome(
-                rank, None, f"stopped: no report {timeout.total_seconds() + grace_s:.0f} s after process "
-                f"{first_failure[1]} failed (stuck: suspended, or hung in a native call)", "Stopped"
             )
         else:
             outcomes[rank] = RankOutcome(rank, None, f"no report within {limit:.0f} s", "Timeout")
@@ -678,22 +703,24 @@ def _quiet_torch_logs() -> None:
 
 
 @contextlib.contextmanager
-def _join_deadline(rank: int, seconds: float) -> Iterator[None]:
+def _join_deadline(rank: int, seconds: float, refusal: str | None = None) -> Iterator[None]:
     """End this process, with one line, if joining the job takes more than ``seconds`` (and 2 s).
 
     Why: torch's store client does not hold to the timeout it is given. A program other than the
     job's store listening on ``MASTER_PORT`` kept a process waiting as long as it listened, and
     with nothing listening the join took about three times ``--timeout`` (its retries), where the
     timeout is documented to end every wait. Only the command line runs this: it is the one
-    place where ending the process is the caller's wish.
+    place where ending the process is the caller's wish. A process that joins only to tell the
+    others it refused its input (``refusal``) ends as bad input, exit 2, its one line saying both.
     """
     joined = threading.Event()
 
     def give_up() -> None:
         if not joined.is_set():
-            print(f"refplan sync: process {rank}: could not join the job at {_job_address()} within {seconds:g} s",
-                  file=sys.stderr, flush=True)
-            os._exit(1)
+            failed = f"could not join the job at {_job_address()} within {seconds:g} s"
+            print(f"refplan sync: process {rank}: " + (failed if refusal is None else
+                  f"bad input: {refusal}; and {failed} to tell the others"), file=sys.stderr, flush=True)
+            os._exit(1 if refusal is None else 2)
 
     timer = threading.Timer(seconds + 2.0, give_up)
     timer.daemon = True
@@ -728,18 +755,23 @@ def _run_in_job(cfg: SyncConfig, rank: int, world: int, refusal: str | None = No
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
         if not dist.is_initialized():
             try:
-                with _join_deadline(rank, cfg.timeout_s):
+                with _join_deadline(rank, cfg.timeout_s, refusal):
                     dist.init_process_group(cfg.backend, timeout=timeout)
             except Exception as exc:
                 # Rank 0 reports every process, but a process that never joined cannot reach it:
                 # without this line its failure was printed by nobody.
                 if rank != 0:
-                    print(f"refplan sync: process {rank}: could not join the job at {_job_address()}: "
-                          f"{_first_line(_describe(exc))}", file=sys.stderr, flush=True)
+                    failed = f"could not join the job at {_job_address()}: {_first_line(_describe(exc))}"
+                    print(f"refplan sync: process {rank}: " + (failed if refusal is None else
+                          f"bad input: {refusal}; and {failed}"), file=sys.stderr, flush=True)
                 raise
             started_here = True
         reasons: list[Any] = [None] * world
-        dist.all_gather_object(reasons, refusal)
+        try:
+            dist.all_gather_object(reasons, refusal)
+        finally:
+            if refusal is not None and rank != 0:  # said on its own node too; rank 0 reports it for the job
+                print(f"refplan sync: process {rank}: bad input: {refusal}", file=sys.stderr, flush=True)
         refusers = [r for r, text in enumerate(reasons) if text is not None]
         if refusal is not None:
             mine = RankOutcome(rank, None, refusal, "BadInput")
@@ -811,8 +843,6 @@ def run_sync_cli(args: argparse.Namespace) -> int:
     refusal, pairs, how = _check_input(cfg, job)
     if refusal is not None and job is None:
         return refuse(refusal)
-    if refusal is not None and job is not None and job[0] != 0:
-        refuse(refusal)  # said on its own node too; rank 0 reports it for the job after the agreement
     quiet = bool(getattr(args, "quiet", False))
     if not quiet and refusal is None:  # -q: only the result (exact or not) and errors
         say(
@@ -842,10 +872,11 @@ def run_sync_cli(args: argparse.Namespace) -> int:
     return _report(outcomes, time.perf_counter() - launched, quiet)
 
 
-# Bytes per logical element that building a parameter's markers peaks at (the index, the
-# scrambled index and the bit patterns as uint64, then the narrowing cast), measured with
-# tracemalloc at 20-26 for 4- and 2-byte dtypes; 32 leaves room for the allocator.
-_MARKER_PEAK_BYTES = 32
+# Bytes per logical element that building a parameter's markers holds at least at once: the
+# uint64 index (8) and the bit patterns cast to the dtype's width (measured peaks, with tracemalloc:
+# 12-26 bytes an element, by dtype). A floor, not the peak: the estimate must never refuse a
+# model that fits.
+_MARKER_FLOOR_BYTES = 8
 
 
 def _available_memory() -> int | None:
@@ -869,35 +900,48 @@ def _check_memory(pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]], en
     builds, else None.
 
     The check is the sync's, not the executor's: each process makes the markers of every
-    parameter it touches (the whole logical tensor, one at a time) and holds its source shards,
+    parameter it touches (the whole logical tensor, one at a time) and keeps its source shards,
     its target shards and their expected values. Without this estimate a model of 2**40
     elements passed every check before the launch and each process then died of MemoryError
     (exit 1, "failed while moving"), although nothing about the transfer was wrong. The estimate
-    counts only those arrays (a lower bound): it refuses what cannot fit, never what might.
+    is a floor of each process's peak, the larger of what it holds at the end (sources once,
+    targets twice) and of its largest parameter's markers (``_MARKER_FLOOR_BYTES`` and the
+    dtype's width an element), summed over this machine's processes: it refuses what cannot fit,
+    never what might. One pass over the shards, whatever the number of processes.
     """
     available = _available_memory()
     if available is None:
         return None
-    need = 0
-    for rank in ranks:
-        largest = 0
-        for name in sorted(pairs):
-            target_map, source_map = pairs[name]
-            held = 0
-            for param_map, locations, copies in ((source_map, endpoints.source, 1), (target_map, endpoints.target, 3)):
-                for loc, shape in param_map.shard_shapes.items():
-                    if locations.get(loc) == rank:
-                        held += copies * volume(tuple(shape))
-            if held:
-                largest = max(largest, volume(tuple(target_map.logical_shape)))
-                need += held * itemsize
-        need += largest * _MARKER_PEAK_BYTES
+    need = _memory_floor(pairs, endpoints, itemsize, ranks)
     if need <= available:
         return None
-    count = f"{len(ranks)} processes" if len(ranks) != 1 else "this process"
+    count = f"{len(set(ranks))} processes" if len(set(ranks)) != 1 else "this process"
     return (f"the sync's element-by-element check needs at least {_size(need)} of memory for {count} on this "
-            f"machine (the markers of each parameter's logical tensor, and the source shards, target shards and "
+            f"machine (the markers of each parameter's logical tensor, or the source shards, target shards and "
             f"expected values of each process), and {_size(available)} is available; sync a smaller model")
+
+
+def _memory_floor(pairs: Mapping[str, tuple[ParamAffineMap, ParamAffineMap]], endpoints: TransferEndpoints,
+                  itemsize: int, ranks: Sequence[int]) -> int:
+    """``_check_memory``'s floor in bytes: per process the larger of what it holds at the end and
+    of its largest parameter's markers, summed over ``ranks``."""
+    wanted = set(ranks)
+    held: dict[int, int] = dict.fromkeys(wanted, 0)
+    largest: dict[int, int] = dict.fromkeys(wanted, 0)
+    for name in pairs:
+        target_map, source_map = pairs[name]
+        touched: set[int] = set()
+        for param_map, locations, copies in ((source_map, endpoints.source, 1), (target_map, endpoints.target, 2)):
+            for loc, shape in param_map.shard_shapes.items():
+                process = locations.get(loc)
+                if process in wanted:
+                    held[process] += copies * volume(tuple(shape))
+                    touched.add(process)
+        if touched:
+            elements = volume(tuple(target_map.logical_shape))
+            for process in touched:
+                largest[process] = max(largest[process], elements)
+    return sum(max(held[p] * itemsize, largest[p] * (_MARKER_FLOOR_BYTES + itemsize)) for p in wanted)
 
 
 def _node_ranks(rank: int) -> list[int]:

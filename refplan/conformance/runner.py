@@ -1091,9 +1091,10 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
                     print(_one_line(f"{prog}: {exc}; left out of the document"), file=sys.stderr)
             write_markdown(args.markdown, reference, peer, corpus_size=len(select_cases(cases, args.case)),
                            peer_budget=budget, others=others)
-            for report in (reference, peer, *others):
+            for report in (reference, peer, *others):  # beside a document on stdout, on stderr
                 if report is not None:
-                    print(f"{report.planner}: {report.summary_line()}")
+                    print(f"{report.planner}: {report.summary_line()}",
+                          file=sys.stderr if args.markdown == "-" else sys.stdout)
             return reference.exit_code
         selected = select_cases(cases, args.case)
         if not selected:
@@ -1179,6 +1180,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with {mode}; leave it out"
     if given["--junit"] and given["--json"] and args.junit == STDIN:
         return "--junit - and --json both write to standard output; write one to a file"
+    if given["--explore-out"] and given["--json"] and args.explore_out == STDIN:
+        return "--explore-out - and --json both write to standard output; write one to a file"
     for option in ("junit", "markdown", "explore_out"):
         path = getattr(args, option, None)
         if path is not None and given[f"--{option.replace('_', '-')}"]:
@@ -1222,7 +1225,8 @@ def _explore_cli(args: argparse.Namespace, prog: str) -> int:
         except OSError as exc:
             print(_one_line(f"{prog}: cannot write {args.explore_out}: {exc.strerror or exc}"), file=sys.stderr)
             return 2
-    print(json.dumps(report.to_dict(), indent=1, sort_keys=True) if args.json else report.text())
+    print(json.dumps(report.to_dict(), indent=1, sort_keys=True) if args.json else report.text(),
+          file=sys.stderr if args.explore_out == "-" and found is not None else sys.stdout)  # the case alone there
     return 0 if report.ok else 1
 
 
@@ -1265,7 +1269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = parser.add_mutually_exclusive_group()  # `refplan conformance` has these for every command
     quiet.add_argument("-q", "--quiet", action="store_true", help="no table and no progress: failures and the summary")
     quiet.add_argument("-v", "--verbose", action="store_true", help="also print every case's notes")
-    return run_conformance_cli(parser.parse_args(argv))
+    from .._progress import escaping_unencodable
+
+    with escaping_unencodable():  # as `refplan conformance` runs (README's and the Makefile's entry point)
+        return run_conformance_cli(parser.parse_args(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

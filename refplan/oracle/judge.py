@@ -9,6 +9,7 @@ Both are answered with box algebra from ``box`` (k-d queries, ``covers``) and ne
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -579,8 +580,24 @@ def _parse(plan: PlanLike) -> _Parsed:
     except MemoryError:
         raise
     except Exception as exc:
+        if _raised_by_refplan(exc):  # a bug of ours stays a crash, never an "invalid" for the plan
+            raise
         said = describe_exception(exc).splitlines()[0][:200]
         return InvalidMapError(f"plan: cannot be read: reading it raised {said}")
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _raised_by_refplan(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in refplan's own code (the innermost frame of its traceback),
+    not in an object of the caller's that the reading called into."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
 
 
 _UNREADABLE = "a map cannot be read, so the plan was not judged"
