@@ -46,12 +46,13 @@ def _one_segment(segment: TransferSegment, dtype: torch.dtype, source: torch.Ten
 
 
 def test_a_stride_of_exactly_two_to_the_63_bytes_is_refused() -> None:
-    """Guarantee 1: ``stride × itemsize < 2**63`` on every axis. A 1-byte dtype with a stride of
-    2**63 on an extent-1 axis is exactly 2**63 bytes: refused, not left to ``torch.as_strided``."""
-    segment = TransferSegment(0, 0, (2**63, 1), 0, 0, (4, 1), (1, 4))
-    source, target = torch.arange(1, 5, dtype=torch.int8), torch.zeros(4, dtype=torch.int8)
-    with pytest.raises(TransferRejectedError, match=f"source stride {2**63} on axis 0 is {2**63} bytes"):
-        _one_segment(segment, torch.int8, source, target)
+    """Guarantee 1: ``stride × itemsize < 2**63`` on every axis. A 2-byte dtype with a stride of
+    2**62 (the readers' cap itself) on an extent-1 axis is exactly 2**63 bytes: refused, not left
+    to ``torch.as_strided``."""
+    segment = TransferSegment(0, 0, (2**62, 1), 0, 0, (4, 1), (1, 4))
+    source, target = torch.arange(1, 5, dtype=torch.int16), torch.zeros(4, dtype=torch.int16)
+    with pytest.raises(TransferRejectedError, match=f"source stride {2**62} on axis 0 is {2**63} bytes"):
+        _one_segment(segment, torch.int16, source, target)
     assert not target.any()
 
 

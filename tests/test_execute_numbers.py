@@ -79,6 +79,9 @@ def test_byte_limits_follow_the_dtype() -> None:
     assert torch.equal(source, target)
     with pytest.raises(TransferRejectedError, match="2\\*\\*63"):
         _run(segment, torch.float64)
+    beyond = TransferSegment(0, 0, (2**62 + 1, 1), 0, 0, (4, 1), (1, 4))  # fits int64 bytes, past the readers' cap
+    with pytest.raises(TransferRejectedError, match="above 2\\*\\*62 elements"):
+        _run(beyond, torch.int8)
     far = TransferSegment(0, 2**61, (1,), 0, 0, (1,), (4,))  # offset 2**61 elements of 8 bytes: 2**64 bytes
     with pytest.raises(TransferRejectedError, match="source side ends at byte"):
         _run(far, torch.float64)

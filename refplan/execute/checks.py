@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import show_int, show_ints
+from ..limits import MAX_COORDINATE
 from ..maps import ParamAffineMap
 from ..plan import SEGMENT_FIELDS, TransferPlan, TransferSegment
 from ..requests import TransferEndpoints
@@ -151,6 +152,12 @@ def _check_numbers(where: str, seg: TransferSegment, itemsize: int) -> None:
         ("target", seg.target_offset, seg.target_strides),
     ):
         for axis, stride in enumerate(strides):
+            if stride > MAX_COORDINATE:
+                # The cap every plan reader holds to (a file, the oracle): for a 1-byte dtype a
+                # segment object's stride of 2**62 + 1 passed here while the oracle called the
+                # same plan malformed (a review, 2026-12-06).
+                raise _Refusal(f"{where}: {side} stride {show_int(stride)} on axis {axis} is above 2**62 elements, "
+                               "the cap every plan reader holds to")
             if stride * itemsize >= _INT64_BYTES:
                 raise _Refusal(
                     f"{where}: {side} stride {show_int(stride)} on axis {axis} is {show_int(stride * itemsize)} "
