@@ -32,7 +32,9 @@ EXPECTED_EXPLORE = {
     "dcp-lowest": {"pass": 8, "fail": 0, "unsupported": 0, "quality": 0, "contract": 4, "error": 0, "unverifiable": 0},
     "deepspeed": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 0, "contract": 8, "error": 0, "unverifiable": 0},
     "megatron": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 8, "contract": 0, "error": 0, "unverifiable": 0},
-    "megatron-0.16": {"pass": 4, "fail": 0, "unsupported": 4, "quality": 4, "contract": 0, "error": 0,
+    # two of its four quality results put the engine on some ranks of the one world only, which
+    # 0.16.1's front door never builds: contracts since 2026-12-06 (a maintainer-style review)
+    "megatron-0.16": {"pass": 4, "fail": 0, "unsupported": 4, "quality": 2, "contract": 2, "error": 0,
                       "unverifiable": 0},
 }
 
