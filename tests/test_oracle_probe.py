@@ -114,3 +114,27 @@ def test_a_bug_in_refplans_own_reading_stays_a_crash(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(refplan.plan, "_capped", lambda *args: volume(None))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         verify_plan(TARGET, SOURCE, _segments(2))
+
+
+class _LyingDict(dict):  # type: ignore[type-arg]
+    def __contains__(self, key: object) -> bool:
+        return True  # says "segments" is there; the lookup itself (C) then raises KeyError
+
+
+class _CallsBack(list):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        from refplan.box import volume
+
+        volume(2)  # type: ignore[arg-type]  # the caller's own method, failing inside refplan
+        return super().__iter__()
+
+
+def test_the_callers_failures_stay_malformed_plans_whatever_frame_raised() -> None:
+    """Whether an exception is the caller's is decided by the input (anything not plain), not by
+    the innermost frame: a C-level lookup has none, and a caller's method may call into refplan
+    (a second review)."""
+    assert verify_plan(TARGET, SOURCE, _LyingDict(logical_shape=[4])).status == "invalid"
+    plan = {"logical_shape": [4], "segments": _segments(2)}
+    plan["segments"][1]["shape"] = _CallsBack([2])
+    verdict = verify_plan(TARGET, SOURCE, plan)
+    assert verdict.status == "invalid" and "malformed plan" in verdict.reason, verdict

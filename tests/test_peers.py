@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_COUNTS = {
     "dcp": {"pass": 125, "fail": 0, "unsupported": 233, "quality": 1, "contract": 2, "error": 0},
     "dcp-lowest": {"pass": 120, "fail": 0, "unsupported": 233, "quality": 0, "contract": 8, "error": 0},
-    "megatron": {"pass": 108, "fail": 0, "unsupported": 237, "quality": 6, "contract": 10, "error": 0},
-    "megatron-0.16": {"pass": 95, "fail": 0, "unsupported": 260, "quality": 0, "contract": 6, "error": 0},
+    "megatron": {"pass": 101, "fail": 0, "unsupported": 246, "quality": 6, "contract": 8, "error": 0},
+    "megatron-0.16": {"pass": 87, "fail": 0, "unsupported": 268, "quality": 0, "contract": 6, "error": 0},
     "awex": {"pass": 125, "fail": 0, "unsupported": 216, "quality": 5, "contract": 15, "error": 0},
 }
 
@@ -126,7 +126,7 @@ RESULTS = [
     ("megatron-0.16", "peers/finding-megatron-pure-dp-reads-one-rank", "contract", "utils.py:330"),
     ("megatron-0.16", "peers/finding-megatron-tp2dp2-uses-one-replica", "pass", ""),  # ranks 0-1 hold replica 0
     ("megatron-0.16", "batches/local-first", "contract", "hold no target shard"),
-    ("megatron", "peers/finding-dcp-dedup-dtensor-hsdp", "contract", "of a model on ranks [0, 1, 2, 3]"),
+    ("megatron", "peers/finding-dcp-dedup-dtensor-hsdp", "unsupported", "of a model on ranks [0, 1, 2, 3]"),
     ("megatron", "peers/finding-megatron-pure-dp-reads-one-rank", "quality", "moves 512 > 128"),
     ("megatron", "peers/finding-megatron-tp2dp2-uses-one-replica", "quality", "utils.py:514-516 and 521-529"),
     ("megatron", "batches/local-first", "pass", ""),  # 0.19.2 reads local copies first

@@ -256,12 +256,14 @@ def _rank_main(
 
 
 def _cpu_ticks(pid: int | None) -> int | None:
-    """User plus system CPU time of the process, in clock ticks (Linux's ``/proc``; else None,
-    and the launcher then reads a process that has not reported as idle)."""
+    """User plus system CPU time of the process's main thread, in clock ticks (Linux's ``/proc``;
+    else None, and the launcher then reads a process that has not reported as idle). The main
+    thread's alone: torch's background threads (the store's, the process group's) tick now and
+    then in a process whose work is hung, which read as work."""
     if pid is None:
         return None
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+        with open(f"/proc/{pid}/task/{pid}/stat", encoding="ascii", errors="replace") as stat:
             fields = stat.read().rpartition(")")[2].split()
         return int(fields[11]) + int(fields[12])  # utime and stime, fields 14 and 15 of stat(5)
     except (OSError, ValueError, IndexError):
@@ -345,8 +347,8 @@ def run_ranks(
     # The first process to report a failure: every other one is then waiting on a broken job,
     # and each of its waits ends within the group's timeout (a dead or stuck peer makes them all
     # fail, and the executor's outcome agreement tells the rest early). A process that still has
-    # not reported one timeout (and ``grace_s``) later, and has used no CPU time for ``grace_s``,
-    # is stuck itself (waiting on what will not come, hung in a native call); one suspended by
+    # not reported one timeout (and ``grace_s``) later, and has used no CPU time for as long, is
+    # stuck itself (waiting on what will not come, hung in a native call); one suspended by
     # a signal or a debugger is stopped after the grace alone. One still computing (its own local
     # work can outlast the timeout) is left to the deadline. Before, the launcher waited for a
     # stuck one to the whole deadline, twice the timeout plus a minute, though the job's failure
@@ -384,13 +386,18 @@ def run_ranks(
                             f"after process {first_failure[1]} failed", "Stopped")
                     continue
                 suspended.pop(rank, None)
-                if now >= patience and now - busy[rank][1] >= grace_s:
+                # Idle for a whole timeout (and the grace): any wait of its own would have ended by
+                # then, so it is stuck; a shorter idle stretch (a sleep, some I/O) is no proof. A
+                # report already in its pipe is taken below, never thrown away.
+                idle = now - busy[rank][1] >= timeout.total_seconds() + grace_s
+                if now >= patience and idle and not pending[rank][0].poll(0):
                     pending.pop(rank)
                     proc.kill()
                     outcomes[rank] = RankOutcome(
-                        rank, None, f"stopped: no report {timeout.total_seconds() + grace_s:.0f} s after process "
-                        f"{first_failure[1]} failed, and no CPU time used for {grace_s:.0f} s (waiting on what will "
-                        "not come, or hung)", "Stopped")
+                        rank, None, f"stopped: no report {now - first_failure[0]:.0f} s after process "
+                        f"{first_failure[1]} failed, and no CPU time used for "
+                        f"{timeout.total_seconds() + grace_s:.0f} s (waiting on what will not come, or hung)",
+                        "Stopped")
             if not pending:
                 break
         left = stop - time.monotonic()

@@ -9,7 +9,6 @@ Both are answered with box algebra from ``box`` (k-d queries, ``covers``) and ne
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -580,24 +579,44 @@ def _parse(plan: PlanLike) -> _Parsed:
     except MemoryError:
         raise
     except Exception as exc:
-        if _raised_by_refplan(exc):  # a bug of ours stays a crash, never an "invalid" for the plan
+        if _plain_input(plan):  # no code of the caller's ran: a bug of ours stays a crash, never "invalid"
             raise
         said = describe_exception(exc).splitlines()[0][:200]
         return InvalidMapError(f"plan: cannot be read: reading it raised {said}")
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PLAIN = frozenset({int, str, float, bool, type(None)})
 
 
-def _raised_by_refplan(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised in refplan's own code (the innermost frame of its traceback),
-    not in an object of the caller's that the reading called into."""
-    tb = exc.__traceback__
-    if tb is None:
+def _plain_input(plan: object) -> bool:
+    """Whether ``plan`` is made of exact built-in values and exact plan objects only, so that
+    reading it can run none of the caller's code. An exception raised while reading such a plan
+    is refplan's own bug; with anything else in it (a subclass, a user object, a numpy value) it
+    may be the caller's. Decided by the input, not by where the traceback ends: a method written
+    in C (a dict subclass's lookup) has no frame of its own, and a caller's method may call back
+    into refplan, so the innermost frame named the wrong culprit (a second review). Walked only
+    after an exception, never on the way to a verdict."""
+    stack: list[object] = [plan]
+    try:
+        while stack:
+            value = stack.pop()
+            kind = type(value)
+            if kind in _PLAIN:
+                continue
+            if kind is dict:
+                stack.extend(value.keys())  # type: ignore[attr-defined]
+                stack.extend(value.values())  # type: ignore[attr-defined]
+            elif kind is list or kind is tuple:
+                stack.extend(value)  # type: ignore[arg-type]
+            elif kind is TransferPlan:
+                stack.extend((value.segments, value.logical_shape))  # type: ignore[attr-defined]
+            elif kind is TransferSegment:
+                stack.extend(FIELDS(value))
+            else:
+                return False
+    except Exception:
         return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
+    return True
 
 
 _UNREADABLE = "a map cannot be read, so the plan was not judged"

@@ -192,13 +192,14 @@ class MegatronAdapter(PeerAdapter):
                 f"{sorted(world)}): megatron-core 0.16.1 "
                 "refits inside one world where every rank holds both models (planner.py:219-220, 296), so "
                 "destination ranks apart from the trainer's cannot be built")
-        # Inputs no Megatron front door builds are still planned and judged for correctness, but
-        # their loads are no finding (a maintainer-style review, 2026-12-06): each was published as
-        # one. (1) 0.16.1 builds the destination model on every rank of its one world
-        # (build_centralized_reshard_plan takes a dst_module with a pg_collection on each rank,
-        # planner.py:223-226), so a refit's targets cover every rank. (2) Each rank of a Megatron
-        # model (no pipeline stages here) holds every dense parameter, TP-split or replicated over
-        # DP, never an empty shard.
+        # Inputs no Megatron front door builds (a maintainer-style review, 2026-12-06: each was
+        # published as a finding). (1) 0.16.1 builds the destination model on every rank of its one
+        # world (build_centralized_reshard_plan takes a dst_module with a pg_collection on each
+        # rank, planner.py:223-230), so a refit's targets cover every rank: a property of the whole
+        # engine, so the case is planned and judged for correctness, its loads a contract. (2) Each
+        # rank of a Megatron model (no pipeline stages here) holds every dense parameter, TP-split
+        # or replicated over DP, never an empty shard: a property of one parameter, so the case is
+        # unsupported (a contract on the case's loads would excuse another parameter's finding).
         contract: list[tuple[str, ...]] = []
         idle = sorted(world - set(rank_of["target"].values()))
         if idle and self.one_world:
@@ -212,15 +213,16 @@ class MegatronAdapter(PeerAdapter):
                     continue  # experts live on their EP ranks only
                 holding = {rank_of[side_name][loc] for loc, shape in maps[name][which].shard_shapes.items()
                            if volume(tuple(shape))}  # an empty shard holds nothing: no Megatron rank has one
-                if holding != spans and not any(c[0] == "quality" for c in contract):
+                if holding != spans:
+                    # The whole case, not a contract on its loads: one would excuse a real finding
+                    # of another parameter of the same case (a second review).
                     where = ("resharding/utils.py:229, each rank's module.named_parameters" if self._worker is not None
                              else "planner.py:229-230, each rank's module.named_parameters")
-                    contract.append(("quality", f"{self.name}: {side_name} parameter {name!r} is on ranks "
-                                                f"{sorted(holding)} of a model on ranks {sorted(spans)}, but every "
-                                                "rank of a Megatron model holds each dense parameter, and the "
-                                                f"planner reads the metadata each rank's model reports ({where}): "
-                                                "no model's metadata describes this input, so its loads here are "
-                                                "no finding"))
+                    raise Inexpressible(
+                        f"{side_name} parameter {name!r} is on ranks {sorted(holding)} of a model on ranks "
+                        f"{sorted(spans)}, but every rank of a Megatron model holds each dense parameter (no empty "
+                        f"shard), and the planner reads the metadata each rank's model reports ({where}): no "
+                        "model's metadata describes this input")
         utils, torch = self._utils, self._torch
         meta: dict[str, dict[str, dict[int, Any]]] = {"source": {}, "target": {}}
         loc_of: dict[str, dict[str, dict[int, int]]] = {"source": {}, "target": {}}
