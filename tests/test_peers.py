@@ -128,7 +128,9 @@ RESULTS = [
     ("megatron-0.16", "batches/local-first", "contract", "hold no target shard"),
     ("megatron", "peers/finding-dcp-dedup-dtensor-hsdp", "unsupported", "of a model on ranks [0, 1, 2, 3]"),
     ("megatron", "peers/finding-megatron-pure-dp-reads-one-rank", "quality", "moves 512 > 128"),
-    ("megatron", "peers/finding-megatron-tp2dp2-uses-one-replica", "quality", "utils.py:514-516 and 521-529"),
+    ("megatron", "peers/finding-megatron-tp2dp2-uses-one-replica", "quality", "utils.py:521-529"),
+    ("megatron", "peers/finding-megatron-tp2dp2-uses-one-replica", "quality", "by design: an enhancement"),
+    ("megatron", "peers/finding-megatron-pure-dp-reads-one-rank", "quality", "utils.py:514-516"),
     ("megatron", "batches/local-first", "pass", ""),  # 0.19.2 reads local copies first
     ("awex", "peers/finding-awex-one-inference-replica", "quality", "transfer_plan.py:320-323"),
     # what the peer's own contract allows

@@ -15,9 +15,12 @@ in rank order).
 
 Case 1: a TP2xDP2 trainer on ranks 0-3 (TP groups [0, 1] and [2, 3]) -> a TP2 engine on ranks 4-5,
 four (32, 16) weights: `_round_robin_dp` (utils.py:498-529) keys its choice by the destination rank
-only, so every parameter comes from replica 0 (ranks 0-1). Case 2: TP1xDP4 on ranks 0-3 -> TP4 on
-ranks 4-7: one DP group, the fast path (utils.py:514-516) returns rank 0 for everything.
-Prints expected beside actual.
+only, so every parameter comes from replica 0 (ranks 0-1): its design, which balances destination
+ranks and not parameters (an enhancement to ask for, not a defect). Case 2: TP1xDP4 on ranks 0-3 ->
+TP4 on ranks 4-7: one DP group, the fast path (utils.py:514-516) returns rank 0 for everything,
+against the docstring's cycle within the group (utils.py:505-507): a defect by its own contract.
+Prints, for case 1, what a per-parameter rotation would give, and for case 2, what the docstring
+promises, beside what Megatron does.
 """
 
 import logging
@@ -75,8 +78,8 @@ def senders(trainer: tuple, engine: tuple, names: list) -> dict:
 
 
 print("case 1: TP2xDP2 (ranks 0-3) -> TP2 (ranks 4-5), four parameters")
-print("  expected: two parameters from replica 0 (ranks [0, 1]) and two from replica 1 (ranks [2, 3])")
+print("  rotated per parameter (an enhancement): two from replica 0 (ranks [0, 1]), two from replica 1 ([2, 3])")
 print(f"  actual source ranks per parameter: {senders((2, 2), (2, 1), ['a', 'b', 'c', 'd'])}")
 print("case 2: TP1xDP4 (ranks 0-3) -> TP4 (ranks 4-7)")
-print("  expected: each of ranks 0-3 sends one quarter")
+print("  expected by the docstring's cycle (utils.py:505-507): each of ranks 0-3 sends one quarter")
 print(f"  actual source ranks: {senders((1, 4), (4, 1), ['w'])}")

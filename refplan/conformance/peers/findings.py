@@ -73,34 +73,45 @@ FINDINGS: tuple[Finding, ...] = (
     ),
     Finding(
         peer="megatron-core 0.19", verdict="quality",
-        title="Megatron-Core 0.19.2 reads a pure-DP parameter from one replica against its round robin's "
-              "docstring, and picks the replica by destination rank alone",
+        title="Megatron-Core 0.19.2's one-DP-group fast path reads a pure-DP parameter from one replica, "
+              "against its round robin's docstring",
         version="megatron-core 0.19.2",
-        cause="megatron/core/resharding/utils.py:514-516 and 521-529: `_round_robin_dp` returns the first entry "
-              "when all sources share one DP group (pure DP), and otherwise picks the DP group by `dst_rank % "
-              "groups` and the entry by `(dst_rank // groups) % entries`: from the destination rank alone, the same "
-              "for every parameter; the DP buckets are per TP position, so the replica index advances only once "
-              "every source-TP destination ranks, and an engine with fewer ranks than the trainer (TP x DP) leaves "
-              "the other replicas idle",
+        cause="megatron/core/resharding/utils.py:514-516: `_round_robin_dp` returns the first entry when all "
+              "sources share one DP group ('no balancing necessary'), although its docstring (utils.py:505-507) "
+              "says it cycles within the chosen DP group by destination rank",
         configuration="an RL refit with the engine on ranks apart from the trainer's (build_plan_from_rosters, "
-                      "planner.py:403), e.g. a TP2xDP2 trainer -> a TP2 engine on ranks 4-5 (every parameter from "
-                      "replica 0) or TP1xDP4 -> TP4 (everything from rank 0)",
-        why="Two results of different standing. Pure DP (TP1xDP4 -> TP4): `_round_robin_dp`'s docstring "
-            "(utils.py:505-507) says it cycles within the chosen DP group, but its fast path at 514-516 (one DP "
-            "group: 'no balancing necessary') returns the first entry, so one rank sends everything: a defect by "
-            "its own docstring. TP x DP (TP2xDP2 -> TP2 on ranks 4-5): the round robin is keyed by the destination "
-            "rank only, as designed, and balances across destination ranks as its docstring promises (an engine "
-            "on ranks 6-7 would read replica 1), but never by the parameter, so one destination rank reads all its "
-            "parameters from one replica: an enhancement to ask for, not a defect. Load only: the copies are "
-            "exact.",
+                      "planner.py:403) from a pure data-parallel trainer, e.g. TP1xDP4 -> TP4 (everything from "
+                      "rank 0)",
+        why="With one DP group the fast path skips the cycle its docstring promises, so four destination ranks "
+            "that could each read from another replica all read from the first: one rank sends everything. A "
+            "defect by its own docstring. Load only: the copies are exact.",
+        witnesses=("peers/finding-megatron-pure-dp-reads-one-rank",),
+        script="megatron_0_19_replica_zero.py",
+    ),
+    Finding(
+        peer="megatron-core 0.19", verdict="quality",
+        title="Megatron-Core 0.19.2 picks the source replica by destination rank alone, the same for every "
+              "parameter (by design: an enhancement, not a defect)",
+        version="megatron-core 0.19.2",
+        cause="megatron/core/resharding/utils.py:521-529: `_round_robin_dp` picks the DP group by `dst_rank % "
+              "groups` and the entry by `(dst_rank // groups) % entries`: from the destination rank alone, the "
+              "same for every parameter, as its docstring describes (balance across destination ranks)",
+        configuration="an RL refit with the engine on ranks apart from the trainer's (build_plan_from_rosters, "
+                      "planner.py:403) with fewer engine ranks than trainer replicas, e.g. a TP2xDP2 trainer -> a "
+                      "TP2 engine on ranks 4-5 (every parameter from replica 0), or one engine rank fed by two "
+                      "replicas",
+        why="The round robin balances destination ranks, as designed (an engine on ranks 6-7 would read replica "
+            "1), but never parameters, so one destination rank reads all its parameters from one replica and the "
+            "other replicas stay idle where a per-parameter rotation (refplan's batch policy) would spread them: "
+            "an enhancement to ask for, not a defect. The cases with one destination rank are here too: even the "
+            "cycle the docstring promises, keyed by that one rank, would pick one replica. Load only: the copies "
+            "are exact.",
         # ``peers/finding-dcp-dedup-counts-items`` was listed until 2026-12-06: its one receiver reads
         # a whole replicated parameter, which no per-(rank, parameter) choice spreads (a contract now).
+        # peers/finding-dcp-dedup-dtensor-hsdp until 2026-12-06: a parameter on some ranks of its
+        # model only, which no Megatron model's metadata describes (unsupported now).
         witnesses=("batches/balance-spans-two-parameters", "batches/balance-three-parameters",
-                   "batches/balance-by-bytes",
-                   # peers/finding-dcp-dedup-dtensor-hsdp until 2026-12-06: a parameter on some ranks of
-                   # its model only, which no Megatron model's metadata describes (unsupported now).
-                   "peers/finding-megatron-pure-dp-reads-one-rank",
-                   "peers/finding-megatron-tp2dp2-uses-one-replica",
+                   "batches/balance-by-bytes", "peers/finding-megatron-tp2dp2-uses-one-replica",
                    "peers/finding-awex-one-inference-replica"),
         script="megatron_0_19_replica_zero.py",
     ),
