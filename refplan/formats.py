@@ -58,6 +58,7 @@ __all__ = [
     "parse_plans",
     "path_key",
     "read_maps",
+    "terminal_text",
     "xml_text",
 ]
 
@@ -883,6 +884,20 @@ class PlansStream:
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+_NOT_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return ascii(match.group())[1:-1]
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with control characters as their Python escapes, as ``xml_text`` writes what XML
+    cannot hold: a planner's message reaches the terminal, and an ANSI sequence in it (a
+    clear-screen, a colour) acted on the terminal (an outside probe). Tabs and newlines stay."""
+    return _NOT_TERMINAL.sub(_escaped, text)
+
+
 def xml_text(text: str) -> str:
     """``text`` with every character XML 1.0 cannot hold written as its Python escape (``\\x01``,
     ``\\ud800``), for reports written as XML (``refplan verify --junit``, ``refplan show --svg``).
@@ -892,7 +907,7 @@ def xml_text(text: str) -> str:
     UTF-8 writer refuses the latter (a traceback after the verdict was reached). The escape is
     Python's own ``ascii`` form, so the name reads as the JSON file's reader would print it.
     """
-    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+    return _NOT_XML.sub(_escaped, text)
 
 
 def output_file_name(text: str) -> str:
@@ -913,18 +928,26 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
     looks writable; asked before a long run, so that a result is not computed and then thrown
     away for a typo in an output path (an outside probe: ``verify --junit /nonexistent/x.xml``
     printed only the write error and turned exit 1 into 2). ``-`` is always writable. A check,
-    not a promise: the write itself still reports what it meets."""
+    not a promise: the write itself still reports what it meets. It asks what ``write_file`` will
+    need: a file that is not a regular one (``/dev/stdout``, a pipe) written in place, else a
+    temporary file in the target's folder (a link's target's), renamed over it."""
     name = os.fspath(path)
     if name == STDIN:
         return None
-    if os.path.isdir(name):
+    try:
+        kind = os.stat(name).st_mode
+        special = not stat.S_ISREG(kind) and not stat.S_ISDIR(kind)
+    except OSError:
+        special = False
+    if special:
+        return None if os.access(name, os.W_OK) else f"cannot write {name}: Permission denied"
+    target = os.path.realpath(name) if os.path.islink(name) else name
+    if os.path.isdir(target):
         return f"cannot write {name}: Is a directory"
-    folder = os.path.dirname(os.path.abspath(name))
+    folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         return f"cannot write {name}: No such file or directory"
-    if os.path.exists(name) and not os.access(name, os.W_OK) and not os.access(folder, os.W_OK):
-        return f"cannot write {name}: Permission denied"
-    if not os.path.exists(name) and not os.access(folder, os.W_OK):
+    if not os.access(folder, os.W_OK):
         return f"cannot write {name}: Permission denied"
     return None
 

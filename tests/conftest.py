@@ -395,3 +395,22 @@ def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     monkeypatch.setattr(judge, "_judge_rows", counted(judge._judge_rows, "check_plan"))
     return calls
 
+
+
+def megatron_meta(**fields: Any) -> Any:
+    """A Megatron-Core ``ParameterMetadata`` (its own class) of a (4, 2) float32 weight ``w``,
+    ``fields`` replacing any of it (the interop tests' way to hand-build a rank's metadata);
+    skips the test when megatron-core is not installed."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pytest.importorskip("megatron.core.resharding", reason="megatron-core is not installed")
+    base: dict[str, Any] = dict(name="w", shape=(4, 2), dtype=torch.float32, element_size=4, owner_rank=-1)
+    base.update(fields)
+    meta = res.ParameterMetadata(**base)
+    if meta.resolved_name is None:
+        meta.resolved_name = meta.name
+    return meta

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import markers
+from conftest import markers, megatron_meta
 
 from refplan.errors import AffineTransferError, InvalidMapError, UnsupportedLayoutError
 from refplan.interop import (
@@ -310,16 +310,7 @@ def test_state_dict_plain_location_zero_d_array() -> None:
 # Megatron helpers and defects 2 and 8.
 
 
-def _meta(**fields: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = pytest.importorskip("megatron.core.resharding", reason="megatron-core is not installed")
-    base: dict[str, Any] = dict(name="w", shape=(4, 2), dtype=torch.float32, element_size=4, owner_rank=-1)
-    base.update(fields)
-    meta = res.ParameterMetadata(**base)
-    if meta.resolved_name is None:
-        meta.resolved_name = meta.name
-    return meta
+_meta = megatron_meta
 
 
 def _tp(group: Any, **fields: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import fill_shards, markers
+from conftest import fill_shards, markers, megatron_meta
 
 from refplan.errors import InputFileError, InvalidMapError, UnsupportedLayoutError
 from refplan.interop import (
@@ -55,17 +55,7 @@ def fake_rank(rank: int, world: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def _meta(**fields: Any) -> Any:
-    """A Megatron-Core ``ParameterMetadata`` (its own class), as tests/test_interop_hostile.py builds it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = pytest.importorskip("megatron.core.resharding", reason="megatron-core is not installed")
-    base: dict[str, Any] = dict(name="w", shape=(4, 2), dtype=torch.float32, element_size=4, owner_rank=-1)
-    base.update(fields)
-    meta = res.ParameterMetadata(**base)
-    if meta.resolved_name is None:
-        meta.resolved_name = meta.name
-    return meta
+_meta = megatron_meta
 
 
 # ---------------------------------------------------------------------------------------------

@@ -255,31 +255,25 @@ def _rank_main(
         os._exit(0)
 
 
-def _cpu_ticks(pid: int | None) -> int | None:
-    """User plus system CPU time of the process's main thread, in clock ticks (Linux's ``/proc``;
-    else None, and the launcher then reads a process that has not reported as idle). The main
-    thread's alone: torch's background threads (the store's, the process group's) tick now and
-    then in a process whose work is hung, which read as work."""
+def _main_thread(pid: int | None) -> tuple[bool, int | None]:
+    """Whether the process is stopped by a signal or a tracer, and the user plus system CPU time
+    of its main thread in clock ticks, from one read of Linux's ``/proc`` (elsewhere: not
+    stopped, and None, and the launcher then reads a process that has not reported as idle). The
+    main thread's time alone: torch's background threads (the store's, the process group's) tick
+    now and then in a process whose work is hung, which read as work. A signal stops every
+    thread, so the main thread's state is the process's."""
     if pid is None:
-        return None
+        return False, None
     try:
         with open(f"/proc/{pid}/task/{pid}/stat", encoding="ascii", errors="replace") as stat:
             fields = stat.read().rpartition(")")[2].split()
-        return int(fields[11]) + int(fields[12])  # utime and stime, fields 14 and 15 of stat(5)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _suspended(pid: int | None) -> bool:
-    """Whether the process is stopped by a signal or a tracer (Linux's ``/proc``; elsewhere never)."""
-    if pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            state = stat.read().rpartition(")")[2].split()
     except OSError:
-        return False
-    return bool(state) and state[0] in ("T", "t")
+        return False, None
+    stopped = bool(fields) and fields[0] in ("T", "t")
+    try:
+        return stopped, int(fields[11]) + int(fields[12])  # utime and stime, fields 14 and 15 of stat(5)
+    except (ValueError, IndexError):
+        return stopped, None
 
 
 def run_ranks(
@@ -372,11 +366,11 @@ def run_ranks(
             patience = first_failure[0] + timeout.total_seconds() + grace_s
             for rank in sorted(pending):  # a suspended process does no work: it gets the grace only
                 proc = pending[rank][1]
-                ticks = _cpu_ticks(proc.pid)
+                stopped, ticks = _main_thread(proc.pid)
                 seen = busy.get(rank)
                 if seen is None or ticks is None or ticks != seen[0]:
                     busy[rank] = (ticks, now if seen is not None and ticks is not None else first_failure[0])
-                if _suspended(proc.pid):
+                if stopped:
                     since = suspended.setdefault(rank, now)
                     if now - since >= grace_s:
                         pending.pop(rank)

@@ -48,7 +48,7 @@ from typing import Any
 from .._progress import Progress
 from ..box import Box, box_in_shard, decode_row_major, volume
 from ..errors import describe_exception
-from ..formats import output_file_name, write_text_file, xml_text
+from ..formats import output_file_name, terminal_text, write_text_file, xml_text
 from ..verify import verify_plans
 from .adapters import Adapter, FunctionAdapter, Outcome, make_adapter
 from .corpus import ALWAYS_INPUT_KEYS, CASES_DIR, INPUT_KEYS, Case, CaseFormatError, load_cases, select_cases
@@ -179,7 +179,7 @@ class Report:
         rows = [("case", "expected", "got", "verdict", "load/LB", "time")]
         for r in self.results:
             ratio = "" if r.load_ratio is None else f"{r.load_ratio:.2f}x"
-            rows.append((r.case_id, r.expected, _printable(r.got), r.verdict, ratio, f"{r.seconds * 1000:.1f} ms"))
+            rows.append((r.case_id, r.expected, terminal_text(r.got), r.verdict, ratio, f"{r.seconds * 1000:.1f} ms"))
         widths = [min(max(len(row[i]) for row in rows), 60) for i in range(5)]
         lines = []
         for row in rows:
@@ -259,21 +259,11 @@ RULES_DOC = Path(__file__).resolve().parent.parent / "spec" / "validation.md"
 """The validation rules R0-R32 that case ids and tags name, installed with the package."""
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _printable(text: str) -> str:
-    """``text`` with control characters as escapes: a planner's message reaches the terminal, and
-    an ANSI sequence in it (a clear-screen, a colour) acted on the terminal (an outside probe).
-    Tabs and newlines stay, for the wrapping to flatten."""
-    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
-
-
 def _reason_lines(result: CaseResult, width: int) -> list[str]:
     """``VERDICT case: why`` then the reason, indented, wrapped to ``width`` and cut short."""
-    head = textwrap.shorten(f"{result.verdict.upper()} {result.case_id}: {_printable(result.why)}", width,
+    head = textwrap.shorten(f"{result.verdict.upper()} {result.case_id}: {terminal_text(result.why)}", width,
                             placeholder=" …")
-    body = textwrap.wrap(_printable(result.reason), width - 4, break_on_hyphens=False) or [""]
+    body = textwrap.wrap(terminal_text(result.reason), width - 4, break_on_hyphens=False) or [""]
     if len(body) > _REASON_LINES:
         suffix = " … (full text: --json)"
         last = body[_REASON_LINES - 1]
