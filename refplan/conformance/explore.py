@@ -236,7 +236,9 @@ class ExploreReport:
     planner: str
     seed: int
     explored: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: {v: 0 for v in VERDICTS})
+    counts: dict[str, int] = field(default_factory=lambda: {v: 0 for v in VERDICTS if v != "enhancement"})
+    """Per verdict; ``enhancement`` is listed only when a drawn case has it (a peer's findings name
+    corpus cases, so a drawn configuration is never one today)."""
     first: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per kind (``fail``: a fail or adapter error; ``quality``), the first such configuration drawn."""
     shrunk: dict[str, tuple[dict[str, Any], Case, CaseResult]] = field(default_factory=dict)
@@ -307,7 +309,7 @@ def explore(planner: str, adapter: Adapter, examples: int, seed: int = 0, *, shr
     def count(config: dict[str, Any]) -> None:
         _, result = run(config, f"s{seed}-{report.explored}")
         report.explored += 1
-        report.counts[result.verdict] += 1
+        report.counts[result.verdict] = report.counts.get(result.verdict, 0) + 1
         for kind, verdicts in KINDS.items():
             if result.verdict in verdicts and kind not in report.first:
                 report.first[kind] = copy.deepcopy(config)

@@ -65,7 +65,7 @@ __all__ = [
     "write_markdown",
 ]
 
-VERDICTS = ("pass", "fail", "unsupported", "error", "quality", "contract", "unverifiable")
+VERDICTS = ("pass", "fail", "unsupported", "error", "quality", "contract", "unverifiable", "enhancement")
 
 
 @dataclass(frozen=True)
@@ -113,12 +113,13 @@ class Report:
     report form says so, so that a partial run is never read as the whole corpus."""
 
     def counts(self) -> dict[str, int]:
-        """Cases per verdict. ``contract`` (given only by peer adapters) is listed when any case has
-        it, so the counts of every other planner keep their five keys."""
+        """Cases per verdict. ``contract`` and ``enhancement`` (given only by peer adapters) and
+        ``unverifiable`` are listed when any case has them, so the counts of every other planner
+        keep their five keys."""
         out = dict.fromkeys(VERDICTS, 0)
         for r in self.results:
             out[r.verdict] += 1
-        for rare in ("contract", "unverifiable"):
+        for rare in ("contract", "unverifiable", "enhancement"):
             if not out[rare]:
                 del out[rare]
         return out
@@ -130,6 +131,8 @@ class Report:
             line += f", {c['error']} errors"
         if c["quality"]:
             line += f", {c['quality']} quality"
+        if c.get("enhancement"):
+            line += f", {c['enhancement']} enhancement"
         if c.get("contract"):
             line += f", {c['contract']} contract"
         if c.get("unverifiable"):
@@ -143,8 +146,12 @@ class Report:
         if not ratios:
             return "quality: no accepted plan with a loaded sender"
         median = ratios[len(ratios) // 2]
+        c = self.counts()
+        designed = c.get("enhancement", 0)
+        over = f"{c['quality'] + designed} over the case's bound" + (
+            f" ({designed} by the peer's documented design)" if designed else "")
         return (f"quality: busiest sender / lower bound over {len(ratios)} plans: median {median:.2f}x, worst "
-                f"{ratios[-1]:.2f}x; {self.counts()['quality']} over the case's bound")
+                f"{ratios[-1]:.2f}x; {over}")
 
     @property
     def ok(self) -> bool:
@@ -208,8 +215,9 @@ class Report:
 
     def junit_xml(self, *, fail_on_quality: bool = False) -> str:
         """JUnit XML: one testcase per case (classname = family); fail, error, unverifiable (an
-        error: the check could not be made) and unsupported mapped; quality and contract results
-        carry a property, and quality is a failure under ``fail_on_quality``, as in the exit code."""
+        error: the check could not be made) and unsupported mapped; quality, enhancement and contract
+        results carry a property, and quality (never enhancement: the peer's design, not a defect) is
+        a failure under ``fail_on_quality``, as in the exit code."""
         c = self.counts()
         quality_fails = c["quality"] if fail_on_quality else 0
         suite = ET.Element(
@@ -245,9 +253,9 @@ class Report:
                 ET.SubElement(properties, "property", name="quality", value=reason[:500])
             elif r.verdict == "unsupported":
                 ET.SubElement(case, "skipped", message=reason[:500])
-            elif r.verdict == "contract":  # a pass for CI, marked so that it is never read as conformance
-                properties = ET.SubElement(case, "properties")
-                ET.SubElement(properties, "property", name="contract", value=reason[:500])
+            elif r.verdict in ("contract", "enhancement"):  # a pass for CI, marked so that it is never
+                properties = ET.SubElement(case, "properties")  # read as conformance
+                ET.SubElement(properties, "property", name=r.verdict, value=reason[:500])
         suites = ET.Element("testsuites")
         suites.append(suite)
         return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
@@ -655,11 +663,17 @@ class Interrupted(KeyboardInterrupt):
 def _run_case(case: Case, adapter: Adapter) -> CaseResult:
     outcome, malformed = read_plans(adapter.run(case))  # once: the judge and the loads read these plans
     verdict, reason, notes = _judge_read(case, outcome, malformed, adapter)
+    by_design = getattr(adapter, "by_design", None)
+    if verdict == "quality" and callable(by_design) and by_design(case.id):
+        # The peer's documented design makes this load (findings.py names where it says so): an
+        # enhancement to ask for, counted apart from the defects a maintainer would take as bugs.
+        verdict = "enhancement"
     cause = getattr(adapter, "cause", None)
-    if verdict in ("fail", "quality") and callable(cause):  # a peer names the root cause
+    if verdict in ("fail", "quality", "enhancement") and callable(cause):  # a peer names the root cause
         reason = f"{reason} — {cause(case.id, verdict)}"
     ratio = None
-    if verdict in ("pass", "quality", "contract") and outcome.kind == "accept" and case.expect.outcome == "accept":
+    if (verdict in ("pass", "quality", "enhancement", "contract") and outcome.kind == "accept"
+            and case.expect.outcome == "accept"):
         ratio = load_ratio(case, outcome.plans or {}, outcome.placement)
     return CaseResult(
         case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
@@ -722,12 +736,12 @@ def _quality_lines(report: Report) -> list[str]:
 
 
 def _finding_lines(report: Report) -> list[str]:
-    """A peer's ``fail`` and ``quality`` results grouped by root cause (``peers.findings``): one
+    """A peer's ``fail``, ``quality`` and ``enhancement`` results grouped by root cause (``peers.findings``): one
     entry per cause with its peer file:line, the configuration that reaches it, its witnesses and
     its script; then any result no entry explains, case by case."""
     from .peers.findings import cause_of
 
-    found = [r for r in report.results if r.verdict in ("fail", "quality", "error")]
+    found = [r for r in report.results if r.verdict in ("fail", "quality", "enhancement", "error")]
     if not found:
         return []
     lines = ["### Findings, by root cause", ""]
@@ -794,7 +808,8 @@ def _peer_section(report: Report) -> list[str]:
         "",
         *([note, ""] if note else []),
         f"Expresses {expressible} of the {len(report.results)} cases: {c['pass']} pass, "
-        f"{c.get('contract', 0)} contract, {c['fail']} fail, {c['quality']} quality, {c['error']} errors. "
+        f"{c.get('contract', 0)} contract, {c['fail']} fail, {c['quality']} quality, "
+        f"{c.get('enhancement', 0)} enhancement, {c['error']} errors. "
         f"{report.quality_line()[0].upper()}{report.quality_line()[1:]}.",
         "",
     ]
@@ -885,14 +900,16 @@ def write_markdown(
         "",
         "Verdicts: `pass`; `fail` (a wrong plan, a crash, a refusal of a valid case, or an accepted invalid",
         "one); `quality` (a correct plan whose busiest sender exceeds what the case allows: the batch policy's",
-        "promise, reported apart from correctness); `contract` (a peer did what its own documented contract",
+        "promise, reported apart from correctness); `enhancement` (such a plan where the peer's documented",
+        "design makes that choice: a request for an enhancement, not a defect; counted apart from `quality`);",
+        "`contract` (a peer did what its own documented contract",
         "allows and only refplan's rules forbid: the reason names the peer's file:line); `unsupported` (the",
         "planner cannot express the case, or the peer's front door cannot produce it; never a pass); `error`",
         "(the adapter broke); `unverifiable` (the oracle cannot check the plan: never a pass, never a fail).",
-        "Every peer `fail` and `quality` names its root cause (peer version, file:line, a configuration that",
-        "reaches it). `refplan conformance` exits 0 when nothing failed, errored or was unverifiable, 1",
-        "otherwise (quality and contract results exit 0; quality exits 1 with `--fail-on-quality`), 2 for bad",
-        "input.",
+        "Every peer `fail`, `quality` and `enhancement` names its root cause (peer version, file:line, a",
+        "configuration that reaches it). `refplan conformance` exits 0 when nothing failed, errored or was",
+        "unverifiable, 1 otherwise (quality, enhancement and contract results exit 0; quality exits 1 with",
+        "`--fail-on-quality`), 2 for bad input.",
         "",
     ]
     own = [r for r in reference.results if r.verdict != "pass"]
@@ -1003,7 +1020,8 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the conformance document of refplan and every installed peer "
                              "(docs/conformance.md); ignores --planner")
     parser.add_argument("--fail-on-quality", action="store_true",
-                        help="exit 1 also when a correct plan loads its busiest sender above the case's bound")
+                        help="exit 1 also when a correct plan loads its busiest sender above the case's bound "
+                             "(not for an enhancement result: a choice the peer's documented design makes)")
     parser.add_argument("--min-supported", type=int, default=1, metavar="N",
                         help="exit 1 unless at least N cases ran (were not unsupported); default 1, so a run "
                              "that checked nothing fails")

@@ -496,8 +496,17 @@ class PeerAdapter(Adapter):
         names none and the peer needs them placed; ``None`` (each location its own process) by default."""
         return None
 
+    def by_design(self, case_id: str) -> bool:
+        """Whether a ``quality`` result on ``case_id`` is the peer's documented design (a finding
+        whose verdict is ``enhancement``): the runner then reports it as ``enhancement``, apart
+        from the defects."""
+        from .findings import cause_of
+
+        return cause_of(self.name, case_id, "enhancement") is not None
+
     def cause(self, case_id: str, verdict: str) -> str:
-        """The root cause of a ``fail`` or ``quality`` result (``findings.FINDINGS``), in words."""
+        """The root cause of a ``fail``, ``quality`` or ``enhancement`` result
+        (``findings.FINDINGS``), in words."""
         from .findings import cause_of
 
         finding = cause_of(self.name, case_id, verdict)

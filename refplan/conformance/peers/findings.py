@@ -1,10 +1,15 @@
-"""Why a peer's plan is a ``fail`` or ``quality`` result: one entry per root cause.
+"""Why a peer's plan is a ``fail``, ``quality`` or ``enhancement`` result: one entry per root cause.
 
 Each ``Finding`` names the peer version, the file:line of the cause in the peer's installed
 package, the user configuration that reaches it, the corpus cases that witness it, and the
 standalone script under ``docs/peers/`` that shows it with the peer alone (expected beside
 actual). ``cause_of`` finds the entry for a result; a ``fail`` or ``quality`` result that no entry
 explains is reported as unexplained (and ``tests/test_peers.py`` refuses that).
+
+An entry whose ``verdict`` is ``enhancement`` is a load result the peer's own documented design
+makes (its docstring or comments say it chooses so): a maintainer would take it as a request for
+an enhancement, not as a defect report. The runner turns the ``quality`` results it witnesses into
+``enhancement``, counted apart, so that the counts of a peer's findings are its defects alone.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ class Finding:
     """A prefix of the planner names it belongs to: ``dcp`` (also ``dcp-lowest``), ``megatron-core 0.16``,
     ``megatron-core 0.19`` or ``awex``."""
     verdict: str
+    """``fail`` or ``quality`` (a defect by the peer's own contract), or ``enhancement`` (a load
+    result of the peer's documented design: only a ``quality`` result can be one)."""
     title: str
     version: str
     cause: str
@@ -89,7 +96,7 @@ FINDINGS: tuple[Finding, ...] = (
         script="megatron_0_19_replica_zero.py",
     ),
     Finding(
-        peer="megatron-core 0.19", verdict="quality",
+        peer="megatron-core 0.19", verdict="enhancement",
         title="Megatron-Core 0.19.2 picks the source replica by destination rank alone, the same for every "
               "parameter (by design: an enhancement, not a defect)",
         version="megatron-core 0.19.2",
@@ -116,7 +123,7 @@ FINDINGS: tuple[Finding, ...] = (
         script="megatron_0_19_replica_zero.py",
     ),
     Finding(
-        peer="awex", verdict="quality",
+        peer="awex", verdict="enhancement",
         title="Awex maps inference replica i to training replica i mod T for every parameter (by design: an "
               "enhancement, not a defect)",
         version="awex 0.9.0",
@@ -140,7 +147,10 @@ FINDINGS: tuple[Finding, ...] = (
 
 
 def cause_of(planner: str, case_id: str, verdict: str) -> Finding | None:
-    """The finding that explains ``planner``'s ``verdict`` on ``case_id``, or ``None``."""
+    """The finding that explains ``planner``'s ``verdict`` on ``case_id``, or ``None``.
+
+    ``enhancement`` is asked for by the verdict it becomes: the runner asks whether a ``quality``
+    result is one with ``cause_of(planner, case_id, "enhancement")``."""
     for finding in FINDINGS:
         if planner.startswith(finding.peer) and finding.verdict == verdict and case_id in finding.witnesses:
             return finding
