@@ -1056,6 +1056,14 @@ def peers() -> Family:
           "be read from each replica, so no sender moves more than half a parameter (Megatron reads both from "
           "one replica per destination rank)", ["peers", "finding", "megatron", "balance"],
           {"a": (tp2, replicate(tp2, 2)), "b": (tp2, replicate(tp2, 2))}, accept(max_sender_load=16 * h))
+    ranks = {r: r for r in range(4)}
+    f.add("finding-megatron016-collocated-reads-replica-0", "Collocated refit on four processes, TP=2 x DP=2 -> "
+          "TP=2 x DP=2 (each engine shard on the process of the trainer shard it equals, as a refit inside one world "
+          "places them): every target has a local holder, so nothing need leave its process (Megatron-Core 0.16.1 "
+          "reads every shard from the first replica: processes 0-1 send to 2-3)",
+          ["peers", "finding", "megatron", "local-first", "endpoints"],
+          {"a": (replicate(tp2, 2), replicate(tp2, 2)), "b": (replicate(tp2, 2), replicate(tp2, 2))},
+          accept(max_sender_load=0), endpoints={"source": ranks, "target": ranks})
     f.add("finding-awex-one-inference-replica", "Two parameters, two training replicas, one inference replica: "
           "each training replica can send one parameter (Awex, by design, pairs inference replica i with training "
           "replica i mod T, so replica 0 sends both: an enhancement for Awex, not a defect)",

@@ -49,6 +49,11 @@ class Domain:
     """Whether to draw EP expert parameters (four experts over EP ranks of the world)."""
     element_sizes: tuple[int, ...] = (2, 4, 8)
     """Element sizes (dtypes) to draw; empty: the peer plans in elements (no ``element_size``)."""
+    one_world: bool = False
+    """Both models on one world of ranks, each spanning all of it: the target's TP x DP is drawn to
+    the source's world size, collocated (Megatron-Core 0.16.1's refit, ``build_centralized_reshard_plan``
+    over the ranks of its one world: an engine on some ranks of it, or on others, is no input its
+    front door builds, and drawing one would only count ``contract`` and ``unsupported`` results)."""
 
 
 _DCP = Domain(tp=(1, 2, 3, 4), dp=(1, 2, 3), uneven=True, dtensor=True)
@@ -57,7 +62,7 @@ DOMAINS: dict[str, Domain] = {
     "dcp": _DCP,
     "dcp-lowest": _DCP,
     "megatron": _MEGATRON,
-    "megatron-0.16": _MEGATRON,
+    "megatron-0.16": Domain(tp=(1, 2, 4), dp=(1, 2, 4), uneven=False, endpoints=True, experts=True, one_world=True),
     "awex": Domain(tp=(1, 2, 3, 4), dp=(1, 2, 3), uneven=True),
     "deepspeed": Domain(tp=(1, 2, 3, 4), dp=(1, 2), uneven=True, element_sizes=()),
 }
@@ -191,7 +196,13 @@ def strategy(planner: str) -> Any:
                 d["fsdp"] = draw(st.booleans()) if d["dp"] > 1 else False
             return d
 
-        s, t = side(), side()
+        s = side()
+        if domain.one_world:
+            world = s["tp"] * s["dp"]
+            tp = draw(st.sampled_from([n for n in domain.tp if world % n == 0 and world // n in domain.dp]))
+            t = {"tp": tp, "dp": world // tp}
+        else:
+            t = side()
         lcm = 1
         for n in (s["tp"], t["tp"]):
             lcm = lcm * n // _gcd(lcm, n)
@@ -217,7 +228,7 @@ def strategy(planner: str) -> Any:
             config["experts"] = experts
             config["expert_shape"] = [draw(st.integers(1, 8)), draw(st.integers(1, 8))]
         if domain.endpoints:
-            config["collocated"] = draw(st.sampled_from((None, True, False)))
+            config["collocated"] = draw(st.sampled_from((None, True) if domain.one_world else (None, True, False)))
         return config
 
     return configs()

@@ -133,21 +133,6 @@ PEER_NOTES = {
 PEER_FINDINGS_OUTSIDE_CORPUS = {
     "megatron-core 0.16": [
         (
-            "Reads every parameter from the first source replica, with TP x DP (0.16.1; 0.19.2 reads local copies "
-            "first). In a collocated refit from a trainer with DP > 1, TP2xDP2 -> TP2xDP2 on 4 ranks through "
-            "`build_centralized_reshard_plan`, `select_src_metadata_balanced` (resharding/utils.py:346-347, "
-            "357-358) round-robins the DP buckets, as its docstring says (utils.py:330), but every bucket's first "
-            "entry is replica 0's, and `_determine_source_ranks_for_dst_param` reads every slice from that TP "
-            "group: ranks 2-3 read their shards from ranks 0-1 although they hold them locally, against the "
-            "docstring's aim of not always reading from the same group. Load only: the copies are exact. With "
-            "pure DP (one bucket) the docstring documents returning the first entry: the corpus's pure-DP case "
-            "is a `contract`. 0.19.2 reads local copies first and rewrote the choice, so a maintainer would call "
-            "this fixed there rather than backport. No corpus case witnesses it: in the corpus's TP x DP cases "
-            "the engine has fewer ranks than the trainer, an input 0.16.1's front door never builds (its engine "
-            "is on every rank).",
-            "megatron_tp2dp2_uses_one_replica.py",
-        ),
-        (
             "Weights lose their TP marking when the model is built without initialization (0.16.1; fixed in "
             "0.19.2). A model about to load its weights (a checkpoint, or a refit's engine) may be built with "
             "`perform_initialization=False`, an opt-in that skips the random init it would overwrite; "

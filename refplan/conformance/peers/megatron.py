@@ -349,12 +349,19 @@ class MegatronAdapter(PeerAdapter):
         for name in names:
             for r, m in meta["target"][name].items():
                 dst_by_rank.setdefault(r, []).append((name, m))
-        if self._worker is None and all(len(g) == 1 for n in names for g in sides_of[n]["source"].tp_groups) and \
-                any(len(sides_of[n]["source"].tp_groups) > 1 for n in names):
-            # Pure DP (source TP 1, replicas > 1): one DP group, so 0.16.1's
-            # select_src_metadata_balanced has one bucket, and its docstring says it then returns the
-            # first entry (resharding/utils.py:330): documented behaviour, no finding.
-            contract.append(("quality", f"{self.name}: every source parameter is replicated over one DP group, "
+        # The parameters with a choice of source: some region of the source held more than once.
+        chosen = [n for n in names if any(len(p.locations) > 1 for ps in maps[n][1].pieces_by_rank.values()
+                                          for p in ps)]
+        buckets = {n: {tuple(m.data_parallel_group_ranks or []) for m in meta["source"][n].values()} for n in chosen}
+        if self._worker is None and chosen and all(len(b) == 1 for b in buckets.values()):
+            # One DP group for every parameter with a choice (pure DP; experts whose expert-DP
+            # group holds each of them whole): 0.16.1's select_src_metadata_balanced buckets the
+            # source metadata by DP group, finds one, and its docstring says it then returns the
+            # first entry (resharding/utils.py:330, 345-347): documented behaviour for every choice
+            # in the case, no finding (a parameter with one holder per region has no choice to
+            # make). Read from the metadata as the peer buckets it, not from the layout, so that
+            # experts (a TP group of one, a DP group of their holders) are judged as the peer sees them.
+            contract.append(("quality", f"{self.name}: every source parameter with replicas is held by one DP group, "
                                         "and select_src_metadata_balanced's docstring documents its one-bucket "
                                         "fast path, returning the first entry (resharding/utils.py:330)"))
         first: dict[str, tuple[str, ...]] = {}
