@@ -224,7 +224,7 @@ def test_the_comparison_can_fail(extractors: Any) -> None:
 def test_tp_marking_without_initialization(extractors: Any) -> None:
     """``perform_initialization=False`` (a model built to load a checkpoint into): megatron-core 0.16.1's
     ColumnParallelLinear/RowParallelLinear never set the tensor-parallel attributes (they are set only
-    inside ``_initialize_affine_weight_*``, which tensor_parallel/layers.py:855/878 and 1178/1201 skip),
+    inside ``_initialize_affine_weight_*``, which tensor_parallel/layers.py:855/877 and 1178/1201 skip),
     so ``extract_param_metadata`` reports a TP-split weight as replicated; 0.19.2 sets them either way
     (layers.py:991-994, 1012-1015). What ``docs/peers/megatron_tp_marking_without_init.py`` shows."""
     models = _models(CONFIGS["tp2dp2-to-tp2dp2"])

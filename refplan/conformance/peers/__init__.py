@@ -140,17 +140,22 @@ PEER_FINDINGS_OUTSIDE_CORPUS = {
             "`partition_dim` and `partition_stride` only inside `_initialize_affine_weight_*`, which they then skip "
             "(megatron/core/tensor_parallel/layers.py:855, 877, 1178, 1201: `if config.perform_initialization:` with "
             "no `else`), so `extract_param_metadata` "
-            "(resharding/utils.py:257) reports TP-split weights as replicated on every rank. A refit to such an "
-            "engine builds no TP descriptor (planner.py:36-40) and the replicated fallback plans whole shards of "
-            "another shape and other rows (TP2xDP2 -> TP4 on 4 ranks: rank 3's (16, 16) shard, rows 16-31, into "
-            "rank 1's (8, 16) shard). Executed through `execute_reshard_plan`, that layout fails loudly (a size "
-            "mismatch: a refit that crashes, not one that corrupts); the copy is silent only where the shapes "
-            "agree, e.g. an engine whose TP groups are [0, 2] and [1, 3] (rank 1 then receives rows 16-31 where "
-            "it needs 0-15), an unusual rank order. 0.19.2 sets the attributes in an `else` branch (layers.py:991-994, "
-            "1012-1015 for `ColumnParallelLinear`, 1354-1357 and 1375-1378 for `RowParallelLinear`). This is "
-            "the local-spec layers; the Transformer Engine spec passes a no-op init rather than skipping it, so "
-            "TE-spec models are probably not affected (not checked here: TE is not installed). Real layers on "
-            "CPU in `tests/test_megatron_front_door.py`.",
+            "(resharding/utils.py:257) reports TP-split weights as replicated on every rank. Through the front "
+            "door (4 gloo processes, `build_centralized_reshard_plan` then `execute_reshard_plan` with "
+            "`GlooCopyService`, from a TP2xDP2 trainer with TP groups [0, 1] and [2, 3]), a refit to such an "
+            "engine builds no TP descriptor (planner.py:36-40) and the replicated fallback copies a whole source "
+            "shard (planner.py:186-188). Where the shapes agree that is silent corruption: to a TP2 engine whose "
+            "TP groups are [0, 2] and [1, 3] (an unusual rank order) the refit runs without error, and rank 1 "
+            "holds rows 16-31 of the column layer's weight (and columns 16-31 of the row layer's) where it needs "
+            "0-15, rank 2 rows 0-15 where it needs 16-31; the same engine built with initialization gets its own "
+            "rows. To TP4 the refit crashes: each rank is planned a whole (16, 16) shard for its (8, 16) or "
+            "(16, 8) one, ranks 0 and 3 from themselves, and `GlooCopyService` does local copies before any "
+            "cross-rank send, so a size mismatch is raised there (copy_services/gloo_copy_service.py:123) and "
+            "ranks 1 and 2, whose senders are ranks 3 and 0, never receive. 0.19.2 sets the attributes in an "
+            "`else` branch (layers.py:991-994, 1012-1015 for `ColumnParallelLinear`, 1354-1357 and 1375-1378 "
+            "for `RowParallelLinear`). This is the local-spec layers; the Transformer Engine spec passes a no-op "
+            "init rather than skipping it, so TE-spec models are probably not affected (not checked here: TE is "
+            "not installed). Real layers on CPU in `tests/test_megatron_front_door.py`.",
             "megatron_tp_marking_without_init.py",
         ),
     ],
