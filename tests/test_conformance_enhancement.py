@@ -1,6 +1,6 @@
 """The ``enhancement`` verdict: a peer's load result that its own documented design makes.
 
-Until 2026-12-07 the Awex result and Megatron-Core 0.19.2's per-rank choice, both labelled "by
+Until 2026-12-06 the Awex result and Megatron-Core 0.19.2's per-rank choice, both labelled "by
 design: an enhancement" in their findings, were counted as ``quality`` beside the defects, so a
 peer's count of findings overstated what its maintainer would take as bugs. These tests drive the
 runner with a stand-in peer (refplan's own planner with its first-holder policy, which loads one
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from refplan.conformance.adapters import RefplanAdapter
 from refplan.conformance.base import Adapter, Outcome
 from refplan.conformance.corpus import Case, load_cases
 from refplan.conformance.peers import findings
@@ -28,6 +29,7 @@ class _FirstHolder(Adapter):
     built-in peer adapter answers them, from a findings list of its own."""
 
     name = "stand-in 1.0"
+    features = RefplanAdapter.features  # endpoints too
 
     def __init__(self, designed: bool) -> None:
         self.designed = designed
@@ -135,3 +137,39 @@ def test_the_published_enhancements_are_the_by_design_findings() -> None:
         for g in findings.FINDINGS:
             if f is not g and f.peer == g.peer and {f.verdict, g.verdict} == {"quality", "enhancement"}:
                 assert not set(f.witnesses) & set(g.witnesses), (f.title, g.title)
+
+
+def test_judge_gives_the_same_verdict_as_the_runner(case: Case) -> None:
+    """``judge`` (public) and the runner agree: an enhancement is decided in the judge, not after it."""
+    from refplan.conformance.runner import judge
+
+    adapter = _FirstHolder(True)
+    assert judge(case, adapter.plan(case), adapter)[0] == "enhancement"
+    assert judge(case, adapter.plan(case), _FirstHolder(False))[0] == "quality"
+
+
+def test_an_enhancement_is_granted_only_to_the_release_whose_design_was_read() -> None:
+    """A finding cites one release's code: another release that loads the same case so is judged
+    afresh (``quality``), never excused by a citation of code it may no longer have."""
+    from refplan.conformance.peers.common import PeerAdapter
+
+    class _Named(PeerAdapter):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    awex = next(f for f in findings.FINDINGS if f.peer == "awex" and f.verdict == "enhancement")
+    witness = awex.witnesses[0]
+    assert _Named(awex.version).by_design(witness)
+    assert not _Named("awex 0.9.1").by_design(witness)
+    assert not _Named(awex.version).by_design("layouts/row_even-2to4")
+
+
+def test_the_quality_line_counts_a_case_whose_lower_bound_is_zero() -> None:
+    """Every target local (lower bound 0): no ratio to print, but a plan that sends anyway is over
+    the case's bound, and the quality line says so instead of "no accepted plan"."""
+    local = next(c for c in load_cases() if c.id == "peers/finding-megatron016-collocated-reads-replica-0")
+    report = run_conformance(_FirstHolder(False), [local])
+    (result,) = report.results
+    assert result.verdict == "quality" and result.load_ratio is None, result
+    expected = "quality: no accepted plan whose lower bound loads a sender; 1 over the case's bound"
+    assert report.quality_line() == expected

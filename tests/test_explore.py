@@ -32,14 +32,14 @@ EXPECTED_EXPLORE = {
     "dcp-lowest": {"pass": 8, "fail": 0, "unsupported": 0, "quality": 0, "contract": 4, "error": 0, "unverifiable": 0},
     "deepspeed": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 0, "contract": 8, "error": 0, "unverifiable": 0},
     "megatron": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 8, "contract": 0, "error": 0, "unverifiable": 0},
-    # 0.16.1's domain draws both models spanning its one world, collocated (2026-12-07): an engine on
+    # 0.16.1's domain draws both models spanning its one world, collocated (2026-12-06): an engine on
     # some ranks of it, or on others, is no input its front door builds (those drew 2 contracts and
-    # 4 unsupported results here before). Its contracts are its documented one-DP-bucket fast path
-    # (every parameter with replicas in one DP group; experts of EP 1 too). Four of the five quality
-    # results are its finding, every TP shard read from replica 0 (peers.findings); the fifth
-    # (TP4xDP1 with experts of EP 2, collocated) reads its experts by that fast path while a
-    # replicated norm has four buckets: a mix the adapter cannot attribute per parameter, so it stays
-    # an unexplained candidate, as every explored quality result is until a finding names it.
+    # 4 unsupported results here before). Its contracts are its documented one-DP-bucket fast path:
+    # two sources of TP 1, and one drawn as TP4xDP4 with replicated dense parameters only, which as
+    # maps is a TP1xDP16 model (no split parameter carries the TP size), the model the adapter builds.
+    # Its quality results are unexplained candidates, as every explored quality result is: explore
+    # cannot name a finding (findings list corpus cases), though most are the replica-0 choice the
+    # corpus case peers/finding-megatron016-collocated-reads-replica-0 shows as an enhancement.
     "megatron-0.16": {"pass": 4, "fail": 0, "unsupported": 0, "quality": 5, "contract": 3, "error": 0,
                       "unverifiable": 0},
 }

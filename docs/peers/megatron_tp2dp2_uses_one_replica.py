@@ -11,7 +11,10 @@ two (32, 16) weights: the engine has the trainer's layout, so every rank already
 Case 2, TP1xDP4 -> TP4 on ranks 0-3: every rank holds the whole (32, 16) weight, the engine a quarter.
 `select_src_metadata_balanced` (utils.py:322-358) returns the first entry of the chosen DP bucket,
 replica 0's, so every read leaves replica 0 (ranks 0-1 in case 1, rank 0 in case 2), also where the
-destination rank holds the same shard itself.
+destination rank holds the same shard itself. Both are 0.16.1's documented choice (its comment at
+utils.py:357: any representative works, use the first; case 2 is its one-bucket fast path, utils.py:330),
+and the local copy printed as expected is what refplan asks for, which 0.16.1 never promises: an
+enhancement to ask for, not a defect (0.19.2 reads local copies first).
 Needs megatron-core==0.16.1 and torch (`make peers`); about 10 s of CPU per process (imports).
 """
 

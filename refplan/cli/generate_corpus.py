@@ -1060,7 +1060,8 @@ def peers() -> Family:
     f.add("finding-megatron016-collocated-reads-replica-0", "Collocated refit on four processes, TP=2 x DP=2 -> "
           "TP=2 x DP=2 (each engine shard on the process of the trainer shard it equals, as a refit inside one world "
           "places them): every target has a local holder, so nothing need leave its process (Megatron-Core 0.16.1 "
-          "reads every shard from the first replica: processes 0-1 send to 2-3)",
+          "reads every shard from the first replica, processes 0-1 sending to 2-3, by its documented choice of a "
+          "DP bucket's first entry: an enhancement for 0.16.1, not a defect)",
           ["peers", "finding", "megatron", "local-first", "endpoints"],
           {"a": (replicate(tp2, 2), replicate(tp2, 2)), "b": (replicate(tp2, 2), replicate(tp2, 2))},
           accept(max_sender_load=0), endpoints={"source": ranks, "target": ranks})

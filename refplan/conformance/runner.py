@@ -143,13 +143,13 @@ class Report:
         """Plan quality over every accepted, correct plan: worst and median busiest sender over
         the LP lower bound, and how many cases exceed what the case allows."""
         ratios = sorted(r.load_ratio for r in self.results if r.load_ratio is not None)
-        if not ratios:
-            return "quality: no accepted plan with a loaded sender"
-        median = ratios[len(ratios) // 2]
         c = self.counts()
         designed = c.get("enhancement", 0)
         over = f"{c['quality'] + designed} over the case's bound" + (
             f" ({designed} by the peer's documented design)" if designed else "")
+        if not ratios:  # every lower bound is 0 (all local): no ratio, but a plan may still exceed a bound
+            return f"quality: no accepted plan whose lower bound loads a sender; {over}"
+        median = ratios[len(ratios) // 2]
         return (f"quality: busiest sender / lower bound over {len(ratios)} plans: median {median:.2f}x, worst "
                 f"{ratios[-1]:.2f}x; {over}")
 
@@ -467,8 +467,9 @@ def read_plans(outcome: Outcome) -> tuple[Outcome, str | None]:
 def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tuple[str, ...]]:
     """(verdict, reason, notes) for one outcome: ``_judge``'s, where a ``fail`` or ``quality`` the
     adapter explains by the peer's own contract (``Outcome.contract``) becomes ``contract``, its
-    reason the contract and then what refplan's rules say. Plans that cannot be read
-    (``read_plans``) are a ``fail`` that no contract excuses."""
+    reason the contract and then what refplan's rules say, and a ``quality`` result the adapter
+    names as the peer's documented design (``by_design``) becomes ``enhancement``. Plans that
+    cannot be read (``read_plans``) are a ``fail`` that no contract excuses."""
     outcome, malformed = read_plans(outcome)
     return _judge_read(case, outcome, malformed, adapter)
 
@@ -492,6 +493,11 @@ def _judge_read(
     for excused, why, *refusal in outcome.contract:
         if excused == kind and (not refusal or re.search(refusal[0], outcome.message)):
             return "contract", f"{why} (refplan: {reason})", notes
+    by_design = getattr(adapter, "by_design", None)
+    if verdict == "quality" and callable(by_design) and by_design(case.id):
+        # The peer's documented design makes this load (findings.py names where it says so): an
+        # enhancement to ask for, counted apart from the defects a maintainer would take as bugs.
+        verdict = "enhancement"
     return verdict, reason, notes
 
 
@@ -663,11 +669,6 @@ class Interrupted(KeyboardInterrupt):
 def _run_case(case: Case, adapter: Adapter) -> CaseResult:
     outcome, malformed = read_plans(adapter.run(case))  # once: the judge and the loads read these plans
     verdict, reason, notes = _judge_read(case, outcome, malformed, adapter)
-    by_design = getattr(adapter, "by_design", None)
-    if verdict == "quality" and callable(by_design) and by_design(case.id):
-        # The peer's documented design makes this load (findings.py names where it says so): an
-        # enhancement to ask for, counted apart from the defects a maintainer would take as bugs.
-        verdict = "enhancement"
     cause = getattr(adapter, "cause", None)
     if verdict in ("fail", "quality", "enhancement") and callable(cause):  # a peer names the root cause
         reason = f"{reason} — {cause(case.id, verdict)}"

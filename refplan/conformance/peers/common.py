@@ -498,11 +498,14 @@ class PeerAdapter(Adapter):
 
     def by_design(self, case_id: str) -> bool:
         """Whether a ``quality`` result on ``case_id`` is the peer's documented design (a finding
-        whose verdict is ``enhancement``): the runner then reports it as ``enhancement``, apart
-        from the defects."""
+        whose verdict is ``enhancement``): the judge then reports it as ``enhancement``, apart
+        from the defects. Only for the release whose design the finding read (its ``version`` in
+        this adapter's name): another release that loads the same case so is judged afresh, as
+        ``quality``, never excused by a citation of code it may no longer have."""
         from .findings import cause_of
 
-        return cause_of(self.name, case_id, "enhancement") is not None
+        finding = cause_of(self.name, case_id, "enhancement")
+        return finding is not None and finding.version in self.name
 
     def cause(self, case_id: str, verdict: str) -> str:
         """The root cause of a ``fail``, ``quality`` or ``enhancement`` result

@@ -46,8 +46,10 @@ class Finding:
 # witnesses on 2026-12-06: one by one they were copies judged as sends, inputs its front door never
 # builds (targets on some ranks of its one world), and the pure-DP case its docstring documents
 # (contracts now). ``--explore`` over its own domain (both models spanning one world, collocated)
-# found it again on 2026-12-07, and its witness now is the input its script runs through the real
-# front door: a collocated TP2xDP2 -> TP2xDP2 refit.
+# found the behaviour again later that day, and its witness now is the input its script runs
+# through the real front door: a collocated TP2xDP2 -> TP2xDP2 refit. A review the same day judged
+# it by 0.16.1's own docstring: the local copy the case asks for is refplan's rule, not 0.16.1's,
+# so it is an ``enhancement``.
 # Three more cases were listed until 2026-12-06: in two of them one receiver reads a whole
 # replicated parameter, which no choice of one training replica per inference replica can spread
 # (``common.one_source_floor``: a ``contract`` now), and Awex's resolver would list the third's
@@ -80,23 +82,25 @@ FINDINGS: tuple[Finding, ...] = (
         script="dcp_dedup_counts_items.py",
     ),
     Finding(
-        peer="megatron-core 0.16", verdict="quality",
+        peer="megatron-core 0.16", verdict="enhancement",
         title="Megatron-Core 0.16.1 reads every shard from the first source replica in a collocated TP x DP refit, "
-              "local copies unused",
+              "local copies unused (by design: an enhancement, not a defect)",
         version="megatron-core 0.16.1",
         cause="megatron/core/resharding/utils.py:357-358: `select_src_metadata_balanced` picks a DP bucket by "
-              "destination rank (354-355) and returns its first entry; a DP bucket holds one TP position across "
-              "the replicas, so its first entry is always replica 0's, and `_determine_source_ranks_for_dst_param` "
-              "(planner.py:306-308) reads every slice from that entry's TP group, although the docstring "
-              "(utils.py:327-328) chooses so 'to avoid always reading from the same group'",
+              "destination rank (354-355) and returns its first entry, as its comment says ('any representative "
+              "metadata works; use the first'); a DP bucket holds one TP position across the replicas, so its "
+              "first entry is always replica 0's, and `_determine_source_ranks_for_dst_param` "
+              "(planner.py:306-308) reads every slice from that entry's TP group",
         configuration="a collocated refit inside one world (build_centralized_reshard_plan, planner.py:213, every "
                       "rank holding both models) from a trainer with TP > 1 and DP > 1, e.g. TP2xDP2 -> TP2xDP2 on "
                       "4 ranks, where the engine's shards equal the trainer's on every rank",
-        why="Every bucket's first entry is replica 0's, so the round robin over buckets never leaves replica 0: "
-            "ranks 2-3 read their shards from ranks 0-1 although each holds the same shard itself, and replica 1 "
-            "never sends. Against the docstring's aim, so a defect by its own contract; 0.19.2 reads local copies "
-            "first and rewrote the choice, so a maintainer would call it fixed there rather than backport. Load "
-            "only: the copies are exact.",
+        why="Every bucket's first entry is replica 0's, so ranks 2-3 read their shards from ranks 0-1 although "
+            "each holds the same shard itself, and replica 1 never sends. What refplan asks for here is a local "
+            "copy first, which 0.16.1's docstring never promises; its promise, an even load across the DP "
+            "buckets (utils.py:331-333), is kept in the letter (each bucket sends through its first entry), and "
+            "its docstring's aim 'to avoid always reading from the same group' (327-328) leaves open whether a "
+            "group is a bucket or a replica. So an enhancement to ask for, not a defect by its own contract; "
+            "0.19.2 reads local copies first. Load only: the copies are exact.",
         witnesses=("peers/finding-megatron016-collocated-reads-replica-0",),
         script="megatron_tp2dp2_uses_one_replica.py",
     ),
