@@ -171,5 +171,47 @@ def test_the_quality_line_counts_a_case_whose_lower_bound_is_zero() -> None:
     report = run_conformance(_FirstHolder(False), [local])
     (result,) = report.results
     assert result.verdict == "quality" and result.load_ratio is None, result
-    expected = "quality: no accepted plan whose lower bound loads a sender; 1 over the case's bound"
+    expected = "quality: no lower bound above 0; 1 over the case's bound"
     assert report.quality_line() == expected
+
+
+def test_awex_design_is_checked_on_its_answer() -> None:
+    """Awex's documented choice (inference replica i from training replica i mod T) is checked on
+    the operations it returns: an answer that reads one parameter from another replica is no longer
+    the design's, and its load stays ``quality``; another release is never checked."""
+    import dataclasses
+
+    from refplan.conformance.adapters import make_adapter
+
+    try:
+        adapter: Any = make_adapter("awex")
+    except ValueError as exc:
+        pytest.skip(f"awex is not installed (make peers): {exc}")
+    witness = next(c for c in load_cases() if c.id == "peers/finding-awex-one-inference-replica")
+    problem = adapter.translate(witness)
+    ops = adapter.call_peer(problem)
+    assert "transfer_plan.py:320-323" in adapter.design(problem, ops)
+    moved = [dataclasses.replace(ops[0], send_rank=problem["infer_world"] + 1), *ops[1:]]  # training replica 1
+    assert ops[0].send_rank != moved[0].send_rank and adapter.design(problem, moved) == ""
+    outcome = adapter.plan(witness)
+    assert outcome.design and run_conformance(adapter, [witness]).results[0].verdict == "enhancement"
+    adapter.name = "awex 0.9.1"
+    try:
+        assert adapter.design(problem, ops) == ""
+    finally:
+        adapter.name = "awex 0.9.0"
+
+
+def test_a_checked_design_makes_a_drawn_case_an_enhancement(case: Case) -> None:
+    """``Outcome.design`` (the answer checked against the peer's rule) decides on any input, a drawn
+    one included, with the rule as the reason; it never excuses a wrong plan."""
+    from refplan.conformance.runner import judge
+
+    plain = _FirstHolder(False)
+    outcome = plain.plan(case)
+    designed = Outcome("accept", plans=outcome.plans, design="the first holder always (stand-in.py:1)")
+    verdict, reason, _ = judge(case, designed, plain)
+    assert verdict == "enhancement" and "by design: the first holder always (stand-in.py:1)" in reason
+    plans: Any = outcome.plans
+    plans["param"]["segments"][0]["shape"][0] -= 1
+    assert judge(case, Outcome("accept", plans=plans, design="any"), plain)[0] == "fail"

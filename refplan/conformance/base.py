@@ -43,6 +43,11 @@ class Outcome:
     own deliberate refusal: the excuse holds only for a refusal whose message it matches. Without
     it any refusal of such a case was excused, a peer's bug included (a maintainer's review of the
     findings, 2026-12-06)."""
+    design: str = ""
+    """Set only by a peer adapter that checked the peer's *answer* against the peer's documented
+    choice of source (``PeerAdapter.design``) and found every read where that rule puts it: the rule
+    in words, with its file:line. A ``quality`` result of such an answer is ``enhancement`` (the load
+    is the documented design's), on any input, drawn ones (``--explore``) included."""
     placement: Mapping[str, Mapping[int, int]] | None = None
     """``{"source": {location: process}, "target": {...}}``: where the adapter ran each location
     when the case names no endpoints and the peer cannot run without (Megatron-Core 0.16.1 refits

@@ -148,7 +148,7 @@ class Report:
         over = f"{c['quality'] + designed} over the case's bound" + (
             f" ({designed} by the peer's documented design)" if designed else "")
         if not ratios:  # every lower bound is 0 (all local): no ratio, but a plan may still exceed a bound
-            return f"quality: no accepted plan whose lower bound loads a sender; {over}"
+            return f"quality: no lower bound above 0; {over}"
         median = ratios[len(ratios) // 2]
         return (f"quality: busiest sender / lower bound over {len(ratios)} plans: median {median:.2f}x, worst "
                 f"{ratios[-1]:.2f}x; {over}")
@@ -494,6 +494,10 @@ def _judge_read(
         if excused == kind and (not refusal or re.search(refusal[0], outcome.message)):
             return "contract", f"{why} (refplan: {reason})", notes
     by_design = getattr(adapter, "by_design", None)
+    if verdict == "quality" and outcome.design:
+        # The answer reads every region where the peer's documented rule puts it (checked on the
+        # answer by its adapter): the load is that design's, an enhancement to ask for.
+        return "enhancement", f"{reason} — by design: {outcome.design}", notes
     if verdict == "quality" and callable(by_design) and by_design(case.id):
         # The peer's documented design makes this load (findings.py names where it says so): an
         # enhancement to ask for, counted apart from the defects a maintainer would take as bugs.
@@ -671,7 +675,9 @@ def _run_case(case: Case, adapter: Adapter) -> CaseResult:
     verdict, reason, notes = _judge_read(case, outcome, malformed, adapter)
     cause = getattr(adapter, "cause", None)
     if verdict in ("fail", "quality", "enhancement") and callable(cause):  # a peer names the root cause
-        reason = f"{reason} — {cause(case.id, verdict)}"
+        named = cause(case.id, verdict)
+        if not (verdict == "enhancement" and outcome.design and "not yet explained" in named):
+            reason = f"{reason} — {named}"  # a drawn case's design check is its own explanation
     ratio = None
     if (verdict in ("pass", "quality", "enhancement", "contract") and outcome.kind == "accept"
             and case.expect.outcome == "accept"):

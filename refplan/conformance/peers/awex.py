@@ -131,6 +131,26 @@ class AwexAdapter(PeerAdapter):
                                 f"from one of them: no assignment of replicas meets the bound {bound}")]
         return []
 
+    def design(self, problem: Mapping[str, Any], ops: list[Any]) -> str:
+        """Awex 0.9.0's documented choice: inference replica ``i`` of a parameter reads from training
+        replica ``i mod T`` (transfer_plan.py:320-323; each inference replica from one assigned
+        training replica, 284-288). ``""`` unless every operation's sender is in that replica, or
+        for another release."""
+        if not self.name.endswith(" 0.9.0"):
+            return ""
+        infer = {m.name: {shard.global_rank: index for index, replica in enumerate(m.replicas)
+                          for shard in replica.shards} for m in problem["infer"]}
+        train = {m.name: ({shard.global_rank: index for index, replica in enumerate(m.replicas)
+                           for shard in replica.shards}, len(m.replicas)) for m in problem["train"]}
+        for op in ops:
+            name = op.send_shard_meta.name
+            replica_of, count = train[name]
+            sender = op.send_rank - problem["infer_world"]
+            if replica_of.get(sender) != infer[name][op.recv_rank] % count:
+                return ""
+        return ("every inference replica i reads each parameter from training replica i mod T "
+                "(awex/transfer/transfer_plan.py:320-323), the same for every parameter, as Awex documents")
+
     @staticmethod
     def _side_map(meta: Any, logical: tuple[int, ...]) -> ParamAffineMap:
         entries = []

@@ -486,7 +486,13 @@ class PeerAdapter(Adapter):
         except Exception as exc:
             return Outcome("error", message=f"the adapter could not read {self.name}'s answer: "
                                             f"{type(exc).__name__}: {_first_line(exc)}")
-        return Outcome("accept", plans=plans, contract=contract, placement=self.placement(case, problem))
+        try:
+            design = self.design(problem, output)
+        except Exception as exc:
+            return Outcome("error", message=f"the adapter could not check {self.name}'s answer against its "
+                                            f"documented choice: {type(exc).__name__}: {_first_line(exc)}")
+        return Outcome("accept", plans=plans, contract=contract, placement=self.placement(case, problem),
+                       design=design)
 
     def translate(self, case: Case) -> Any:
         raise NotImplementedError
@@ -495,6 +501,12 @@ class PeerAdapter(Adapter):
         """``Outcome.placement``: the processes this adapter ran a case's locations on when the case
         names none and the peer needs them placed; ``None`` (each location its own process) by default."""
         return None
+
+    def design(self, problem: Any, output: Any) -> str:
+        """Whether the peer's answer reads every region where its own documented choice of source
+        puts it (``Outcome.design``): that rule in words, with its file:line, or ``""`` (not checked,
+        or some read elsewhere). Only for the release whose rule was read. None by default."""
+        return ""
 
     def by_design(self, case_id: str) -> bool:
         """Whether a ``quality`` result on ``case_id`` is the peer's documented design (a finding
