@@ -248,8 +248,9 @@ class ExploreReport:
     seed: int
     explored: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {v: 0 for v in VERDICTS if v != "enhancement"})
-    """Per verdict; ``enhancement`` is listed only when a drawn case has it (a peer's findings name
-    corpus cases, so a drawn configuration is never one today)."""
+    """Per verdict; ``enhancement`` is listed only when a drawn case has it (only where the adapter
+    checks the peer's answer against its documented choice, ``PeerAdapter.design``: Awex today; a
+    finding's witnesses are corpus cases, never drawn ones)."""
     first: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per kind (``fail``: a fail or adapter error; ``quality``), the first such configuration drawn."""
     shrunk: dict[str, tuple[dict[str, Any], Case, CaseResult]] = field(default_factory=dict)
