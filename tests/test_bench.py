@@ -1037,7 +1037,8 @@ def test_awex_and_deepspeed_builders_are_the_adapters_inputs() -> None:
         if isinstance(contender, str):
             pytest.skip(contender)
         _adapter, problem = _case_problem("awex", scenario)
-        _stages, (built, _ops) = contender.run(False)
+        _stages, timed = contender.run(False)
+        built, _ops = timed.output  # with one rank's seconds (AwexAdapter.rank_seconds)
         for side in ("infer", "train"):
             assert [repr(m) for m in built[side]] == [repr(m) for m in problem[side]], (scenario.name, side)
         assert (built["infer_world"], built["train_world"]) == (problem["infer_world"], problem["train_world"])

@@ -190,10 +190,11 @@ def make_peer_adapter(spec: str) -> Adapter:
 
 @dataclass(frozen=True)
 class WorkerTimed:
-    """A peer's planning output from a worker subprocess (megatron-core 0.19.2), with the (CPU, wall)
-    seconds of its planning calls as the worker timed them: ``refplan bench`` reports
-    ``planning_seconds`` instead of its own clock, which would count the subprocess round trip
-    (encoding, pipes, decoding)."""
+    """A peer's planning output with the (CPU, wall) seconds its planning costs a user, timed by the
+    peer's side: from a worker subprocess (megatron-core 0.19.2: the slowest rank's call, not the
+    round trip of encoding, pipes and decoding), or one rank's own calls where each rank plans for
+    itself (Awex: ``AwexAdapter.rank_seconds``). ``refplan bench`` reports ``planning_seconds``
+    instead of its own clock."""
 
     output: Any
     planning_seconds: tuple[float, float]
@@ -212,7 +213,10 @@ def bench_contender(
     timed; the zero-argument call runs only the peer's own planning routine, and the conversion
     turns its output into plan dicts afterwards (not timed either). ``megatron`` (0.19.2) plans in
     a worker subprocess: its call returns ``WorkerTimed``, the seconds the worker measured around
-    ``build_plan_from_rosters`` alone; ``megatron-0.16`` is timed in-process. Endpoints
+    ``build_plan_from_rosters`` alone, the slowest destination rank's own call (each rank plans for
+    itself, at once); Awex likewise returns one rank's seconds (``AwexAdapter.rank_seconds``), its
+    global call run for the conversion only; ``megatron-0.16`` is timed in-process (its rank 0 plans
+    for every rank). Endpoints
     reach only the peer whose planner reads them (Megatron's global ranks); DCP and Awex plan
     without them, and the bench accounts loads per process from the plans as for every contender.
     """
@@ -242,9 +246,13 @@ def bench_contender(
 
     worker = getattr(adapter, "_worker", None)
 
+    rank_seconds = getattr(adapter, "rank_seconds", None)
+
     def run() -> Any:
         with _quiet():
             output = adapter.call_peer(problem)
+            if callable(rank_seconds):  # Awex: what one rank pays, each planning for itself at once
+                return WorkerTimed(output, rank_seconds(problem))
         if worker is not None:  # megatron-core 0.19.2: the seconds its worker timed, not the round trip
             return WorkerTimed(output, worker.seconds)
         return output

@@ -177,6 +177,34 @@ class AwexAdapter(PeerAdapter):
         ops: list[Any] = builder.build_weights_mapping_operations(problem["infer"], problem["train"])
         return ops
 
+    def rank_seconds(self, problem: Mapping[str, Any]) -> tuple[float, float]:
+        """(CPU, wall) seconds of what one rank of an Awex sync pays to plan, the slower of two
+        representative ranks: each rank runs the metadata check and ``build_local_transfer_plan`` for
+        itself, all ranks at once (awex/reader/nccl_reader.py:58-66; above 10 000 shards it plans
+        only that rank's operations, transfer_plan.py:611-620). ``call_peer``'s one global call,
+        which the conversion reads, is no rank's cost: above that size it is about twice one rank's
+        (a peer-maintainer review, 2026-12-06). The ranks: the first inference rank and the first
+        training rank (the layouts the bench times are symmetric within each side)."""
+        import time
+
+        def timed(call: Any) -> tuple[float, float]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            call()
+            return time.process_time() - cpu, time.perf_counter() - wall
+
+        check = timed(lambda: self._common.check_train_infer_params_meta(problem["train"], problem["infer"],
+                                                                         raise_exception=True))
+        worst = (0.0, 0.0)
+        for rank in sorted({0, problem["infer_world"]}):
+            def local(rank: int = rank) -> Any:
+                builder = self._plan.TransferPlanBuilder(problem["infer_world"], problem["train_world"],
+                                                         num_infer_engines=1)
+                return builder.build_local_transfer_plan(problem["infer"], problem["train"], rank)
+
+            cpu, wall = timed(local)
+            worst = (max(worst[0], check[0] + cpu), max(worst[1], check[1] + wall))
+        return worst
+
     def convert(self, problem: Mapping[str, Any], ops: list[Any]) -> dict[str, Any]:
         shapes = {n: problem["logical"][n][1] for n in problem["names"]}
         segments: dict[str, list[dict[str, Any]]] = {n: [] for n in problem["names"]}

@@ -8,7 +8,8 @@ rosters ``build_plan_from_rosters`` takes, each ``ParameterMetadata`` as a dict 
 every destination rank it calls ``build_plan_from_rosters(dst_rosters, src_rosters, rank)`` (0.19.2's
 pure, collective-free entry point) and answers one JSON line: the receive ops as (parameter,
 destination rank, source rank, source slices, destination slices) with the CPU and wall seconds of
-the planning calls alone (``seconds``, ``wall_seconds``, what ``refplan bench`` reports), or the
+the slowest rank's planning call alone (``seconds``, ``wall_seconds``, what ``refplan bench``
+reports: each rank of a refit makes its own call, all at once), or the
 exception's class and message. Run as ``python -P megatron_worker.py FOLDER`` (``-P``: its own
 folder, which holds refplan's ``megatron.py``, stays off ``sys.path``); ``FOLDER`` ``-`` is the
 megatron-core of the virtual environment (0.16.1), which answers ``extract`` requests only.
@@ -187,11 +188,14 @@ def main() -> int:
             plans = []
             with contextlib.redirect_stdout(io.StringIO()):
                 # Only the planning calls are timed (CPU and wall), not the request's decoding nor the
-                # answer's encoding: `refplan bench` reports these seconds, not the round trip.
-                wall, cpu = time.perf_counter(), time.process_time()
+                # answer's encoding: `refplan bench` reports these seconds, not the round trip. Each
+                # rank calls build_plan_from_rosters for itself, all at once (build_local_reshard_plan,
+                # planner.py:500): the seconds are the slowest rank's own call, not the sum.
+                cpu = wall = 0.0
                 for rank in sorted(dst):
+                    w, c = time.perf_counter(), time.process_time()
                     plans.append((rank, planner.build_plan_from_rosters(dst, src, rank)))
-                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                    cpu, wall = max(cpu, time.process_time() - c), max(wall, time.perf_counter() - w)
             for rank, plan in plans:
                 for op in plan.recv_ops:
                     ops.append([op.param_name, rank, op.peer_rank, _slices(op.peer_slice), _slices(op.my_slice)])
