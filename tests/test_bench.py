@@ -1091,7 +1091,12 @@ def test_dcp_contender_goes_through_the_front_door(monkeypatch: pytest.MonkeyPat
         # one DTensor per (parameter, holder), one local save plan per source rank, one load plan per target rank
         assert calls == {"save": len(layout.source_process), "load": len(layout.target_process),
                          "from_local": holders}, scenario.name
-        problem, _raw = output
+        problem, _raw = output.output
+        # charged what a sync waits for: the slowest source rank's save plan as the build, the
+        # coordinator's global plans and the slowest target rank's load plan as the plan
+        assert output.build_seconds == problem.save_seconds and output.planning_seconds == (
+            _stages.plan, _stages.plan_wall)
+        assert 0 < _stages.build == problem.save_seconds[0]
         assert all(isinstance(v, DTensor) for state in problem.source_states + problem.target_states
                    for v in state.values())
         got = {n: p.to_dict() for n, p in contender.plans(output).items()}

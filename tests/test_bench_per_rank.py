@@ -122,3 +122,33 @@ def test_awex_is_charged_one_ranks_own_calls(monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(output, WorkerTimed) and len(output.planning_seconds) == 2, output
     assert called == [0, 4], called  # four inference ranks: the first training rank is global rank 4
     assert convert(output)["w"]["segments"]  # the conversion still reads the global call's operations
+
+
+def test_dcp_is_charged_the_coordinator_and_its_slowest_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DCP's plan stage is what a sync waits for: the coordinator's global plans and the slowest
+    target rank's own load plan, not every rank's load plan in series. A load plan that burns a
+    fixed CPU time per call makes the two apart: four target ranks, one call's time charged."""
+    from torch.distributed.checkpoint import default_planner
+
+    from refplan.conformance.peers import WorkerTimed, bench_contender
+    from refplan.maps import contiguous_split_map, replicate
+
+    real = default_planner.DefaultLoadPlanner.create_local_plan
+
+    def slow(self: object) -> object:
+        import time
+
+        start = time.process_time()
+        while time.process_time() - start < CALL_CPU_S:
+            pass
+        return real(self)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(default_planner.DefaultLoadPlanner, "create_local_plan", slow)
+    tp2 = contiguous_split_map((8, 4), [4, 4], 0)
+    got = bench_contender("dcp", {"w": (contiguous_split_map((8, 4), [2, 2, 2, 2], 0), replicate(tp2, 2))})
+    assert not isinstance(got, str), got
+    _name, run, convert = got
+    output = run()
+    assert isinstance(output, WorkerTimed), output
+    assert CALL_CPU_S * 0.9 <= output.planning_seconds[0] < CALL_CPU_S * 2, output.planning_seconds  # not 4x
+    assert convert(output)["w"]["segments"]

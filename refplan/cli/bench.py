@@ -1235,7 +1235,8 @@ def _staged(build: Callable[[], Any], plan: Callable[[Any], Any], gc_off: bool) 
             gc.enable()
     inner = getattr(output, "planning_seconds", None)  # what one rank pays, timed by the peer's side
     if inner is not None:
-        return Stages(cpu1 - cpu0, inner[0], wall1 - wall0, inner[1]), output
+        built = getattr(output, "build_seconds", None) or (cpu1 - cpu0, wall1 - wall0)
+        return Stages(built[0], inner[0], built[1], inner[1]), output
     return Stages(cpu1 - cpu0, cpu2 - cpu1, wall1 - wall0, wall2 - wall1), output
 
 
@@ -1673,7 +1674,7 @@ def dcp_layout(name: str, what: str, shape: tuple[int, ...], side: Side) -> Any:
 
 def _dcp_contender(layout: Layout) -> Contender | str:
     try:
-        from ..conformance.peers import DCPAdapter
+        from ..conformance.peers import DCPAdapter, WorkerTimed
         from ..conformance.peers import dcp as dcp_peer
         from ..conformance.peers.common import _quiet
         adapter = DCPAdapter()
@@ -1704,11 +1705,16 @@ def _dcp_contender(layout: Layout) -> Contender | str:
         return adapter.front_door(names, layouts, shapes, dtypes)
 
     def plan(problem: Any) -> Any:  # create_global_plan (dedup), then every target rank's load plan
+        # Charged what a sync waits for, every rank planning for itself at once: the build, the
+        # slowest source rank's local save plan (the DTensors are the model's own: a DCP user holds
+        # them already); the plan, the coordinator's global plans and the slowest target rank's
+        # load plan (DCPAdapter.call_peer_timed). Summed over ranks until 2026-12-06 (a review).
         with _quiet():
-            return problem, adapter.call_peer(problem)
+            raw, seconds = adapter.call_peer_timed(problem)
+        return WorkerTimed((problem, raw), seconds, build_seconds=problem.save_seconds)
 
     def plans(output: Any) -> dict[str, TransferPlan]:
-        problem, raw = output
+        problem, raw = output.output
         return _as_plans(adapter.convert(problem, raw), "dcp")
 
     return Contender("dcp", "dcp", adapter.name, partial(_staged, build, plan), plans)

@@ -193,11 +193,13 @@ class WorkerTimed:
     """A peer's planning output with the (CPU, wall) seconds its planning costs a user, timed by the
     peer's side: from a worker subprocess (megatron-core 0.19.2: the slowest rank's call, not the
     round trip of encoding, pipes and decoding), or one rank's own calls where each rank plans for
-    itself (Awex: ``AwexAdapter.rank_seconds``). ``refplan bench`` reports ``planning_seconds``
-    instead of its own clock."""
+    itself (Awex: ``AwexAdapter.rank_seconds``; DCP: ``DCPAdapter.call_peer_timed``). ``refplan
+    bench`` reports ``planning_seconds`` instead of its own clock, and ``build_seconds``, where
+    set, instead of its clock around the build (DCP: the slowest source rank's local save plan)."""
 
     output: Any
     planning_seconds: tuple[float, float]
+    build_seconds: tuple[float, float] | None = None
 
 
 def bench_contender(
@@ -215,8 +217,9 @@ def bench_contender(
     a worker subprocess: its call returns ``WorkerTimed``, the seconds the worker measured around
     ``build_plan_from_rosters`` alone, the slowest destination rank's own call (each rank plans for
     itself, at once); Awex likewise returns one rank's seconds (``AwexAdapter.rank_seconds``), its
-    global call run for the conversion only; ``megatron-0.16`` is timed in-process (its rank 0 plans
-    for every rank). Endpoints
+    global call run for the conversion only, and DCP the coordinator's global plans with the slowest
+    target rank's own load plan (``DCPAdapter.call_peer_timed``); ``megatron-0.16`` is timed
+    in-process (its rank 0 plans for every rank). Endpoints
     reach only the peer whose planner reads them (Megatron's global ranks); DCP and Awex plan
     without them, and the bench accounts loads per process from the plans as for every contender.
     """
@@ -247,9 +250,12 @@ def bench_contender(
     worker = getattr(adapter, "_worker", None)
 
     rank_seconds = getattr(adapter, "rank_seconds", None)
+    call_peer_timed = getattr(adapter, "call_peer_timed", None)
 
     def run() -> Any:
         with _quiet():
+            if callable(call_peer_timed):  # DCP: the coordinator's steps and the slowest rank's own plan
+                return WorkerTimed(*call_peer_timed(problem))
             output = adapter.call_peer(problem)
             if callable(rank_seconds):  # Awex: what one rank pays, each planning for itself at once
                 return WorkerTimed(output, rank_seconds(problem))

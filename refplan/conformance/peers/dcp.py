@@ -23,6 +23,7 @@ to write it.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +143,9 @@ class _FrontDoor:
     """``DefaultSavePlanner.create_local_plan()`` of every source rank, in rank order."""
     memory: dict[tuple[str, str, int], tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     """(name, side, rank) -> (storage offset, strides) of that rank's local tensor."""
+    save_seconds: tuple[float, float] = (0.0, 0.0)
+    """(CPU, wall) of the slowest source rank's ``set_up_planner`` + ``create_local_plan``: what a
+    save waits for before the coordinator's global plan, every rank planning for itself at once."""
 
 
 class DCPAdapter(PeerAdapter):
@@ -220,10 +224,13 @@ class DCPAdapter(PeerAdapter):
                 problem.target_states = states
         with _quiet():
             for rank, state in enumerate(problem.source_states):
+                wall, cpu = time.perf_counter(), time.process_time()
                 planner = self._planner.DefaultSavePlanner(dedup_save_to_lowest_rank=self.lowest_rank)
                 planner.set_up_planner(state, is_coordinator=rank == 0)
                 problem.save_planners.append(planner)
                 problem.local_plans.append(planner.create_local_plan())
+                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                problem.save_seconds = (max(problem.save_seconds[0], cpu), max(problem.save_seconds[1], wall))
         return problem
 
     def _rank_states(self, problem: _FrontDoor, side: str, placed: dict[tuple[str, int], tuple[int, tuple[int, ...]]],
@@ -397,6 +404,30 @@ class DCPAdapter(PeerAdapter):
             planner.set_up_planner(state, metadata, is_coordinator=rank == 0)
             load_plans.append(planner.create_local_plan())
         return global_plan, self._planner.DefaultLoadPlanner().create_global_plan(load_plans)
+
+    def call_peer_timed(self, problem: Any) -> tuple[tuple[list[Any], Any], tuple[float, float]]:
+        """``call_peer``'s answer, with the (CPU, wall) seconds a sync waits for: the coordinator's
+        global save plan, then the slowest target rank's own load plan (every rank plans for itself,
+        at once), then the global load plan. ``call_peer`` runs the ranks' load plans one after
+        another, which is no rank's cost (a peer-maintainer review, 2026-12-06)."""
+        def timed(call: Any) -> tuple[Any, float, float]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            value = call()
+            return value, time.process_time() - cpu, time.perf_counter() - wall
+
+        (global_plan, metadata), cpu, wall = timed(lambda: self.save(problem))
+        load_plans, slowest = [], (0.0, 0.0)
+        for rank, state in enumerate(problem.target_states):
+            def local(rank: int = rank, state: Any = state) -> Any:
+                planner = self._planner.DefaultLoadPlanner()
+                planner.set_up_planner(state, metadata, is_coordinator=rank == 0)
+                return planner.create_local_plan()
+
+            plan, c, w = timed(local)
+            load_plans.append(plan)
+            slowest = (max(slowest[0], c), max(slowest[1], w))
+        loaded, c, w = timed(lambda: self._planner.DefaultLoadPlanner().create_global_plan(load_plans))
+        return (global_plan, loaded), (cpu + slowest[0] + c, wall + slowest[1] + w)
 
     def convert(self, problem: Any, output: tuple[list[Any], Any]) -> dict[str, Any]:
         """Every ``ReadItem`` as one strided segment from the rank DCP chose to write its chunk."""
