@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,13 +92,24 @@ def test_the_bench_worker_reports_the_slowest_rank(stand_in: Path) -> None:
     assert CALL_CPU_S * 0.9 <= stages.plan < CALL_CPU_S * 2, (stages, destinations)
 
 
+def _planned(spec: str) -> tuple[Any, Any]:
+    """(output, conversion) of ``spec``'s bench call on TP2xDP2 -> TP4 (four targets, four sources)."""
+    from refplan.conformance.peers import WorkerTimed, bench_contender
+    from refplan.maps import contiguous_split_map, replicate
+
+    tp2 = contiguous_split_map((8, 4), [4, 4], 0)
+    got = bench_contender(spec, {"w": (contiguous_split_map((8, 4), [2, 2, 2, 2], 0), replicate(tp2, 2))})
+    assert not isinstance(got, str), got
+    _name, run, convert = got
+    output = run()
+    assert isinstance(output, WorkerTimed), output
+    return output, convert
+
+
 def test_awex_is_charged_one_ranks_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Awex's plan stage is what one rank pays (its metadata check, then ``build_local_transfer_plan``
     for itself), the slower of the first inference and the first training rank, not the global call
     ``call_peer`` makes for the conversion."""
-    from refplan.conformance.peers import WorkerTimed, bench_contender
-    from refplan.maps import contiguous_split_map, replicate
-
     try:
         from refplan.conformance.peers import AwexAdapter
 
@@ -114,12 +126,8 @@ def test_awex_is_charged_one_ranks_own_calls(monkeypatch: pytest.MonkeyPatch) ->
         return real(self, infer, train, rank)  # type: ignore[arg-type]
 
     monkeypatch.setattr(awex_plan.TransferPlanBuilder, "build_local_transfer_plan", spy)
-    tp2 = contiguous_split_map((8, 4), [4, 4], 0)
-    got = bench_contender("awex", {"w": (contiguous_split_map((8, 4), [2, 2, 2, 2], 0), replicate(tp2, 2))})
-    assert not isinstance(got, str), got
-    _name, run, convert = got
-    output = run()
-    assert isinstance(output, WorkerTimed) and len(output.planning_seconds) == 2, output
+    output, convert = _planned("awex")
+    assert len(output.planning_seconds) == 2, output
     assert called == [0, 4], called  # four inference ranks: the first training rank is global rank 4
     assert convert(output)["w"]["segments"]  # the conversion still reads the global call's operations
 
@@ -129,9 +137,6 @@ def test_dcp_is_charged_the_coordinator_and_its_slowest_rank(monkeypatch: pytest
     target rank's own load plan, not every rank's load plan in series. A load plan that burns a
     fixed CPU time per call makes the two apart: four target ranks, one call's time charged."""
     from torch.distributed.checkpoint import default_planner
-
-    from refplan.conformance.peers import WorkerTimed, bench_contender
-    from refplan.maps import contiguous_split_map, replicate
 
     real = default_planner.DefaultLoadPlanner.create_local_plan
 
@@ -144,11 +149,6 @@ def test_dcp_is_charged_the_coordinator_and_its_slowest_rank(monkeypatch: pytest
         return real(self)  # type: ignore[arg-type]
 
     monkeypatch.setattr(default_planner.DefaultLoadPlanner, "create_local_plan", slow)
-    tp2 = contiguous_split_map((8, 4), [4, 4], 0)
-    got = bench_contender("dcp", {"w": (contiguous_split_map((8, 4), [2, 2, 2, 2], 0), replicate(tp2, 2))})
-    assert not isinstance(got, str), got
-    _name, run, convert = got
-    output = run()
-    assert isinstance(output, WorkerTimed), output
+    output, convert = _planned("dcp")
     assert CALL_CPU_S * 0.9 <= output.planning_seconds[0] < CALL_CPU_S * 2, output.planning_seconds  # not 4x
     assert convert(output)["w"]["segments"]
