@@ -1038,7 +1038,8 @@ def test_awex_and_deepspeed_builders_are_the_adapters_inputs() -> None:
             pytest.skip(contender)
         _adapter, problem = _case_problem("awex", scenario)
         _stages, timed = contender.run(False)
-        built, _ops = timed.output  # with one rank's seconds (AwexAdapter.rank_seconds)
+        built, _ops = timed.output  # with one rank's seconds (AwexAdapter.rank_seconds), which alone are charged
+        assert (_stages.plan, _stages.plan_wall) == timed.planning_seconds
         for side in ("infer", "train"):
             assert [repr(m) for m in built[side]] == [repr(m) for m in problem[side]], (scenario.name, side)
         assert (built["infer_world"], built["train_world"]) == (problem["infer_world"], problem["train_world"])

@@ -1,4 +1,8 @@
-"""Megatron-Core 0.19.2 is charged the slowest rank's planning call, not the sum of every rank's.
+"""Peers that plan on every rank at once are charged one rank's planning, not every rank's.
+
+Megatron-Core 0.19.2 is charged the slowest rank's planning call, not the sum of every rank's; Awex
+the slower of two ranks' own calls, not its global call; DCP the slowest rank's local plans and the
+coordinator's steps.
 
 Each rank of a 0.19.2 refit calls ``build_plan_from_rosters`` for itself, all ranks at once
 (``build_local_reshard_plan``, planner.py:500); both of refplan's 0.19.2 workers (the bench's
@@ -92,6 +96,40 @@ def test_the_bench_worker_reports_the_slowest_rank(stand_in: Path) -> None:
     assert CALL_CPU_S * 0.9 <= stages.plan < CALL_CPU_S * 2, (stages, destinations)
 
 
+def _burn() -> None:
+    """Burn ``CALL_CPU_S`` of this process's CPU time."""
+    import time
+
+    start = time.process_time()
+    while time.process_time() - start < CALL_CPU_S:
+        pass
+
+
+def test_dcp_build_is_the_slowest_source_ranks_save_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's DCP build is one source rank's local save plan (the slowest), not all four in
+    series: a save plan that burns a fixed CPU time per call is charged once."""
+    from torch.distributed.checkpoint import default_planner
+
+    from refplan.cli.bench import _dcp_contender
+    from refplan.cli.bench import scenarios as bench_scenarios
+
+    real = default_planner.DefaultSavePlanner.create_local_plan
+
+    def slow(self: object) -> object:
+        _burn()
+        return real(self)  # type: ignore[arg-type]
+
+    scenario = next(s for s in bench_scenarios(quick=True) if s.layout is not None and s.name.startswith("llama"))
+    contender = _dcp_contender(scenario.layout)
+    if isinstance(contender, str):
+        pytest.skip(contender)
+    monkeypatch.setattr(default_planner.DefaultSavePlanner, "create_local_plan", slow)
+    stages, output = contender.run(False)
+    sources = len(set(scenario.layout.source_process.values()))
+    assert sources > 2 and output.build_seconds is not None
+    assert CALL_CPU_S * 0.9 <= stages.build < CALL_CPU_S * 2, (stages, sources)
+
+
 def _planned(spec: str) -> tuple[Any, Any]:
     """(output, conversion) of ``spec``'s bench call on TP2xDP2 -> TP4 (four targets, four sources)."""
     from refplan.conformance.peers import WorkerTimed, bench_contender
@@ -123,11 +161,12 @@ def test_awex_is_charged_one_ranks_own_calls(monkeypatch: pytest.MonkeyPatch) ->
 
     def spy(self: object, infer: object, train: object, rank: int) -> object:
         called.append(rank)
+        _burn()
         return real(self, infer, train, rank)  # type: ignore[arg-type]
 
     monkeypatch.setattr(awex_plan.TransferPlanBuilder, "build_local_transfer_plan", spy)
     output, convert = _planned("awex")
-    assert len(output.planning_seconds) == 2, output
+    assert CALL_CPU_S * 0.9 <= output.planning_seconds[0] < CALL_CPU_S * 1.8, output  # the slower rank, not both
     assert called == [0, 4], called  # four inference ranks: the first training rank is global rank 4
     assert convert(output)["w"]["segments"]  # the conversion still reads the global call's operations
 
@@ -141,11 +180,7 @@ def test_dcp_is_charged_the_coordinator_and_its_slowest_rank(monkeypatch: pytest
     real = default_planner.DefaultLoadPlanner.create_local_plan
 
     def slow(self: object) -> object:
-        import time
-
-        start = time.process_time()
-        while time.process_time() - start < CALL_CPU_S:
-            pass
+        _burn()
         return real(self)  # type: ignore[arg-type]
 
     monkeypatch.setattr(default_planner.DefaultLoadPlanner, "create_local_plan", slow)

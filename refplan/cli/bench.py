@@ -1432,18 +1432,27 @@ def main():
                     # Each rank calls build_plan_from_rosters once, for itself, all ranks at once
                     # (build_local_reshard_plan, planner.py:500, from refit.py:228): what a refit
                     # waits for is the slowest rank's own call, not the sum of every rank's.
-                    plans, slowest = [], [0.0, 0.0]
+                    # Each rank's call starts as a rank's would: no other rank's plan alive, the
+                    # collector's state fresh (as before every contender's region); its receive
+                    # ops are read right after, outside the clock, and its plan let go.
+                    ops, slowest, ranks = [], [0.0, 0.0], 0
                     for rank in sorted(dst):
+                        gc.collect()
                         w, c = time.perf_counter(), time.process_time()
-                        plans.append((rank, build_plan_from_rosters(dst, src, rank)))
+                        plan = build_plan_from_rosters(dst, src, rank)
                         c, w = time.process_time() - c, time.perf_counter() - w
                         slowest = [max(slowest[0], c), max(slowest[1], w)]
+                        ops.append(json.dumps([[op.param_name, rank, op.peer_rank,
+                                                [[s.start, s.stop, s.step] for s in op.peer_slice],
+                                                [[s.start, s.stop, s.step] for s in op.my_slice]]
+                                               for op in plan.recv_ops]))
+                        ranks += 1
+                        del plan
             finally:
                 if paused:
                     gc.enable()
-            ops = [[op.param_name, rank, op.peer_rank, [[s.start, s.stop, s.step] for s in op.peer_slice],
-                    [[s.start, s.stop, s.step] for s in op.my_slice]] for rank, plan in plans for op in plan.recv_ops]
-            answer = {"ops": ops, "build": [cpu1 - cpu0, wall1 - wall0], "plan": slowest, "ranks": len(plans)}
+            ops = [op for text in ops for op in json.loads(text)]
+            answer = {"ops": ops, "build": [cpu1 - cpu0, wall1 - wall0], "plan": slowest, "ranks": ranks}
         except Exception as exc:
             answer = {"error": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0]}
         print(json.dumps(answer), flush=True)

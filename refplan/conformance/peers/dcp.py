@@ -406,16 +406,36 @@ class DCPAdapter(PeerAdapter):
         return global_plan, self._planner.DefaultLoadPlanner().create_global_plan(load_plans)
 
     def call_peer_timed(self, problem: Any) -> tuple[tuple[list[Any], Any], tuple[float, float]]:
-        """``call_peer``'s answer, with the (CPU, wall) seconds a sync waits for: the coordinator's
-        global save plan, then the slowest target rank's own load plan (every rank plans for itself,
-        at once), then the global load plan. ``call_peer`` runs the ranks' load plans one after
-        another, which is no rank's cost (a peer-maintainer review, 2026-12-06)."""
+        """``call_peer``'s answer, with the (CPU, wall) seconds a sync waits for, as
+        ``torch.distributed.checkpoint`` runs it (state_dict_saver.py, state_dict_loader.py): the
+        coordinator unpickles every rank's local save plan (``gather_object``), plans globally and
+        pickles the global plans it scatters; then the slowest target rank's own load plan (every
+        rank plans for itself, at once); then the coordinator unpickles the load plans, plans globally
+        and pickles what it scatters. The (de)serialization stands where Megatron-Core's all-gathered
+        metadata and Awex's global ``ParameterMeta``s are charged as their builds; each rank pickling
+        its own plan (at once) and unpickling its own answer is not charged, for any peer.
+        ``call_peer`` runs the ranks' load plans one after another, which is no rank's cost (a
+        peer-maintainer review, 2026-12-06; the serialization after a second review)."""
+        import pickle
+
         def timed(call: Any) -> tuple[Any, float, float]:
             wall, cpu = time.perf_counter(), time.process_time()
             value = call()
             return value, time.process_time() - cpu, time.perf_counter() - wall
 
-        (global_plan, metadata), cpu, wall = timed(lambda: self.save(problem))
+        total = [0.0, 0.0]
+
+        def charge(c: float, w: float) -> None:
+            total[0] += c
+            total[1] += w
+
+        sent = [pickle.dumps(plan) for plan in problem.local_plans]  # each source rank's own, at once
+        _, c, w = timed(lambda: [pickle.loads(blob) for blob in sent])
+        charge(c, w)
+        (global_plan, metadata), c, w = timed(lambda: self.save(problem))
+        charge(c, w)
+        _, c, w = timed(lambda: [pickle.dumps(plan) for plan in global_plan])
+        charge(c, w)
         load_plans, slowest = [], (0.0, 0.0)
         for rank, state in enumerate(problem.target_states):
             def local(rank: int = rank, state: Any = state) -> Any:
@@ -426,8 +446,15 @@ class DCPAdapter(PeerAdapter):
             plan, c, w = timed(local)
             load_plans.append(plan)
             slowest = (max(slowest[0], c), max(slowest[1], w))
+        charge(*slowest)
+        sent = [pickle.dumps(plan) for plan in load_plans]
+        _, c, w = timed(lambda: [pickle.loads(blob) for blob in sent])
+        charge(c, w)
         loaded, c, w = timed(lambda: self._planner.DefaultLoadPlanner().create_global_plan(load_plans))
-        return (global_plan, loaded), (cpu + slowest[0] + c, wall + slowest[1] + w)
+        charge(c, w)
+        _, c, w = timed(lambda: [pickle.dumps(plan) for plan in loaded])
+        charge(c, w)
+        return (global_plan, loaded), (total[0], total[1])
 
     def convert(self, problem: Any, output: tuple[list[Any], Any]) -> dict[str, Any]:
         """Every ``ReadItem`` as one strided segment from the rank DCP chose to write its chunk."""

@@ -29,6 +29,7 @@ of the ``ParameterMetadata`` this worker builds from a planning request (what th
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import logging
@@ -184,21 +185,23 @@ def main() -> int:
                 continue
             dst = {int(r): {m["resolved_name"]: meta(m) for m in ms} for r, ms in request["dst"].items()}
             src = {name: [meta(m) for m in ms] for name, ms in request["src"].items()}
-            ops = []
-            plans = []
+            ops: list[list[Any]] = []
             with contextlib.redirect_stdout(io.StringIO()):
                 # Only the planning calls are timed (CPU and wall), not the request's decoding nor the
                 # answer's encoding: `refplan bench` reports these seconds, not the round trip. Each
                 # rank calls build_plan_from_rosters for itself, all at once (build_local_reshard_plan,
                 # planner.py:500): the seconds are the slowest rank's own call, not the sum.
+                # Each call starts as a rank's would: no other rank's plan alive, the collector's
+                # state fresh; its receive ops are read after it, outside the clock.
                 cpu = wall = 0.0
                 for rank in sorted(dst):
+                    gc.collect()
                     w, c = time.perf_counter(), time.process_time()
-                    plans.append((rank, planner.build_plan_from_rosters(dst, src, rank)))
+                    plan = planner.build_plan_from_rosters(dst, src, rank)
                     cpu, wall = max(cpu, time.process_time() - c), max(wall, time.perf_counter() - w)
-            for rank, plan in plans:
-                for op in plan.recv_ops:
-                    ops.append([op.param_name, rank, op.peer_rank, _slices(op.peer_slice), _slices(op.my_slice)])
+                    ops.extend([op.param_name, rank, op.peer_rank, _slices(op.peer_slice), _slices(op.my_slice)]
+                               for op in plan.recv_ops)
+                    del plan
             answer = {"ops": ops, "seconds": cpu, "wall_seconds": wall}
         except Exception as exc:  # reported to the adapter, which judges refusal or crash by class
             answer = {"error": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}
