@@ -33,8 +33,15 @@ timed from the description: every contender builds its own inputs (refplan: its 
 ``maps.py``'s builders; Megatron-Core: ``ParameterMetadata`` through ``megatron_rosters``, for
 0.19.2 inside its worker, which times both stages itself; Awex: ``ParameterMeta``; DCP: every
 rank's DTensor state dict and ``DefaultSavePlanner`` local plan through ``DCPAdapter.front_door``,
-then the global save plan and the load planners; DeepSpeed: its own ``ParamAffineMap``s) and plans, in one timed
-region, with the collector as each library ships it and again with it off; interleaved, best
+then the global save plan and the load planners; DeepSpeed: its own ``ParamAffineMap``s) and plans,
+with the collector as each library ships it and again with it off. Each is charged what one of its
+processes waits for: refplan, Megatron-Core 0.16.1 and DeepSpeed plan the whole batch in one
+process, one timed region; where every rank plans for itself at once, one rank's share
+(Megatron-Core 0.19.2: the slowest destination rank's ``build_plan_from_rosters``; Awex: the
+slower of two ranks' check and ``build_local_transfer_plan``, ``AwexAdapter.rank_seconds``; DCP:
+the slowest source rank's save plan as its build, the DTensors being its users' own, and the
+coordinator's (de)serialization and global plans with the slowest target rank's load plan as its
+plan, ``DCPAdapter.call_peer_timed``); interleaved, best
 round kept (``--repeat`` rounds, more for a scenario whose shortest region is under
 ``E2E_MEASURED_SECONDS``). ``--distinct`` makes every shape distinct. The targets compare build + plan against
 the fastest peer's; refplan's verify is reported beside it with its own goal (<= plan).
@@ -1164,7 +1171,8 @@ TARGET_LARGE_MOE_SECONDS = 2.0
 TARGET_REPLICATE_GROWTH = 10.0
 TARGET_BUILD_US_PER_HOLDER = 2.0
 """Issue 27, item 2: building a map costs no more than the peers' per-holder metadata (judged in the
-run: refplan's build stage per (parameter, location) holder against the cheapest peer's), and at
+run: refplan's build stage per (parameter, location) holder against the cheapest peer's build
+stage, as the end-to-end rows charge it: for DCP one source rank's save plan since 2026-12-06), and at
 most this many microseconds per holder, a figure the issue gives for orientation, on its machine
 (Megatron's metadata took 1.2-1.8 µs per holder there): judged at that machine's speed as item 1
 is (``REFERENCE_PEER_US``), the speed read in the scenario's own rounds (``_speed_probe``, since
