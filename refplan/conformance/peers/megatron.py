@@ -354,13 +354,13 @@ class MegatronAdapter(PeerAdapter):
                                           for p in ps)]
         buckets = {n: {tuple(m.data_parallel_group_ranks or []) for m in meta["source"][n].values()} for n in chosen}
         if self._worker is None and chosen and all(len(b) == 1 for b in buckets.values()):
-            # One DP group for every parameter with a choice (pure DP; experts whose expert-DP
-            # group holds each of them whole): 0.16.1's select_src_metadata_balanced buckets the
+            # One DP group for every parameter with a choice (pure DP; experts of EP 1 in a model
+            # whose DP group is the world): 0.16.1's select_src_metadata_balanced buckets the
             # source metadata by DP group, finds one, and its docstring says it then returns the
             # first entry (resharding/utils.py:330, 345-347): documented behaviour for every choice
             # in the case, no finding (a parameter with one holder per region has no choice to
             # make). Read from the metadata as the peer buckets it, not from the layout, so that
-            # experts (a TP group of one, a DP group of their holders) are judged as the peer sees them.
+            # experts (a TP group of one, the model's DP group of their rank) are judged as the peer sees them.
             contract.append(("quality", f"{self.name}: every source parameter with replicas is held by one DP group, "
                                         "and select_src_metadata_balanced's docstring documents its one-bucket "
                                         "fast path, returning the first entry (resharding/utils.py:330)"))
