@@ -24,6 +24,7 @@ from .common import (
     merge_dense,
     one_source_floor,
     peer_version,
+    timed_call,
 )
 
 
@@ -185,15 +186,8 @@ class AwexAdapter(PeerAdapter):
         which the conversion reads, is no rank's cost: above that size it is about twice one rank's
         (a peer-maintainer review, 2026-12-06). The ranks: the first inference rank and the first
         training rank (the layouts the bench times are symmetric within each side)."""
-        import time
-
-        def timed(call: Any) -> tuple[float, float]:
-            wall, cpu = time.perf_counter(), time.process_time()
-            call()
-            return time.process_time() - cpu, time.perf_counter() - wall
-
-        check = timed(lambda: self._common.check_train_infer_params_meta(problem["train"], problem["infer"],
-                                                                         raise_exception=True))
+        _, *check = timed_call(lambda: self._common.check_train_infer_params_meta(
+            problem["train"], problem["infer"], raise_exception=True))
         worst = (0.0, 0.0)
         for rank in sorted({0, problem["infer_world"]}):
             def local(rank: int = rank) -> Any:
@@ -201,7 +195,7 @@ class AwexAdapter(PeerAdapter):
                                                          num_infer_engines=1)
                 return builder.build_local_transfer_plan(problem["infer"], problem["train"], rank)
 
-            cpu, wall = timed(local)
+            _, cpu, wall = timed_call(local)
             worst = (max(worst[0], check[0] + cpu), max(worst[1], check[1] + wall))
         return worst
 

@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import io
 import logging
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,15 @@ def peer_version(dist: str) -> str | None:
         return version(dist)
     except Exception:
         return None
+
+
+def timed_call(call: Any) -> tuple[Any, float, float]:
+    """(value, CPU seconds, wall seconds) of ``call()``: how an adapter times one rank's share of a
+    peer's planning where every rank plans for itself at once (``AwexAdapter.rank_seconds``,
+    ``DCPAdapter.call_peer_timed``)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = call()
+    return value, time.process_time() - cpu, time.perf_counter() - wall
 
 
 @contextlib.contextmanager

@@ -23,7 +23,6 @@ to write it.
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +44,7 @@ from .common import (
     check_tiled,
     merge_dense,
     peer_version,
+    timed_call,
 )
 
 _MAX_WORLD = 4096
@@ -224,12 +224,9 @@ class DCPAdapter(PeerAdapter):
                 problem.target_states = states
         with _quiet():
             for rank, state in enumerate(problem.source_states):
-                wall, cpu = time.perf_counter(), time.process_time()
-                planner = self._planner.DefaultSavePlanner(dedup_save_to_lowest_rank=self.lowest_rank)
-                planner.set_up_planner(state, is_coordinator=rank == 0)
+                (planner, plan), cpu, wall = timed_call(lambda rank=rank, state=state: self._save_plan(rank, state))
                 problem.save_planners.append(planner)
-                problem.local_plans.append(planner.create_local_plan())
-                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                problem.local_plans.append(plan)
                 problem.save_seconds = (max(problem.save_seconds[0], cpu), max(problem.save_seconds[1], wall))
         return problem
 
@@ -394,15 +391,23 @@ class DCPAdapter(PeerAdapter):
         global_plan, metadata = problem.save_planners[0].create_global_plan(problem.local_plans)
         return list(global_plan), metadata
 
+    def _save_plan(self, rank: int, state: dict[str, Any]) -> tuple[Any, Any]:
+        """(planner, local plan) of one source rank's ``DefaultSavePlanner``."""
+        planner = self._planner.DefaultSavePlanner(dedup_save_to_lowest_rank=self.lowest_rank)
+        planner.set_up_planner(state, is_coordinator=rank == 0)
+        return planner, planner.create_local_plan()
+
+    def _load_plan(self, rank: int, state: dict[str, Any], metadata: Any) -> Any:
+        """One target rank's ``DefaultLoadPlanner`` local plan."""
+        planner = self._planner.DefaultLoadPlanner()
+        planner.set_up_planner(state, metadata, is_coordinator=rank == 0)
+        return planner.create_local_plan()
+
     def call_peer(self, problem: Any) -> tuple[list[Any], Any]:
         """The coordinator's ``create_global_plan`` (dedup, metadata), then every target rank's
         ``DefaultLoadPlanner`` local plan and the coordinator's global load plan."""
         global_plan, metadata = self.save(problem)
-        load_plans = []
-        for rank, state in enumerate(problem.target_states):
-            planner = self._planner.DefaultLoadPlanner()
-            planner.set_up_planner(state, metadata, is_coordinator=rank == 0)
-            load_plans.append(planner.create_local_plan())
+        load_plans = [self._load_plan(rank, state, metadata) for rank, state in enumerate(problem.target_states)]
         return global_plan, self._planner.DefaultLoadPlanner().create_global_plan(load_plans)
 
     def call_peer_timed(self, problem: Any) -> tuple[tuple[list[Any], Any], tuple[float, float]]:
@@ -418,43 +423,30 @@ class DCPAdapter(PeerAdapter):
         peer-maintainer review, 2026-12-06; the serialization after a second review)."""
         import pickle
 
-        def timed(call: Any) -> tuple[Any, float, float]:
-            wall, cpu = time.perf_counter(), time.process_time()
-            value = call()
-            return value, time.process_time() - cpu, time.perf_counter() - wall
+        charged = [0.0, 0.0]  # the coordinator's steps in sequence, then the slowest rank's own load plan
 
-        total = [0.0, 0.0]
-
-        def charge(c: float, w: float) -> None:
-            total[0] += c
-            total[1] += w
+        def coordinator(call: Any) -> Any:
+            value, cpu, wall = timed_call(call)
+            charged[0] += cpu
+            charged[1] += wall
+            return value
 
         sent = [pickle.dumps(plan) for plan in problem.local_plans]  # each source rank's own, at once
-        _, c, w = timed(lambda: [pickle.loads(blob) for blob in sent])
-        charge(c, w)
-        (global_plan, metadata), c, w = timed(lambda: self.save(problem))
-        charge(c, w)
-        _, c, w = timed(lambda: [pickle.dumps(plan) for plan in global_plan])
-        charge(c, w)
+        coordinator(lambda: [pickle.loads(blob) for blob in sent])
+        global_plan, metadata = coordinator(lambda: self.save(problem))
+        coordinator(lambda: [pickle.dumps(plan) for plan in global_plan])
         load_plans, slowest = [], (0.0, 0.0)
         for rank, state in enumerate(problem.target_states):
-            def local(rank: int = rank, state: Any = state) -> Any:
-                planner = self._planner.DefaultLoadPlanner()
-                planner.set_up_planner(state, metadata, is_coordinator=rank == 0)
-                return planner.create_local_plan()
-
-            plan, c, w = timed(local)
+            plan, cpu, wall = timed_call(lambda rank=rank, state=state: self._load_plan(rank, state, metadata))
             load_plans.append(plan)
-            slowest = (max(slowest[0], c), max(slowest[1], w))
-        charge(*slowest)
+            slowest = (max(slowest[0], cpu), max(slowest[1], wall))
+        charged[0] += slowest[0]
+        charged[1] += slowest[1]
         sent = [pickle.dumps(plan) for plan in load_plans]
-        _, c, w = timed(lambda: [pickle.loads(blob) for blob in sent])
-        charge(c, w)
-        loaded, c, w = timed(lambda: self._planner.DefaultLoadPlanner().create_global_plan(load_plans))
-        charge(c, w)
-        _, c, w = timed(lambda: [pickle.dumps(plan) for plan in loaded])
-        charge(c, w)
-        return (global_plan, loaded), (total[0], total[1])
+        coordinator(lambda: [pickle.loads(blob) for blob in sent])
+        loaded = coordinator(lambda: self._planner.DefaultLoadPlanner().create_global_plan(load_plans))
+        coordinator(lambda: [pickle.dumps(plan) for plan in loaded])
+        return (global_plan, loaded), (charged[0], charged[1])
 
     def convert(self, problem: Any, output: tuple[list[Any], Any]) -> dict[str, Any]:
         """Every ``ReadItem`` as one strided segment from the rank DCP chose to write its chunk."""
