@@ -48,6 +48,11 @@ class Outcome:
     choice of source (``PeerAdapter.design``) and found every read where that rule puts it: the rule
     in words, with its file:line. A ``quality`` result of such an answer is ``enhancement`` (the load
     is the documented design's), on any input, drawn ones (``--explore``) included."""
+    defect: str = ""
+    """Set only by a peer adapter that recognised a published defect in the peer's *answer*
+    (``PeerAdapter.defect``): the finding's note. A ``quality`` result stays ``quality``, but a
+    drawn case (``--explore``), which no finding lists as a witness, names its cause instead of
+    "not yet explained"."""
     placement: Mapping[str, Mapping[int, int]] | None = None
     """``{"source": {location: process}, "target": {...}}``: where the adapter ran each location
     when the case names no endpoints and the peer cannot run without (Megatron-Core 0.16.1 refits

@@ -249,8 +249,10 @@ class ExploreReport:
     explored: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {v: 0 for v in VERDICTS if v != "enhancement"})
     """Per verdict; ``enhancement`` is listed only when a drawn case has it (only where the adapter
-    checks the peer's answer against its documented choice, ``PeerAdapter.design``: Awex today; a
-    finding's witnesses are corpus cases, never drawn ones)."""
+    checks the peer's answer against its documented choice, ``PeerAdapter.design``: Awex and both
+    Megatron-Core releases today; a finding's witnesses are corpus cases, never drawn ones, so a
+    drawn ``quality`` result is named only where the adapter recognises a published defect in the
+    answer itself, ``PeerAdapter.defect``)."""
     first: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per kind (``fail``: a fail or adapter error; ``quality``), the first such configuration drawn."""
     shrunk: dict[str, tuple[dict[str, Any], Case, CaseResult]] = field(default_factory=dict)

@@ -676,6 +676,8 @@ def _run_case(case: Case, adapter: Adapter) -> CaseResult:
     cause = getattr(adapter, "cause", None)
     if verdict in ("fail", "quality", "enhancement") and callable(cause):  # a peer names the root cause
         named = cause(case.id, verdict)
+        if verdict == "quality" and outcome.defect and "not yet explained" in named:
+            named = outcome.defect  # a drawn case whose answer the adapter recognised as a published defect
         if not (verdict == "enhancement" and outcome.design and "not yet explained" in named):
             reason = f"{reason} — {named}"  # a drawn case's design check is its own explanation
     ratio = None

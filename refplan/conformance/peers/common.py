@@ -498,11 +498,12 @@ class PeerAdapter(Adapter):
                                             f"{type(exc).__name__}: {_first_line(exc)}")
         try:
             design = self.design(problem, output)
+            defect = "" if design else self.defect(problem, output)
         except Exception as exc:
             return Outcome("error", message=f"the adapter could not check {self.name}'s answer against its "
                                             f"documented choice: {type(exc).__name__}: {_first_line(exc)}")
         return Outcome("accept", plans=plans, contract=contract, placement=self.placement(case, problem),
-                       design=design)
+                       design=design, defect=defect)
 
     def translate(self, case: Case) -> Any:
         raise NotImplementedError
@@ -516,6 +517,12 @@ class PeerAdapter(Adapter):
         """Whether the peer's answer reads every region where its own documented choice of source
         puts it (``Outcome.design``): that rule in words, with its file:line, or ``""`` (not checked,
         or some read elsewhere). Only for the release whose rule was read. None by default."""
+        return ""
+
+    def defect(self, problem: Any, output: Any) -> str:
+        """Whether the peer's answer is the one a published defect makes (``Outcome.defect``): that
+        finding's note, or ``""``. Asked only when ``design`` found a read away from the documented
+        rule. None by default."""
         return ""
 
     def by_design(self, case_id: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -391,6 +391,40 @@ class MegatronAdapter(PeerAdapter):
                                      f"of source meets the bound {bound}"))
         return found
 
+    def design(self, problem: Mapping[str, Any], output: list[tuple[str, int, Any, list[Any]]]) -> str:
+        """Whether every read sits in the source replica the release's *documented* rule picks for its
+        destination rank and parameter (``Outcome.design``): then a load over the case's bound is that
+        design's, an enhancement to ask for. Written from the docstrings, not by calling the peer's
+        selection (which would agree with itself by construction), so that a choice against its own
+        docstring stays ``quality``: 0.19.2's one-DP-group fast path returns the first entry where
+        ``_round_robin_dp``'s docstring cycles by destination rank (``findings.py``), and this rule
+        cycles there. The replica is what is checked, not the slices (those follow from it: the
+        picked replica's TP group, or for a replicated parameter the member the docstring names).
+        ``""`` for a release whose rule was not read, or any read elsewhere."""
+        if self._worker is None and self.name == "megatron-core 0.16.1":
+            pick, rule = _pick_016, _RULE_016
+        elif self._worker is not None and self.name == "megatron-core 0.19.2":
+            pick, rule = _pick_019, _RULE_019
+        else:
+            return ""
+        return rule if _reads_follow(problem, output, pick, self._worker is not None) else ""
+
+    def defect(self, problem: Mapping[str, Any], output: list[tuple[str, int, Any, list[Any]]]) -> str:
+        """0.19.2's published defect, recognised in an answer that ``design`` found off its
+        docstring: every read sits where the code's one-DP-group fast path (utils.py:514-516) puts
+        it, which differs from the docstring's cycle for some destination rank (else ``design``
+        would have held). ``""`` otherwise: a read neither rule explains is left unexplained."""
+        if not (self._worker is not None and self.name == "megatron-core 0.19.2"):
+            return ""
+        if not _reads_follow(problem, output, lambda c, d, r: _pick_019(c, d, r, fast_path=True), True):
+            return ""
+        from .findings import FINDINGS
+
+        for finding in FINDINGS:
+            if finding.version == "megatron-core 0.19.2" and finding.verdict == "quality":
+                return finding.note()
+        return ""
+
     def placement(self, case: Case, problem: Mapping[str, Any]) -> Mapping[str, Mapping[int, int]] | None:
         """Without endpoints, 0.16.1 runs the k-th target location on the k-th source rank (``collocate``):
         its loads are judged on those ranks, where a copy between a rank's two models is local."""
@@ -488,6 +522,91 @@ def _expert_index(name: str) -> int | None:
         if part == "experts" and after.isdigit():
             return int(after)
     return None
+
+
+_RULE_016 = ("each destination rank reads a parameter from the source replica its docstring names: the first "
+             "entry of the DP bucket dst_rank % buckets, one bucket its first entry "
+             "(megatron/core/resharding/utils.py:322-333), a replicated parameter from DP member dst_rank % size "
+             "or a local copy (planner.py:160-168), the same rule for every parameter, as Megatron-Core 0.16.1 "
+             "documents")
+_RULE_019 = ("each destination rank reads a parameter from the source replica its docstrings name: a local copy "
+             "first, else DP group dst_rank % groups and within it entry (dst_rank // groups) % entries "
+             "(megatron/core/resharding/utils.py:498-507, 532-542), keyed by the destination rank alone, the "
+             "same for every parameter, as Megatron-Core 0.19.2 documents")
+
+
+def _by_dp_group(candidates: list[Any]) -> dict[tuple[int, ...], list[Any]]:
+    grouped: dict[tuple[int, ...], list[Any]] = {}
+    for meta in candidates:
+        grouped.setdefault(tuple(meta.data_parallel_group_ranks or ()), []).append(meta)
+    return grouped
+
+
+def _pick_016(candidates: list[Any], dst: Any, dst_rank: int) -> Any:
+    """0.16.1's docstring (utils.py:325-333): bucket by DP group; one bucket, its first entry; else
+    the bucket ``dst_rank % buckets`` in sorted order, its first entry."""
+    grouped = _by_dp_group(candidates)
+    if len(grouped) == 1:
+        return candidates[0]
+    return grouped[sorted(grouped)[dst_rank % len(grouped)]][0]
+
+
+def _pick_019(candidates: list[Any], dst: Any, dst_rank: int, fast_path: bool = False) -> Any | None:
+    """0.19.2's docstrings: same-EP-size candidates filtered to the destination's EP local rank
+    (utils.py:445-449), a local copy first (535-541), else DP group ``dst_rank % groups`` and within
+    it entry ``(dst_rank // groups) % entries`` (498-507). With one DP group this cycles, as the
+    docstring says; the code's fast path (514-516, ``fast_path``: its first entry) does not, the
+    published defect."""
+    ep = dst.expert_parallel_group_ranks
+    if ep is not None:
+        first = candidates[0].expert_parallel_group_ranks
+        if first and len(first) == len(ep):
+            local = ep.index(dst_rank)
+            candidates = [m for m in candidates if m.expert_parallel_group_ranks
+                          and m.expert_parallel_group_ranks.index(m.owner_rank) == local]
+            if not candidates:  # 0.19.2 raises here (utils.py:471-495): no answer to check
+                return None
+    for meta in candidates:
+        if meta.owner_rank == dst_rank:
+            return meta
+    grouped = _by_dp_group(candidates)
+    if fast_path and len(grouped) == 1:
+        return candidates[0]
+    keys = sorted(grouped)
+    entries = grouped[keys[dst_rank % len(keys)]]
+    return entries[(dst_rank // len(keys)) % len(entries)]
+
+
+def _reads_follow(problem: Mapping[str, Any], output: list[tuple[str, int, Any, list[Any]]],
+                  pick: Callable[[list[Any], Any, int], Any | None], release_019: bool) -> bool:
+    """Whether every receive op of ``output`` reads from the replica ``pick`` chooses for its
+    destination rank and parameter: the chosen metadata's TP group, or for a parameter with no TP
+    descriptor the rank ``_replicated_source`` names."""
+    src_lists = problem["src_lists"]
+    for name, dst_rank, dst, ops in output:
+        candidates = src_lists.get(name)
+        if not candidates:  # 0.19.2's tied-embedding fallback (planner.py:332-342): not read here
+            return False
+        chosen = pick(candidates, dst, dst_rank)
+        if chosen is None:
+            return False
+        allowed = set(chosen.tensor_parallel_group_ranks or ())
+        allowed |= _replicated_source(chosen, dst, dst_rank, release_019)
+        if any(src_rank not in allowed for src_rank, _, _ in ops):
+            return False
+    return True
+
+
+def _replicated_source(chosen: Any, dst: Any, dst_rank: int, release_019: bool) -> set[int]:
+    """Where a parameter with no TP descriptor is read from, by the docstring of
+    ``_finalize_dp_transfers``: a local copy when both DP groups match (0.19.2: and the rank holds
+    the source), else 0.16.1's DP member ``dst_rank % size``, 0.19.2's picked owner."""
+    src_dp, dst_dp = list(chosen.data_parallel_group_ranks or ()), list(dst.data_parallel_group_ranks or ())
+    if src_dp == dst_dp and (dst_rank in src_dp or not release_019):
+        return {dst_rank}
+    if release_019:
+        return {chosen.owner_rank}
+    return {src_dp[dst_rank % len(src_dp)]} if src_dp else set()
 
 
 def _meta_doc(meta: Any) -> dict[str, Any]:
