@@ -1604,7 +1604,7 @@ def s2_concurrent(me: int, world: int) -> dict[str, Any]:
     # Each case on a group of its own: a call that one process made alone (the refused second
     # call) leaves that group's processes at different calls for good, which is the point of
     # "after_same_group"; the world stays in step for the scenarios that follow.
-    for case in ("shared", "distinct", "late", "early"):
+    for case in ("shared", "distinct", "late", "early", "last"):
         group = dist.new_group([0, 1])
         out[case] = _concurrent_case(me, case, first_pairs, {"v": (rows, cols)}, ends, group)
         if case == "shared":
@@ -1752,16 +1752,17 @@ def _concurrent_case(me: int, case: str, first_pairs: Pairs, other_pairs: Pairs,
     entered, go = threading.Event(), threading.Event()
     first: dict[str, Any] = {}
     # Held right after the verdict, or ("late") right after its outcome agreement went through, or
-    # ("early") before its checks, so that it learns of the second call before its verdict.
-    where = {"late": "_outcome", "early": "_prepare"}.get(case, "_move")
+    # ("early") before its checks, so that it learns of the second call before its verdict, or
+    # ("last") after its staging went back, its last step before it leaves the group.
+    where = {"late": "_outcome", "early": "_prepare", "last": "_recycle"}.get(case, "_move")
     original = getattr(call_phase, where)
+    after = where in ("_outcome", "_recycle")
 
     def held(*args: Any, **kwargs: Any) -> Any:
-        if where == "_outcome":
-            original(*args, **kwargs)
+        result = original(*args, **kwargs) if after else None
         entered.set()
         go.wait(10)
-        return None if where == "_outcome" else original(*args, **kwargs)
+        return result if after else original(*args, **kwargs)
 
     setattr(call_phase, where, held)
     thread = threading.Thread(target=lambda: first.update(_error_of(first_call)))

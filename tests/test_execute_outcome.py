@@ -348,6 +348,19 @@ def test_a_call_marked_after_its_outcome_went_out_still_does_not_return_normally
     assert per_process[1]["late"]["first"]["raised"] is None, per_process[1]["late"]
 
 
+def test_a_call_marked_in_its_last_step_does_not_return_normally(two: dict[str, list[Any]]) -> None:
+    """The second call starts after the first's last check of the mark, while its staging goes
+    back, before it leaves the group: the second is refused as concurrent, so the first must not
+    return normally either (it did, an outside probe found, 2026-12-07). Its peer's call, whose
+    outcome was clean, returns."""
+    per_process = scenario(two, "concurrent")
+    last = per_process[0]["last"]
+    assert last["entered"] and last["second"]["raised"] == "TransferRejectedError", last
+    assert last["first"]["raised"] == "TransferExecutionError", last
+    assert "cannot count as done" in last["first"]["message"] and last["first"]["processes"] == (0,)
+    assert per_process[1]["last"]["first"]["raised"] is None, per_process[1]["last"]
+
+
 def test_a_call_marked_before_its_verdict_is_refused_everywhere(two: dict[str, list[Any]]) -> None:
     """The second call starts while the first is still being checked: the first refuses in its
     verdict, so both of its processes raise the same rejection and no byte moves."""

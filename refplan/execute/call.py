@@ -115,11 +115,24 @@ def _enter(ctx: _Context) -> _Call | None:
     return call
 
 
-def _leave(call: _Call | None) -> None:
-    if call is not None:
-        with _IN_FLIGHT_LOCK:
-            if _IN_FLIGHT.get(id(call.group)) is call:
-                del _IN_FLIGHT[id(call.group)]
+def _leave(call: _Call | None) -> bool:
+    """Unregister ``call``; whether another call marked it before it left. One step under the lock,
+    so a call that starts later finds nothing in flight, and one that started earlier was seen."""
+    if call is None:
+        return False
+    with _IN_FLIGHT_LOCK:
+        if _IN_FLIGHT.get(id(call.group)) is call:
+            del _IN_FLIGHT[id(call.group)]
+        return call.poisoned
+
+
+def _finished_meanwhile(ctx: _Context, sched: _Schedule, outcome: object) -> TransferExecutionError:
+    """This process's part of a call finished while another call on its group started here."""
+    return TransferExecutionError(
+        f"{_CONCURRENT_TEXT}; this process's part finished, but the call cannot count as done",
+        _written_by(sched, {ctx.me}) if outcome is not False else None,
+        (ctx.me,),
+    )
 
 
 def execute_transfers(
@@ -293,13 +306,14 @@ def _execute(
                 failure.targets = _written_by(sched, {ctx.me})
             raise failure
         if call is not None and call.poisoned:  # started after this call's status went out (or outcome=False)
-            raise TransferExecutionError(
-                f"{_CONCURRENT_TEXT}; this process's part finished, but the call cannot count as done",
-                _written_by(sched, {ctx.me}) if outcome is not False else None,
-                (ctx.me,),
-            )
+            raise _finished_meanwhile(ctx, sched, outcome)
         _keep(sched, (sched.budget or budget).total_bytes)  # before the arenas go back: a release there drops it
         _recycle(sched, (sched.budget or budget).total_bytes)
+        if _leave(call):
+            # Marked after the check above, before this call left the group: the other call was
+            # refused as concurrent, so this one must not return normally either (an outside
+            # probe held it in ``_recycle`` and it returned while the other raised, 2026-12-07).
+            raise _finished_meanwhile(ctx, sched, outcome)
         done = time.perf_counter()
         queues = (*sched.incoming.values(), *sched.outgoing.values())
         chunks = sum(len(m.parts) for q in queues for m in q)
