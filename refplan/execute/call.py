@@ -413,3 +413,4 @@ def release_staging() -> None:
     schedule._PROGRAMS.clear()
     schedule._LAYOUTS.clear()
     checks._CHECKED.clear()
+    checks._JUDGED.clear()  # and the judgements against maps, which keep their plans and maps alive

@@ -9,9 +9,11 @@ the schedule (``schedule.py``); nothing here costs more than the number of segme
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -62,16 +64,86 @@ running): 65 000 one-segment parameters took 8.7 s before any byte moved where o
 default bound it was meant to be held to (an outside audit, 2026-12-06)."""
 
 
-def _work(segments: int, chunks: int, rounds: int, parameters: int = 0) -> int:
+_AXES_FREE = 8
+"""Axes a segment's (or a plan's logical shape's) own unit of work covers: every axis is read,
+checked and serialised into the digest, about 1 µs each measured, so a segment of a model's usual
+2-4 axes costs nothing beyond its ``_SEGMENT_WORK``."""
+
+
+_AXES_PER_UNIT = 16
+"""Axes past ``_AXES_FREE`` per segment (summed over the batch) that cost a unit. Without this term
+1 000 one-element segments of 5 000 extent-1 axes each, every number legal, were estimated at
+2 003 units and spent 5-8 s per process before the verdict (an outside probe, 2026-12-07)."""
+
+
+_BUFFERS_FREE = 2
+"""Buffers per parameter its ``_PARAMETER_WORK`` covers (a source and a target on this process)."""
+
+
+_BUFFER_WORK = 1
+"""Every buffer past ``_BUFFERS_FREE`` per parameter: checked (device, dtype, storage, aliasing),
+about 10 µs each measured, on every call. 500 000 one-element target buffers of one one-segment
+parameter spent 5.9 s before the verdict at an estimate of 5 units (the same probe)."""
+
+
+_ENTRIES_FREE = 1024
+"""Endpoint table entries (source and target together) the fixed cost of a call covers."""
+
+
+_ENTRIES_PER_UNIT = 8
+"""Endpoint entries past ``_ENTRIES_FREE`` that cost a unit: each is sorted into the remembered
+batch's key on every call and serialised into the digest on the first, about 2 µs measured. Tables
+binding 3 000 000 unused locations spent 6.4 s on the first call and 0.7 s on every later one."""
+
+
+_MAP_WORK = 1
+"""Every piece and shard shape of a map given as ``maps``: judged by the oracle, about 12 µs a
+location measured. A correct plan whose source map was replicated on 10**6 locations was accepted
+after 12 s of pre-verdict work on every call (the same probe)."""
+
+
+def _work(segments: int, chunks: int, rounds: int, parameters: int = 0, sizes: int = 0) -> int:
     """The pre-verdict cost model in work units (``StagingBudget.max_work``): pure arithmetic on
     counts known before anything is built, so a schedule too costly to start is refused at once.
+    ``sizes``: the units of what is large beyond the counts (``_sized``: axes, buffers, endpoint
+    entries).
 
     Measured on 2 shared cores (issue 26): 10**5 one-element segments cost 25-28 s per process
     before the verdict, a one-element staging budget 27 s; both were within ``max_chunks``, which
     bounds what can be tagged, not what it costs.
     """
     return (segments * _SEGMENT_WORK + chunks * _CHUNK_WORK + rounds * _ROUND_WORK
-            + parameters * _PARAMETER_WORK)
+            + parameters * _PARAMETER_WORK + sizes)
+
+
+def _call_sizes(args: _Arguments) -> tuple[int, str]:
+    """The units every call pays, remembered batch or not, for the size of its arguments: endpoint
+    entries past ``_ENTRIES_FREE`` and this process's buffers past ``_BUFFERS_FREE`` a parameter.
+    Lengths only (one ``len`` per container), so it costs nothing that grows with them."""
+    try:
+        entries = len(args.endpoints.source) + len(args.endpoints.target)
+        buffers = sum(len(b) for side in (args.sources, args.targets) for b in side.values())
+    except Exception as exc:
+        raise _Refusal(f"the buffers or endpoints cannot be counted ({_describe(exc)})") from None
+    units = (max(0, entries - _ENTRIES_FREE) // _ENTRIES_PER_UNIT
+             + max(0, buffers - _BUFFERS_FREE * len(args.plans)) * _BUFFER_WORK)
+    return units, f"{entries} endpoint entries and {buffers} buffers on this process"
+
+
+_SHAPE = attrgetter("shape")
+
+
+def _axes_units(listed: Mapping[str, tuple[object, tuple[object, ...]]]) -> int:
+    """The units of the batch's axes past ``_AXES_FREE`` per segment and per logical shape: one
+    ``len`` per segment, read before any segment is checked. What cannot be read counts nothing
+    here; the segment checks refuse it."""
+    excess = 0
+    for plan, read in listed.values():
+        with contextlib.suppress(Exception):
+            excess += max(0, sum(map(len, map(_SHAPE, read))) - _AXES_FREE * len(read))
+        with contextlib.suppress(Exception):
+            excess += max(0, len(plan.logical_shape) - _AXES_FREE)  # type: ignore[attr-defined]
+    return excess // _AXES_PER_UNIT
 
 
 def _counted(count: int, noun: str) -> str:
@@ -425,6 +497,10 @@ def _prepare(
     checked, and the pieces bound to them, on every call.
     """
     args = _check_arguments(ctx, plans, source_buffers, target_buffers, endpoints, budget, mode, holds, call_key)
+    # Before anything walks the endpoints or the buffers: their sizes alone can exceed the budget.
+    sizes, sized = _call_sizes(args)
+    if sizes > args.budget.max_work:
+        raise _too_much_work("the size of the call's arguments", sizes, args.budget, sized)
     dtypes = _dtypes_read_once(dtypes, args.plans)
     key = _batch_key(ctx, args, dtypes, mode)
     remembered = _CHECKED.get(key) if key is not None else None
@@ -432,7 +508,7 @@ def _prepare(
     if remembered is not None:  # the same plan objects passed these checks before: they cannot fail now
         _kept, params, limits, digest = remembered
     else:
-        params, limits = _check_plans(ctx, args, dtypes)
+        params, limits = _check_plans(ctx, args, dtypes, sizes)
         if any(p.plan is not args.plans.get(n) for n, p in params.items()):
             # A plan that was not exact (``_as_checked``): neither its checks nor its layout are
             # remembered, since it may read differently on the next call; checked every call.
@@ -448,14 +524,14 @@ def _prepare(
         # checks and were laid out before: those are pure functions of exactly these, so they
         # cannot fail now, and the layout is the one they would build again.
         if maps is not None:
-            _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
+            _verify_against_maps({name: p.plan for name, p in params.items()}, maps, args.budget)
         layout.instantiate(sched)
         sched.layout = layout
         _allocate_staging(sched, args.budget.total_bytes, layout.spans)
         return sched
-    mine = _check_local_segments(ctx, args, params, limits, sched)
+    mine = _check_local_segments(ctx, args, params, limits, sched, sizes)
     if maps is not None:
-        _verify_against_maps({name: p.plan for name, p in params.items()}, maps)
+        _verify_against_maps({name: p.plan for name, p in params.items()}, maps, args.budget)
     _build_queues(ctx, mine, params, limits, args.budget, sched)
     spans = _allocate_staging(sched, args.budget.total_bytes)
     if where is not None:
@@ -659,7 +735,7 @@ def _off_bound_device(holds: torch.device | None, bound: object) -> str | None:
 
 
 def _check_plans(
-    ctx: _Context, args: _Arguments, dtypes: object
+    ctx: _Context, args: _Arguments, dtypes: object, sizes: int = 0
 ) -> tuple[dict[str, _Param], dict[_Queue, int]]:
     """The checks every process makes identically, and each queue's message limit.
 
@@ -685,9 +761,13 @@ def _check_plans(
     # Before any segment is looked at: every process checks (and hashes) all of them, so their
     # number alone can exceed the work budget, and is known from the plans' lengths.
     count = sum(len(read) for _plan, read in listed.values())
-    if _work(count, 0, 0, len(listed)) > budget.max_work:
-        raise _too_much_work("the batch", _work(count, 0, 0, len(listed)), budget,
-                             f"{_counted(len(listed), 'parameter')} and {count} segments, each checked by every "
+    axes = _axes_units(listed)
+    work = _work(count, 0, 0, len(listed), sizes + axes)
+    if work > budget.max_work:
+        wide = f", {axes} units for axes past {_AXES_FREE} per segment and logical shape" if axes else ""
+        wide += f", {sizes} for the size of the call's arguments" if sizes else ""
+        raise _too_much_work("the batch", work, budget,
+                             f"{_counted(len(listed), 'parameter')} and {count} segments{wide}, each checked by every "
                              "process before the verdict")
     params: dict[str, _Param] = {}
     widest: dict[_Queue, tuple[int, str, torch.dtype]] = {}  # queue -> its widest element
@@ -751,7 +831,8 @@ def _check_buffers(ctx: _Context, args: _Arguments, params: Mapping[str, _Param]
 
 
 def _check_local_segments(
-    ctx: _Context, args: _Arguments, params: Mapping[str, _Param], limits: Mapping[_Queue, int], sched: _Schedule
+    ctx: _Context, args: _Arguments, params: Mapping[str, _Param], limits: Mapping[_Queue, int], sched: _Schedule,
+    sizes: int = 0,
 ) -> list[_Mine]:
     """The segments that touch this process: each one's buffer present, every address inside it
     (``offset + Σ(extent−1)·stride < numel``), no target written more often than it has elements,
@@ -812,27 +893,55 @@ def _check_local_segments(
     # from below (a message holds at most ``limit`` staged bytes), which is what tiny budgets cost.
     rounds = max((-(-nbytes // limits[q]) for q, nbytes in staged.items()), default=0)
     segments = sum(len(p.segments) for p in params.values())
-    work = _work(segments, chunks, rounds, len(params))
+    work = _work(segments, chunks, rounds, len(params), sizes)
     if work > budget.max_work:
         raise _too_much_work(
             "the schedule of this process", work, budget,
             f"{_counted(len(params), 'parameter')} and {segments} segments in the batch, {chunks} network chunks, "
-            f"at least {rounds} rounds with "
+            + (f"{sizes} units for the size of the call's arguments, " if sizes else "")
+            + f"at least {rounds} rounds with "
             f"bytes_per_peer={budget.bytes_per_peer}; a larger bytes_per_peer makes fewer chunks and rounds",
         )
     return mine
 
 
-def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: object) -> None:
-    """Judge each plan against its (target map, source map) with the independent oracle."""
+_JUDGED: schedule._Kept[tuple[tuple[TransferPlan, ParamAffineMap, ParamAffineMap], ...]] = schedule._Kept(
+    _CHECKED_LIMIT)
+"""Batches whose plans the oracle judged against their maps, keyed by the identities of the plans and
+maps (all immutable, and held by the entry, so no id is reused while it lives): a sync loop that
+passes ``maps`` pays for the judgement once, as for the plan checks (``_CHECKED``)."""
+
+
+def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: object, budget: StagingBudget) -> None:
+    """Judge each plan against its (target map, source map) with the independent oracle, once per
+    batch of the same plan and map objects (``_JUDGED``), and only after weighing the maps: every
+    piece and shard shape costs ``_MAP_WORK`` (the oracle validates each map), refused above
+    ``max_work`` before any of it is judged."""
     from ..verify import verify_plan
 
     if not isinstance(maps, Mapping):
         raise _Refusal("maps must map parameter name -> (target map, source map)")
+    pairs: list[tuple[str, ParamAffineMap, ParamAffineMap]] = []
     for name in sorted(plans):
         pair = maps.get(name)
         if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(m, ParamAffineMap) for m in pair)):
             raise _Refusal(f"parameter {name!r}: maps give no (target map, source map) pair")
-        verdict = verify_plan(pair[0], pair[1], plans[name], parameter=name)
+        pairs.append((name, pair[0], pair[1]))
+    held = tuple((plans[n], t, s) for n, t, s in pairs)
+    key = tuple((n, id(p), id(t), id(s)) for (n, t, s), (p, _, _) in zip(pairs, held))
+    exact = all(type(p) is TransferPlan and type(p.segments) is tuple and type(t) is ParamAffineMap
+                and type(s) is ParamAffineMap for p, t, s in held)
+    if exact and _JUDGED.get(key) is not None:
+        return
+    work = sum(m.content.pieces + len(m.shard_shapes) + len(m.logical_shape)
+               for _, t, s in pairs for m in (t, s)) * _MAP_WORK
+    if work > budget.max_work:
+        raise _too_much_work("the judgement against maps", work, budget,
+                             f"the maps of {_counted(len(pairs), 'parameter')}, a unit for each piece, shard shape "
+                             "and axis the oracle validates")
+    for name, target_map, source_map in pairs:
+        verdict = verify_plan(target_map, source_map, plans[name], parameter=name)
         if not verdict.ok:
             raise _Refusal(f"parameter {name!r}: the plan does not verify against its maps: {verdict}")
+    if exact:
+        _JUDGED.put(key, held)

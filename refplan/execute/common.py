@@ -120,7 +120,9 @@ class StagingBudget:
     movement), estimated by arithmetic before anything is built (``_work``): every parameter of
     the batch costs ``_PARAMETER_WORK`` units and every segment ``_SEGMENT_WORK`` (each process
     checks and hashes all of them), every network chunk of this process ``_CHUNK_WORK`` and every
-    round of its schedule ``_ROUND_WORK``; a unit is about 20 µs on 4 processes sharing 2 cores.
+    round of its schedule ``_ROUND_WORK``, and what is large beyond those counts (axes past 8 a
+    segment, buffers past 2 a parameter, endpoint entries past 1 024, the pieces of ``maps``:
+    ``checks._AXES_PER_UNIT`` and its neighbours); a unit is about 20 µs on 4 processes sharing 2 cores.
     The default (2**17, about 2.6 s there; at most 26 214 one-segment parameters, or one parameter
     of 65 534 segments, in a batch) refuses a schedule of many tiny pieces (10**5 one-element segments, a
     one-element staging budget) at once, with a message naming this field, instead of spending tens
