@@ -952,6 +952,17 @@ def unwritable(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def stdout_gone() -> None:
+    """Standard output's reader went away (``| head``): point the descriptor at ``os.devnull``,
+    so that the interpreter's flush at exit does not fail again on what is still buffered."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no descriptor (a replaced sys.stdout): nothing is flushed to a pipe
+        pass
+
+
 def write_text_file(path: str | os.PathLike[str], text: str) -> None:
     """``write_file`` of ``text`` in UTF-8."""
     write_file(path, text.encode("utf-8"))

@@ -26,6 +26,7 @@ from .formats import (
     load_json,
     parse_plans,
     read_maps,
+    stdout_gone,
     unwritable,
     write_text_file,
     xml_text,
@@ -169,18 +170,24 @@ def run_verify_cli(
         except OSError as exc:
             print(f"refplan verify: cannot write {junit}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-    elif not quiet:  # beside a JUnit file on standard output, the text goes to stderr
-        print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=details.offending,
-                          more=details.more), file=sys.stderr if junit == STDIN else sys.stdout)
-    for name in sorted(result.verdicts):
-        verdict = result.verdicts[name]
-        if verdict.status == "invalid_map":
-            kind, _, text = (verdict.map_error or "").partition(": ")
-            print(_cli_one_line(f"refplan verify: {kind}: parameter {name!r}: {text}"), file=sys.stderr)
-            if not all_failures:  # ``--all`` lists every parameter that is not ok, these included
-                break
+    try:
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+        elif not quiet:  # beside a JUnit file on standard output, the text goes to stderr
+            print(_cli_report(result, verbose=verbose, all_failures=all_failures, offending=details.offending,
+                              more=details.more), file=sys.stderr if junit == STDIN else sys.stdout)
+        for name in sorted(result.verdicts):
+            verdict = result.verdicts[name]
+            if verdict.status == "invalid_map":
+                kind, _, text = (verdict.map_error or "").partition(": ")
+                print(_cli_one_line(f"refplan verify: {kind}: parameter {name!r}: {text}"), file=sys.stderr)
+                if not all_failures:  # ``--all`` lists every parameter that is not ok, these included
+                    break
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The report's reader went away (``| head``); the verdict stands. This returned 0, whatever
+        # the verdict, so ``set -o pipefail`` passed an unverifiable plan (an outside probe, 2026-12-07).
+        stdout_gone()
     return result.exit_code
 
 

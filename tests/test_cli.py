@@ -106,3 +106,30 @@ def test_plan_min_split_bytes_reaches_the_split_policy(tmp_path: Path) -> None:
 
     assert min(parts(16 << 20)) >= 16 << 20  # refused before: "part 0 of a split is 16400384 bytes, below ..."
     assert all(p >= 32 << 20 for p in parts(17 << 20))  # above half the parameter: no split at all
+
+
+@pytest.mark.parametrize(("drop", "verdict", "code"), [(0, "ok", 0), (1, "invalid", 1)])
+def test_verify_keeps_its_verdict_s_code_when_the_reader_goes_away(tmp_path: Path, drop: int, verdict: str,
+                                                                   code: int) -> None:
+    """``refplan verify ... | head``: the reader closes the pipe before the report is written. The
+    exit code is still the verdict's (it was 0 whatever the verdict, so ``set -o pipefail`` passed
+    a wrong plan: an outside probe, 2026-12-07), and no traceback is printed."""
+    import os
+
+    maps, plans = _maps_file(tmp_path), tmp_path / "plans.json"
+    assert main(["plan", str(maps), "-o", str(plans)]) == 0
+    doc = json.loads(plans.read_text())
+    doc["parameters"]["w"]["segments"] = doc["parameters"]["w"]["segments"][drop:]
+    plans.write_text(json.dumps(doc))
+    command = [sys.executable, "-P", "-m", "refplan", "verify", str(maps), str(plans), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    full = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert (full.returncode, json.loads(full.stdout)["status"]) == (code, verdict), full.stderr
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte is written
+    try:
+        gone = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write)
+    assert gone.returncode == code, gone.stderr
+    assert "Traceback" not in gone.stderr and "BrokenPipeError" not in gone.stderr, gone.stderr

@@ -18,7 +18,15 @@ from typing import Any
 
 from .._progress import escaping_unencodable
 from ..errors import AffineTransferError
-from ..formats import MAX_ELEMENT_SIZE, dump_plans, output_file_name, read_endpoints, read_maps, write_text_file
+from ..formats import (
+    MAX_ELEMENT_SIZE,
+    dump_plans,
+    output_file_name,
+    read_endpoints,
+    read_maps,
+    stdout_gone,
+    write_text_file,
+)
 from ..limits import STREAM_PLANS_BYTES
 from ..planner import plan_transfers
 from ..policies import POLICIES
@@ -251,7 +259,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except AffineTransferError as exc:
         print(_one_line(f"refplan {args.command}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head`: not an error of ours
+    except BrokenPipeError:  # output piped into `head`: not an error of ours (verify keeps its verdict's code)
+        stdout_gone()
         return 0
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT, not a traceback
         print(f"refplan {args.command}: interrupted", file=sys.stderr)

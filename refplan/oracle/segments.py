@@ -107,8 +107,8 @@ def _plain(segments: Sequence[TransferSegment]) -> bool:
 def _as_plain(segments: list[TransferSegment]) -> list[TransferSegment]:
     """``segments`` as exact ``TransferSegment`` values with plain fields: a subclass's segment is
     first copied into the exact class, each field read once; each one that is not plain is then
-    rebuilt by the plan file's rules (same checks, same messages: a bool, a float or a numpy
-    integer is refused as in a file).
+    rebuilt by the plan file's rules (same checks, same messages: a bool or a float is refused as
+    in a file, and a numpy integer read as its ``int``, by the integer rule of every reader).
 
     Why the copy: the judgement reads a segment's fields more than once (the plainness check,
     then each step), and a subclass may answer each read differently (a property), so it was
