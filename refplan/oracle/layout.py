@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import limits
-from ..box import Box, covers, decode_row_major, overlapping_pairs, row_major_strides, volume
+from ..box import Box, covers, decode_row_major, overlap_witnesses, overlapping_pairs, row_major_strides, volume
 from ..errors import InvalidMapError, UnsupportedLayoutError, show_int, show_ints, show_list
 from ..limits import MAX_COORDINATE
 from ..maps import AffinePiece, MapContent, ParamAffineMap
@@ -353,10 +353,11 @@ def _check_tiling(layout: Layout) -> None:
     for attr, what in (("local", "the same shard addresses"), ("logical", "overlapping logical pieces")):
         if all(_slabs([getattr(h, attr) for h in layout.held[loc]]) for loc in locs):
             continue  # within each location the boxes are disjoint slabs: no pair can overlap
-        pairs = overlapping_pairs([_tagged(tag[h.location], getattr(h, attr)) for h in flat])
-        if pairs:
-            i, j = min(pairs)
-            a, b = flat[i], flat[j]
+        # The least pair, from witnesses that hold it without listing n(n-1)/2 pairs of n equal
+        # pieces (5.2 s for 2 000 pieces on the same shard addresses before: an outside probe).
+        pairs = overlap_witnesses([_tagged(tag[h.location], getattr(h, attr)) for h in flat])
+        if pairs.size:
+            a, b = flat[int(pairs[0, 0])], flat[int(pairs[0, 1])]
             common = getattr(a, attr).intersect(getattr(b, attr))
             raise InvalidMapError(
                 f"{side} map, location {a.location}: pieces {a.index} and {b.index} hold {what} "
