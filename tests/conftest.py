@@ -167,6 +167,45 @@ SENTINEL = -7.0
 """Value of every unwritten target element and every guard element (markers are all >= 1)."""
 
 
+def maybe_redeclared(data: Any, param_map: ParamAffineMap) -> ParamAffineMap:
+    """``param_map``, or (drawn) the same map with one piece's declared ``locations`` changed (one
+    dropped, or a location that holds nothing added): valid maps and maps the holder rules refuse."""
+    from hypothesis import strategies as st
+
+    loc = data.draw(st.sampled_from(sorted(param_map.pieces_by_rank)))
+    pieces = list(param_map.pieces_by_rank[loc])
+    if not pieces or not data.draw(st.booleans()):
+        return param_map
+    index = data.draw(st.integers(0, len(pieces) - 1))
+    declared = sorted(pieces[index].locations)
+    changed = declared[:-1] if len(declared) > 1 else [*declared, max(param_map.ranks) + 1]
+    pieces[index] = pieces[index]._replace(locations=changed)
+    return ParamAffineMap(param_map.logical_shape, param_map.shard_shapes, {**param_map.pieces_by_rank, loc: pieces})
+
+
+def rows_and_columns(n: int) -> ParamAffineMap:
+    """A target map of an (n, n) F held twice, cut differently: n row pieces on location 0 and n
+    column pieces on location 1 (n² overlapping pairs of a map the rules accept)."""
+    rows = [AffinePiece((1, n), n * r, (n, 1), n * r, (n, 1), [0, 1]) for r in range(n)]
+    cols = [AffinePiece((n, 1), c, (n, 1), c, (n, 1), [0, 1]) for c in range(n)]
+    return ParamAffineMap((n, n), {0: (n, n), 1: (n, n)}, {0: rows, 1: cols})
+
+
+def count_intersections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, ``Box.intersect`` calls are counted in the returned one-item list."""
+    from refplan.box import Box
+
+    calls = [0]
+    real = Box.intersect
+
+    def counting(self: Box, other: Box) -> Box | None:
+        calls[0] += 1
+        return real(self, other)
+
+    monkeypatch.setattr(Box, "intersect", counting)
+    return calls
+
+
 def markers(logical_shape: Sequence[int]) -> np.ndarray[Any, Any]:
     """F filled with 1, 2, 3, ...: unique, so a correct value proves the correct element moved."""
     n = volume(logical_shape)

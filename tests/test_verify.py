@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import AnsweringSegment, answering, segment_as
+from conftest import AnsweringSegment, answering, count_intersections, maybe_redeclared, rows_and_columns, segment_as
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1230,14 +1230,7 @@ def test_holder_shares_in_numpy_agree_with_the_exact_sums(data: st.DataObject) -
     from refplan.strategies import replicated_maps
 
     m = data.draw(replicated_maps(max_parts=5, max_locations=4, replica_cuts=True))
-    loc = data.draw(st.sampled_from(sorted(m.pieces_by_rank)))
-    pieces = list(m.pieces_by_rank[loc])
-    if pieces and data.draw(st.booleans()):
-        index = data.draw(st.integers(0, len(pieces) - 1))
-        declared = sorted(pieces[index].locations)
-        changed = declared[:-1] if len(declared) > 1 else [*declared, max(m.ranks) + 1]
-        pieces[index] = pieces[index]._replace(locations=changed)
-        m = ParamAffineMap(m.logical_shape, m.shard_shapes, {**m.pieces_by_rank, loc: pieces})
+    m = maybe_redeclared(data, m)
 
     def outcome(exact: int) -> str:
         with pytest.MonkeyPatch.context() as patched:
@@ -1258,20 +1251,8 @@ def test_target_replicas_cut_differently_are_checked_without_a_python_step_per_p
     valid, and the holder check intersects no pair in Python (``Box.intersect`` is not called
     per pair; it was 97 % of an 11 s verdict at 2 000 pieces)."""
     n = 300
-    rows = ParamAffineMap((n, n), {0: (n, n)}, {0: [AffinePiece((1, n), n * r, (n, 1), n * r, (n, 1), [0, 1])
-                                                   for r in range(n)]})
-    cols = ParamAffineMap((n, n), {1: (n, n)}, {1: [AffinePiece((n, 1), c, (n, 1), c, (n, 1), [0, 1])
-                                                   for c in range(n)]})
-    target = ParamAffineMap((n, n), {0: (n, n), 1: (n, n)}, {**rows.pieces_by_rank, **cols.pieces_by_rank})
-    source = contiguous_split_map((n, n), (n,), 0)
+    target, source = rows_and_columns(n), contiguous_split_map((n, n), (n,), 0)
     plan = plan_transfer(target, source)  # the planner's own cost is not this test's
-    calls = [0]
-    real = Box.intersect
-
-    def counting(self: Box, other: Box) -> Box | None:
-        calls[0] += 1
-        return real(self, other)
-
-    monkeypatch.setattr(Box, "intersect", counting)
+    calls = count_intersections(monkeypatch)
     assert verify_plan(target, source, plan).ok
     assert calls[0] < n * n // 10, calls[0]

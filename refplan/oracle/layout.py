@@ -422,7 +422,9 @@ def _shares(
     and intersecting each in Python took 11 s at n = 2 000 for a map the rules accept (an outside
     probe, 2026-12-07). Exact in int64: each share is at most a box's volume, checked below 2**62
     here (else the exact Python sum), and a location's boxes are disjoint (``_check_tiling``), so
-    their shares of one box add up to at most its volume."""
+    their shares of one box add up to at most its volume. Written apart from the planner's twin
+    (``frames._held_nearby``) on purpose: the oracle shares only ``box.py``'s queries with the
+    planner, so that one summation bug cannot make both accept the same wrong declaration."""
     if not pairs.size:
         return lambda k: {}
     if max(b.volume for b in distinct) >= _EXACT_SHARES:
