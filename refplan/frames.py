@@ -41,6 +41,7 @@ from .box import (
     box_arrays,
     decode_row_major,
     decode_row_major_array,
+    overlap_volumes,
     overlapping_pair_array,
     overlapping_pairs,
     row_major_strides,
@@ -842,7 +843,7 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
         pairs = overlapping_pair_array(boxes, work)
     # Each frame is looked at once and each overlap twice below: charged before looking.
     work.add(len(nmap.frames) + 2 * int(pairs.shape[0]))
-    nearby = _held_nearby(boxes, [[f.location for f in groups[b]] for b in boxes], pairs)
+    nearby = overlap_volumes(boxes, [[f.location for f in groups[b]] for b in boxes], pairs)
     for i, box in enumerate(boxes):
         here = groups[box]
         near = nearby(i)
@@ -880,75 +881,6 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
                         f"{where}: location {holder} is declared a holder but does not hold all of box {box} "
                         f"({covered[holder]} of {size} elements)"
                     )
-
-
-_EXACT_NEARBY = 1 << 62
-"""Boxes of this many elements or more have their overlaps summed in Python ints, not int64."""
-
-
-_NEARBY_ROWS = 1 << 21
-"""(box, overlapping box, frame) rows ``_held_nearby`` sums at a time: its memory, not its result."""
-
-
-def _held_nearby(
-    boxes: list[Box], locations: list[list[int]], pairs: np.ndarray[Any, Any]
-) -> Callable[[int], dict[int, int]]:
-    """For box ``i``, ``{location: elements of box i its frames of *other* boxes hold}`` over the
-    overlapping ``pairs`` (``i < j``; ``locations[j]``: the location of each frame of box ``j``),
-    built when asked for each box, summed in numpy per (box, location).
-
-    Why: target replicas cut at different boundaries (n row pieces on one location, n column
-    pieces on another) are n² overlapping pairs, and one ``Box.intersect`` per pair in Python was
-    most of an 8.8 s plan at n = 2 000 for a map the rules accept (an outside probe of the
-    oracle's twin of this check, 2026-12-07). Exact in int64: a share is at most a box's volume,
-    below 2**62 here (else the exact per-pair sum), and a location's frames are disjoint, so the
-    shares one location holds of one box add up to at most its volume. The oracle keeps its own
-    (``oracle.layout._shares``), so a bug in either is caught by the other."""
-    if not pairs.size:
-        return lambda i: {}
-    if max(b.volume for b in boxes) >= _EXACT_NEARBY:
-        exact: dict[int, dict[int, int]] = {}
-        for i, j in pairs.tolist():
-            part = boxes[i].intersect(boxes[j])
-            share = part.volume if part is not None else 0
-            for mine, other in ((i, j), (j, i)):
-                into = exact.setdefault(mine, {})
-                for location in locations[other]:
-                    into[location] = into.get(location, 0) + share
-        return lambda i: exact.get(i, {})
-    lo, ext = box_arrays(boxes)
-    hi = lo + ext
-    counts = np.fromiter(map(len, locations), dtype=np.int64, count=len(locations))
-    firsts = np.cumsum(counts) - counts
-    flat = np.fromiter((loc for each in locations for loc in each), dtype=np.int64, count=int(counts.sum()))
-    ks = np.concatenate((pairs[:, 0], pairs[:, 1]))
-    js = np.concatenate((pairs[:, 1], pairs[:, 0]))
-    found: list[tuple[np.ndarray[Any, Any], ...]] = []
-    step = max(1, _NEARBY_ROWS // max(1, int(counts.max())))
-    for start in range(0, ks.size, step):
-        k, j = ks[start:start + step], js[start:start + step]
-        share = np.prod(np.minimum(hi[k], hi[j]) - np.maximum(lo[k], lo[j]), axis=1)
-        c = counts[j]
-        row = np.repeat(np.arange(k.size, dtype=np.int64), c)
-        at = np.arange(row.size, dtype=np.int64) - np.repeat(np.cumsum(c) - c, c) + firsts[j][row]
-        found.append(_per_key(k[row], flat[at], share[row]))
-    k, loc, total = _per_key(*(np.concatenate(column) for column in zip(*found)))
-    edges = np.searchsorted(k, np.arange(len(boxes) + 1, dtype=np.int64)).tolist()
-
-    def nearby(i: int) -> dict[int, int]:
-        a, b = edges[i], edges[i + 1]
-        return dict(zip(loc[a:b].tolist(), total[a:b].tolist())) if b > a else {}
-
-    return nearby
-
-
-def _per_key(k: np.ndarray[Any, Any], loc: np.ndarray[Any, Any], value: np.ndarray[Any, Any]
-             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``value`` summed per (``k``, ``loc``), keys sorted."""
-    order = np.lexsort((loc, k))
-    k, loc, value = k[order], loc[order], value[order]
-    starts = np.flatnonzero(np.concatenate(([True], (k[1:] != k[:-1]) | (loc[1:] != loc[:-1]))))
-    return k[starts], loc[starts], np.add.reduceat(value, starts) if value.size else value
 
 
 def _distinct_sets(frames: list[Frame]) -> list[frozenset[int]]:

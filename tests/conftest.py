@@ -405,13 +405,13 @@ def execute() -> Callable[..., Execution]:
 
 @pytest.fixture
 def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts of the oracle's map validations (``validate_map``) and plan judgements
+    """Counts of the oracle's map validations (``validate_map``'s work, ``_validate_parts``) and plan judgements
     (``check_plan``) made while the test runs: how the per-batch reuse is observed."""
     import refplan.oracle.judge as judge
     import refplan.oracle.layout as layout
 
     calls = {"validate_map": 0, "check_plan": 0}
-    validate, check = layout.validate_map, judge.check_plan
+    validate, check = layout._validate_parts, judge.check_plan  # every validation, in parts or whole
 
     def counted(fn: Any, what: str) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -427,7 +427,7 @@ def oracle_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         calls["check_plan"] += 1
         return check(*args, **kwargs)
 
-    monkeypatch.setattr(layout, "validate_map", counted_validate)
+    monkeypatch.setattr(layout, "_validate_parts", counted_validate)
     monkeypatch.setattr(judge, "check_plan", counted_check)
     # ``verify_plans``' quick judgement of small plain plans reads maps and judges plans by these.
     monkeypatch.setattr(judge, "_read", counted(judge._read, "validate_map"))

@@ -1,5 +1,5 @@
 """The planner's holder check (``frames.check_holders``, R19-R21) sums each box's overlaps per
-location in numpy (``frames._held_nearby``), not one ``Box.intersect`` per overlapping pair.
+location in numpy (``box.overlap_volumes``), not one ``Box.intersect`` per overlapping pair.
 
 Target replicas cut at different boundaries (n row pieces on one location, n column pieces on
 another) are n² overlapping pairs of a map the rules accept; intersected in Python they made a
@@ -14,7 +14,7 @@ from conftest import count_intersections, maybe_redeclared, rows_and_columns
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import refplan.frames as frames_module
+import refplan.box as box_module
 from refplan import contiguous_split_map, replicated_map
 from refplan.errors import AffineTransferError
 from refplan.planner import plan_transfer
@@ -32,7 +32,7 @@ def test_holder_sums_in_numpy_agree_with_the_exact_sums(data: st.DataObject) -> 
 
     def outcome(exact: int) -> str:
         with pytest.MonkeyPatch.context() as patched:
-            patched.setattr(frames_module, "_EXACT_NEARBY", exact)
+            patched.setattr(box_module, "EXACT_VOLUMES", exact)
             try:
                 return repr(plan_transfer(target, source).segments)
             except AffineTransferError as exc:

@@ -142,3 +142,58 @@ def test_empty_shards_are_read_alike(
             plan_transfer(whole, source)
         assert verdict.status == "invalid_map" and fragment in (verdict.map_error or ""), str(verdict)
         assert (verdict.map_error or "").startswith(cls.__name__), verdict.map_error
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(map_pairs(), st.data())
+def test_two_changed_maps_are_refused_for_the_same_rule_first(
+    pair: tuple[ParamAffineMap, ParamAffineMap], data: st.DataObject
+) -> None:
+    """Both maps changed at once: the planner and the oracle name the first broken rule in
+    spec/validation.md's order, so their classes agree (the oracle checked a source map's region
+    rules before the target map's piece rules, and R4 after a location's pieces: a coverage fault
+    was named where the planner named a stride, ``InvalidMapError`` against
+    ``UnsupportedLayoutError``; an outside probe, 2026-12-07)."""
+    target, source = pair
+    plan = plan_transfer(target, source)
+    t, s = _mutated(target, data), _mutated(source, data)
+    try:
+        plan_transfer(t, s)
+        return  # both changes kept the maps valid, or the oracle's agreement is the test above's
+    except (InvalidMapError, UnsupportedLayoutError) as exc:
+        planner: Exception = exc
+    except AffineTransferError:  # a budget: policy, not a rule of the map
+        return
+    verdict = verify_plan(t, s, plan)
+    assert verdict.status == "invalid_map", (t.to_dict(), s.to_dict(), str(planner), str(verdict))
+    assert (verdict.map_error or "").startswith(type(planner).__name__ + ":"), (
+        t.to_dict(), s.to_dict(), str(planner), verdict.map_error
+    )
+
+
+_WHOLE = ParamAffineMap((2, 2), {0: (2, 2)}, {0: [AffinePiece((2, 2), 0, (2, 1), 0, (2, 1), [0])]})
+
+
+@pytest.mark.parametrize(("target", "source", "cls", "fragment"), [
+    # R13 on the target (step 3) before R25 on the source (step 4): its row 1 is held by nobody
+    (ParamAffineMap((2, 2), {0: (2, 2)}, {0: [AffinePiece((2, 2), 0, (2, 1), 0, (1, 2), [0])]}),
+     ParamAffineMap((2, 2), {0: (1, 2)}, {0: [AffinePiece((1, 2), 0, (2, 1), 0, (2, 1), [0])]}),
+     UnsupportedLayoutError, "dest strides"),
+    # R4 at location 0 (a non-empty shard, only an empty piece) before R13 at location 1's piece
+    (_WHOLE,
+     ParamAffineMap((2, 2), {0: (2, 2), 1: (2, 2)}, {0: [AffinePiece((0, 2), 4, (2, 1), 4, (2, 1), [0])],
+                                                     1: [AffinePiece((2, 2), 0, (2, 1), 0, (1, 2), [1])]}),
+     InvalidMapError, "nonempty shard"),
+])
+def test_the_first_rule_broken_in_the_spec_s_order_is_named_by_both(
+    target: ParamAffineMap, source: ParamAffineMap, cls: type[Exception], fragment: str
+) -> None:
+    """The outside probe's two inputs with two faults each (2026-12-07): the oracle named the later
+    rule, under the other class."""
+    with pytest.raises(cls, match=fragment):
+        plan_transfer(target, source)
+    verdict = verify_plan(target, source, [])
+    assert verdict.status == "invalid_map", str(verdict)
+    assert (verdict.map_error or "").startswith(cls.__name__ + ":") and fragment in (verdict.map_error or ""), (
+        verdict.map_error
+    )

@@ -319,7 +319,11 @@ MAP_CASES: dict[str, M] = {
     "a shard with other axes": two(A, B, {0: (2, 3), 1: (6,)}),
     "a negative shard extent": two(A, B, {0: (2, 3), 1: (-2, 3)}),
     "a piece with other axes": two(A, P((6,), 6, (1,), 0, (1,), [1])),
-    "a negative piece extent": two(A, P((2, -3), 6, (3, 1), 0, (3, 1), [1])),
+    # beside a non-empty piece, so that R4 (the location holds none) does not come first, as it
+    # does in spec/validation.md's order and the planner's
+    "a negative piece extent": M((4, 3), {0: (2, 3), 1: (2, 3)},
+                                 {0: [A], 1: [P((2, -3), 6, (3, 1), 0, (3, 1), [1]), B]}),
+    "a location holding only a negative piece": two(A, P((2, -3), 6, (3, 1), 0, (3, 1), [1])),
     "a piece without a shard": M((4, 3), {0: (2, 3)}, {0: [A], 1: [B]}),
     "no holder": two(A, P((2, 3), 6, (3, 1), 0, (3, 1), [])),
     "a scale": two(A, P((2, 3), 6, (3, 1), 0, (3, 1), [1], 2.0)),
@@ -359,6 +363,7 @@ SOURCE_ERRORS: dict[str, tuple[type[Exception], str]] = {
     'a negative shard extent': (InvalidMapError, 'source map, location 1: shard shape (-2, 3) has a negative extent'),
     'a piece with other axes': (InvalidMapError, 'source map, location 1, piece 0: shape (6,) does not have the 2 axes of (4, 3)'),
     'a negative piece extent': (InvalidMapError, 'source map, location 1, piece 0: shape (2, -3) has a negative extent'),
+    'a location holding only a negative piece': (InvalidMapError, 'source map, location 1: a nonempty shard (2, 3) must hold at least one non-empty piece'),
     'a piece without a shard': (InvalidMapError, 'source map, location 1, piece 0: location 1 lists a non-empty piece but has no shard shape'),
     'no holder': (InvalidMapError, 'source map, location 1, piece 0: names no holder (empty locations)'),
     'a scale': (UnsupportedLayoutError, 'source map, location 1, piece 0: scale 2.0 != 1; a byte copy cannot rescale'),
@@ -940,6 +945,8 @@ def test_a_box_query_that_misses_pairs_is_caught_by_the_volume_checks(monkeypatc
 
     assert verify_plan(QUADS, QUADS, HALVES).ok
     monkeypatch.setattr(judge_module, "overlapping_pairs", lambda *args, **kwargs: set())
+    # and the witnesses of a double write, which come from their own query (``box.overlap_witnesses``)
+    monkeypatch.setattr(judge_module, "overlap_witnesses", lambda *args, **kwargs: np.empty((0, 2), dtype=np.int64))
     missed = verify_plan(QUADS, QUADS, HALVES)
     assert missed == Verdict(
         "unverifiable", None, _internal("the cuts of a box do not add up to the box"), checked_segments=2

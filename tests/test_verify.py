@@ -1221,11 +1221,13 @@ def test_a_segment_repeated_thousands_of_times_is_judged_by_its_first_two_copies
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_holder_shares_in_numpy_agree_with_the_exact_sums(data: st.DataObject) -> None:
-    """``layout._shares`` sums each box's overlaps per location in int64 (target replicas cut at
-    different boundaries are n² pairs: 11 s at n = 2 000 when each was intersected in Python); the
-    Python-int path it keeps for boxes of 2**62 elements or more is the one that intersected each
-    pair. Both must accept and refuse the same maps, with the same message: valid target maps with
-    replicas cut differently, and the same maps with one piece's declared locations changed."""
+    """``box.overlap_volumes`` sums each box's overlaps per location in int64 for the holder check
+    (target replicas cut at different boundaries are n² pairs: 11 s at n = 2 000 when each was
+    intersected in Python); the Python-int path it keeps for boxes of 2**62 elements or more is the
+    one that intersected each pair. Both must accept and refuse the same maps, with the same
+    message: valid target maps with replicas cut differently, and the same maps with one piece's
+    declared locations changed."""
+    import refplan.box as box_module
     import refplan.oracle.layout as layout_module
     from refplan.strategies import replicated_maps
 
@@ -1234,7 +1236,7 @@ def test_holder_shares_in_numpy_agree_with_the_exact_sums(data: st.DataObject) -
 
     def outcome(exact: int) -> str:
         with pytest.MonkeyPatch.context() as patched:
-            patched.setattr(layout_module, "_EXACT_SHARES", exact)
+            patched.setattr(box_module, "EXACT_VOLUMES", exact)
             try:
                 layout_module.validate_map(m, "target")
             except AffineTransferError as exc:

@@ -32,6 +32,7 @@ from .layout import (
     piece_tables,
     row_major_offset,
     validated,
+    validated_parts,
 )
 from .segments import (
     FIELDS,
@@ -673,9 +674,15 @@ def _judge(
                 f"{show_ints(source.logical_shape)}: "
                 "a reshape is not a transfer"
             )
-        src = validated(source, "source", layouts)
+        # spec/validation.md's order: the whole source map but its region rules, the whole target
+        # map alike, then the region rules of both (R24, R25, then R26), as the planner does.
+        src, src_regions = validated_parts(source, "source", layouts)
         side, given = "target", target_map
-        tgt = validated(target, "target", layouts)
+        tgt, tgt_regions = validated_parts(target, "target", layouts)
+        side, given = "source", source_map
+        src_regions()
+        side, given = "target", target_map
+        tgt_regions()
     except AffineTransferError as exc:
         return Verdict(
             "invalid_map", parameter, reason="a map is invalid, so the plan was not judged",

@@ -24,9 +24,9 @@ import numpy as np
 from .. import limits
 from ..box import (
     Box,
-    box_arrays,
     covers,
     decode_row_major,
+    overlap_volumes,
     overlap_witnesses,
     overlapping_pair_array,
     row_major_strides,
@@ -170,6 +170,22 @@ class _PieceName:
 
 def validate_map(m: ParamAffineMap, side: str) -> Layout:
     """Check one map and return its pieces as boxes; raise the map's error class otherwise.
+    Every rule, the region rules (R24-R26, ``_validate_parts``' second part) last."""
+    layout, regions = _validate_parts(m, side)
+    regions()
+    return layout
+
+
+def _no_regions() -> None:
+    """The region rules of a map ``oracle.small.read_map`` read: it reads only maps that pass."""
+
+
+def _validate_parts(m: ParamAffineMap, side: str) -> tuple[Layout, Callable[[], None]]:
+    """``validate_map`` in two parts: every rule of the map alone but the region rules, then (the
+    function returned) R24 and R25 for a source map, R26 for a target map, which
+    spec/validation.md's order puts after *both* maps' other rules (step 4). Run in one go, a
+    source map's coverage fault was named before a target map's stride fault, which the planner
+    names first (an outside probe, 2026-12-07).
 
     Why each rule: pieces must be boxes on both sides or "which logical element sits at this
     address" is not a translation; Premise A (disjoint local boxes that account for the shard)
@@ -186,7 +202,7 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
     plain = small.read_map(m)
     if plain is not None:
         read_shards = {loc: place[0] for loc, place in plain.items()}
-        return Layout(side, tuple(m.logical_shape), read_shards, functools.partial(_held, plain), plain)
+        return Layout(side, tuple(m.logical_shape), read_shards, functools.partial(_held, plain), plain), _no_regions
     logical = tuple(m.logical_shape)
     ndim = len(logical)
     if any(s < 0 for s in logical):
@@ -234,6 +250,16 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
             raise InvalidMapError(f"{side} map, location {loc}: lists pieces (none non-empty) but has no shard shape")
         # An empty shard's pieces are held to R7 and R8 only, and must be empty (R6), as in the planner.
         real_shard = shard is not None and nonempty(shard)
+        listed = m.pieces_by_rank.get(loc, ())
+        if real_shard and all(isinstance(p, AffinePiece) for p in listed) and not any(
+            nonempty(p.shape) for p in listed
+        ):
+            # R4 per location, before its pieces' rules (spec/validation.md's order, the planner's):
+            # found by the tiling's volumes after every piece before, so a later piece's fault was
+            # named instead of this one (an outside probe, 2026-12-07).
+            raise InvalidMapError(
+                f"{side} map, location {loc}: a nonempty shard {shard} must hold at least one non-empty piece"
+            )
         out: list[Held] = []
         for index, p in enumerate(m.pieces_by_rank.get(loc, ())):
             where = _PieceName(side, loc, index)
@@ -298,8 +324,7 @@ def validate_map(m: ParamAffineMap, side: str) -> Layout:
             held[loc] = out
     layout = Layout(side, logical, shards, held)
     _check_tiling(layout)
-    _check_holders(layout)
-    return layout
+    return layout, _check_holders(layout)
 
 
 def _held(plain: dict[int, small.Place]) -> dict[int, list[Held]]:
@@ -333,6 +358,14 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
     Only maps that passed are remembered; anything unusual (a subclass, a big map, a content
     that is not a shared ``MapContent``) is validated afresh.
     """
+    layout, regions = validated_parts(m, side, layouts)
+    regions()
+    return layout
+
+
+def validated_parts(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None
+                    ) -> tuple[Layout, Callable[[], None]]:
+    """``validated`` in ``_validate_parts``' two parts; a layout is remembered once both passed."""
     key: Any = None
     if layouts is not None and type(m) is ParamAffineMap:
         content = m.content
@@ -344,11 +377,16 @@ def validated(m: ParamAffineMap, side: str, layouts: dict[Any, Layout] | None) -
             key = (side, content)
             found = layouts.get(key)
             if found is not None:
-                return found
-    layout = validate_map(m, side)
-    if key is not None and layouts is not None:
+                return found, _no_regions
+    layout, regions = _validate_parts(m, side)
+    if key is None or layouts is None:
+        return layout, regions
+
+    def then_remember() -> None:
+        regions()
         layouts[key] = layout
-    return layout
+
+    return layout, then_remember
 
 
 
@@ -400,81 +438,8 @@ def _declaring_other(held: list[Held], holders: frozenset[int]) -> set[int]:
     return other
 
 
-_EXACT_SHARES = 1 << 62
-"""Boxes of this many elements or more have their shares summed in Python ints, not int64."""
-
-
-_SHARE_ROWS = 1 << 21
-"""Overlapping (box, neighbour, holder) rows ``_shares`` reduces at a time: its memory, not its result."""
-
-
-def _shares(
-    distinct: list[Box], holders: list[frozenset[int]], pairs: np.ndarray[Any, Any]
-) -> Callable[[int], dict[int, int]]:
-    """For each distinct logical box ``k``, ``{location: elements of k it holds through the boxes
-    overlapping k}`` (every location holding a box that overlaps ``k``, its own box aside; empty
-    when none does), from the overlapping ``pairs`` (``i < j``), as a function of ``k`` that
-    builds each box's dict when asked: the caller stops at the first box that breaks a rule, and
-    a map whose n boxes all overlap each other on n locations has n² (box, location) entries.
-
-    In numpy, per pair, then reduced per (box, location): target replicas cut at different
-    boundaries (n row pieces on one location, n column pieces on another) are n² genuine pairs,
-    and intersecting each in Python took 11 s at n = 2 000 for a map the rules accept (an outside
-    probe, 2026-12-07). Exact in int64: each share is at most a box's volume, checked below 2**62
-    here (else the exact Python sum), and a location's boxes are disjoint (``_check_tiling``), so
-    their shares of one box add up to at most its volume. Written apart from the planner's twin
-    (``frames._held_nearby``) on purpose: the oracle shares only ``box.py``'s queries with the
-    planner, so that one summation bug cannot make both accept the same wrong declaration."""
-    if not pairs.size:
-        return lambda k: {}
-    if max(b.volume for b in distinct) >= _EXACT_SHARES:
-        out: dict[int, dict[int, int]] = {}
-        for i, j in pairs.tolist():
-            common = distinct[i].intersect(distinct[j])
-            share = common.volume if common is not None else 0
-            for k, other in ((i, j), (j, i)):
-                into = out.setdefault(k, {})
-                for loc in holders[other]:
-                    into[loc] = into.get(loc, 0) + share
-        return lambda k: out.get(k, {})
-    lo, ext = box_arrays(distinct)
-    hi = lo + ext
-    counts = np.fromiter(map(len, holders), dtype=np.int64, count=len(holders))
-    firsts = np.cumsum(counts) - counts
-    flat = np.fromiter((loc for h in holders for loc in sorted(h)), dtype=np.int64, count=int(counts.sum()))
-    mine = np.concatenate((pairs[:, 0], pairs[:, 1]))
-    theirs = np.concatenate((pairs[:, 1], pairs[:, 0]))
-    parts: list[tuple[np.ndarray[Any, Any], ...]] = []
-    step = max(1, _SHARE_ROWS // max(1, int(counts.max())))
-    for start in range(0, mine.size, step):
-        k, j = mine[start:start + step], theirs[start:start + step]
-        share = np.prod(np.minimum(hi[k], hi[j]) - np.maximum(lo[k], lo[j]), axis=1)
-        c = counts[j]
-        row = np.repeat(np.arange(k.size, dtype=np.int64), c)
-        at = np.arange(row.size, dtype=np.int64) - np.repeat(np.cumsum(c) - c, c) + firsts[j][row]
-        parts.append(_summed(k[row], flat[at], share[row]))
-    k, loc, total = (np.concatenate(column) for column in zip(*parts))
-    k, loc, total = _summed(k, loc, total)
-    edges = np.searchsorted(k, np.arange(len(distinct) + 1, dtype=np.int64)).tolist()
-
-    def covered(box: int) -> dict[int, int]:
-        a, b = edges[box], edges[box + 1]
-        return dict(zip(loc[a:b].tolist(), total[a:b].tolist())) if b > a else {}
-
-    return covered
-
-
-def _summed(k: np.ndarray[Any, Any], loc: np.ndarray[Any, Any], value: np.ndarray[Any, Any]
-            ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``value`` summed per (``k``, ``loc``), the keys sorted."""
-    order = np.lexsort((loc, k))
-    k, loc, value = k[order], loc[order], value[order]
-    starts = np.flatnonzero(np.concatenate(([True], (k[1:] != k[:-1]) | (loc[1:] != loc[:-1]))))
-    return k[starts], loc[starts], np.add.reduceat(value, starts) if value.size else value
-
-
-def _check_holders(layout: Layout) -> None:
-    """Declared ``locations`` are exact, and the side's coverage rules hold.
+def _check_holders(layout: Layout) -> Callable[[], None]:
+    """Declared ``locations`` are exact; returned, the side's region rules, for later (step 4).
 
     For each distinct logical box, the locations touching it (holding it, or holding a box that
     overlaps it) must be exactly what every piece with that box declares, and each declared
@@ -490,7 +455,7 @@ def _check_holders(layout: Layout) -> None:
     distinct = sorted(by_box)
     pairs = np.empty((0, 2), dtype=np.int64) if _slabs(distinct) else overlapping_pair_array(distinct)
     holders = [frozenset([h.location for h in by_box[d]]) for d in distinct]
-    shares = _shares(distinct, holders, pairs)
+    shares = overlap_volumes(distinct, [sorted(h) for h in holders], pairs)
     for k, box in enumerate(distinct):
         mine = by_box[box]
         covered = shares(k)
@@ -511,25 +476,32 @@ def _check_holders(layout: Layout) -> None:
                     f"{side} map: location {loc} is declared a holder of logical box {box} but does not "
                     f"hold all of it ({covered.get(loc, 0)} of {box.volume} elements)"
                 )
-    whole = Box((0,) * len(layout.logical_shape), layout.logical_shape)
-    if side == "source":
-        if pairs.size:
-            i, j = int(pairs[0, 0]), int(pairs[0, 1])
-            raise UnsupportedLayoutError(
-                f"source map: logical boxes {distinct[i]} and {distinct[j]} overlap without being equal "
-                "(replicas cut at different piece boundaries); box copies cannot choose between them"
-            )
-        total = sum(b.volume for b in distinct)
-        if total != whole.volume:
+    first = (int(pairs[0, 0]), int(pairs[0, 1])) if pairs.size else None
+    del pairs, shares  # the region rules need the first overlapping pair only
+
+    def regions() -> None:
+        """R24 and R25 (source: distinct boxes disjoint, covering F) or R26 (target: covering F)."""
+        whole = Box((0,) * len(layout.logical_shape), layout.logical_shape)
+        if side == "source":
+            if first is not None:
+                i, j = first
+                raise UnsupportedLayoutError(
+                    f"source map: logical boxes {distinct[i]} and {distinct[j]} overlap without being equal "
+                    "(replicas cut at different piece boundaries); box copies cannot choose between them"
+                )
+            total = sum(b.volume for b in distinct)
+            if total != whole.volume:
+                gap = covers(whole, distinct)
+                raise InvalidMapError(
+                    f"source map: source pieces cover {total} of the {whole.volume} elements of F"
+                    + (f"; {gap} is held by nobody" if gap is not None else "")
+                )
+        else:
             gap = covers(whole, distinct)
-            raise InvalidMapError(
-                f"source map: source pieces cover {total} of the {whole.volume} elements of F"
-                + (f"; {gap} is held by nobody" if gap is not None else "")
-            )
-    else:
-        gap = covers(whole, distinct)
-        if gap is not None:
-            raise InvalidMapError(f"target map: target pieces do not cover F; {gap} is held by no target location")
+            if gap is not None:
+                raise InvalidMapError(f"target map: target pieces do not cover F; {gap} is held by no target location")
+
+    return regions
 
 
 def as_map(value: MapLike, side: str) -> ParamAffineMap:
