@@ -147,7 +147,8 @@ def test_a_bug_reading_plain_maps_is_not_relabelled_as_the_maps_fault(monkeypatc
     monkeypatch.setattr(planner, "_prepare", broken)
     with pytest.raises(RuntimeError, match="refplan bug"):
         plan_transfers({"w": (TARGET, SOURCE)})
-    monkeypatch.setattr(judge, "validated", broken)
+    monkeypatch.setattr(judge, "validated", broken)  # segment_counterexamples reads the maps by it
+    monkeypatch.setattr(judge, "validated_parts", broken)  # a verdict, in spec/validation.md's order
     with pytest.raises(RuntimeError, match="refplan bug"):
         verify_plan(TARGET, SOURCE, PLAN)
     from refplan.verify import segment_counterexamples

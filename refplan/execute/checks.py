@@ -97,7 +97,7 @@ binding 3 000 000 unused locations spent 6.4 s on the first call and 0.7 s on ev
 
 
 _MAP_WORK = 1
-"""Every piece and shard shape of a map given as ``maps``: judged by the oracle, about 12 µs a
+"""Every piece, shard shape and logical axis of a map given as ``maps``: judged by the oracle, about 12 µs a
 location measured. A correct plan whose source map was replicated on 10**6 locations was accepted
 after 12 s of pre-verdict work on every call (the same probe)."""
 
@@ -105,8 +105,8 @@ after 12 s of pre-verdict work on every call (the same probe)."""
 def _work(segments: int, chunks: int, rounds: int, parameters: int = 0, sizes: int = 0) -> int:
     """The pre-verdict cost model in work units (``StagingBudget.max_work``): pure arithmetic on
     counts known before anything is built, so a schedule too costly to start is refused at once.
-    ``sizes``: the units of what is large beyond the counts (``_sized``: axes, buffers, endpoint
-    entries).
+    ``sizes``: the units of what is large beyond the counts (``_call_sizes``: buffers and endpoint
+    entries; ``_axes_units``: axes; the maps are weighed apart, in ``_verify_against_maps``).
 
     Measured on 2 shared cores (issue 26): 10**5 one-element segments cost 25-28 s per process
     before the verdict, a one-element staging budget 27 s; both were within ``max_chunks``, which
