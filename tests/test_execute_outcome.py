@@ -202,6 +202,9 @@ def test_dead_peer_survivors_all_raise_naming_every_target() -> None:
         assert res["raised"] == "TransferExecutionError", res
         assert res["targets"] == {"w": (0, 1, 2)} and res["processes"] is None, res
         assert "the outcome agreement" in res["message"], res["message"]
+        # the agreement's limit is not the call's timeout: the message says how it was derived
+        assert (f"its limit is the call's timeout {timedelta(seconds=worker.DEAD_TIMEOUT_S)} for each of the "
+                in res["message"]), res["message"]
     assert results[1]["message"].startswith("this process finished its part"), "process 2 had no traffic"
     # Issue 26: process 1 died at once, so process 0's round failed at once: it did not time out
     # (it used to read "failed or timed out after 0:00:03" for an immediate closed connection).

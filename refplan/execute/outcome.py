@@ -130,9 +130,16 @@ def _outcome(
                                                               timeout))
     except Exception as exc:
         targets = _written_by(sched, None)
+        # Its limit is not the caller's timeout as given, so the message says where it comes from
+        # (a caller who passed 5 s read "timeout 0:00:10" and nothing else: an outside probe).
+        why = "" if limit == timeout else (
+            f"; its limit is the call's timeout {timeout} for each of the {sched.most_rounds} rounds of the "
+            "longest schedule, plus one" + (f", capped at {MAX_TIMEOUT}" if limit == MAX_TIMEOUT else "")
+        )
         raise TransferExecutionError(
-            f"{own}; the outcome agreement {_ended(started, limit)} ({_describe(exc)}), so any process may have "
-            f"failed; target buffers may be partly written: every target of the batch: {_describe_targets(targets)}",
+            f"{own}; the outcome agreement {_ended(started, limit)} ({_describe(exc)}){why}, so any process may "
+            f"have failed; target buffers may be partly written: every target of the batch: "
+            f"{_describe_targets(targets)}",
             targets,
         ) from (failure or exc)
     failed = {ctx.members[r]: code for r, code in enumerate(statuses) if code != _OK}
