@@ -437,6 +437,8 @@ def overlapping_pair_array(
     none = np.empty((0, 2), dtype=np.int64)
     if len(boxes) < 2:
         return none
+    if groups is None and len(boxes) < limits.ARRAY_MIN_PIECES and _few_separated(boxes, work):
+        return none  # the usual few boxes, settled by one axis without numpy, charged alike
     origins, extents = box_arrays(boxes)
     live = np.flatnonzero(np.all(extents > 0, axis=1))
     if live.size < 2:
@@ -500,10 +502,7 @@ def overlapping_pairs(
     "which source regions meet which target frames"). Cost grows with the number of boxes and the
     number of reported pairs, not with their volume and not with all pairs of boxes.
     """
-    if groups is None and len(boxes) < limits.ARRAY_MIN_PIECES and _few_separated(boxes, work):
-        return set()
-    pairs = overlapping_pair_array(boxes, work, groups=groups)
-    return set(map(tuple, pairs.tolist()))
+    return set(map(tuple, overlapping_pair_array(boxes, work, groups=groups).tolist()))
 
 
 EXACT_VOLUMES = 1 << 62
@@ -573,10 +572,12 @@ def overlap_volumes(
 def _summed(k: np.ndarray[Any, Any], tag: np.ndarray[Any, Any], value: np.ndarray[Any, Any]
             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """``value`` summed per (``k``, ``tag``), the keys sorted."""
+    if not k.size:
+        return k, tag, value
     order = np.lexsort((tag, k))
     k, tag, value = k[order], tag[order], value[order]
     starts = np.flatnonzero(np.concatenate(([True], (k[1:] != k[:-1]) | (tag[1:] != tag[:-1]))))
-    return k[starts], tag[starts], np.add.reduceat(value, starts) if value.size else value
+    return k[starts], tag[starts], np.add.reduceat(value, starts)
 
 
 def overlap_witnesses(boxes: Sequence[Box], work: WorkCounter | None = None) -> np.ndarray[Any, Any]:

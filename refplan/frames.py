@@ -836,14 +836,12 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
     for f in nmap.frames:
         groups.setdefault(f.box, []).append(f)
     boxes = sorted(groups)
-    if len(boxes) < limits.ARRAY_MIN_PIECES:
-        found = sorted(overlapping_pairs(boxes, work))
-        pairs = np.array(found, dtype=np.int64).reshape(len(found), 2)
-    else:  # what ``overlapping_pairs`` does for as many boxes, charged alike, kept as an array
-        pairs = overlapping_pair_array(boxes, work)
+    pairs = overlapping_pair_array(boxes, work)
     # Each frame is looked at once and each overlap twice below: charged before looking.
     work.add(len(nmap.frames) + 2 * int(pairs.shape[0]))
-    nearby = overlap_volumes(boxes, [[f.location for f in groups[b]] for b in boxes], pairs)
+    nearby: Callable[[int], dict[int, int]] = _nothing_nearby
+    if pairs.size:  # the usual map has no overlapping boxes: its frames' locations are not listed
+        nearby = overlap_volumes(boxes, [[f.location for f in groups[b]] for b in boxes], pairs)
     for i, box in enumerate(boxes):
         here = groups[box]
         near = nearby(i)
@@ -881,6 +879,11 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
                         f"{where}: location {holder} is declared a holder but does not hold all of box {box} "
                         f"({covered[holder]} of {size} elements)"
                     )
+
+
+def _nothing_nearby(i: int) -> dict[int, int]:
+    """``box.overlap_volumes`` of boxes none of which overlaps another."""
+    return {}
 
 
 def _distinct_sets(frames: list[Frame]) -> list[frozenset[int]]:

@@ -188,6 +188,16 @@ def test_a_single_process_call_has_no_collective_phases() -> None:
 # before the verdict and were then accepted. Each is weighed now, and refused before it is walked.
 
 
+def _refused_before(monkeypatch: pytest.MonkeyPatch, step: str, call: Any) -> str:
+    """The rejection ``call()`` raises, ``checks.<step>`` failing the test if the refused call
+    reaches it (weighed before it is walked); the message."""
+    with monkeypatch.context() as patched:
+        patched.setattr(checks, step, lambda *a: pytest.fail(f"checks.{step} reached by a refused call"))
+        with pytest.raises(TransferRejectedError) as info:
+            call()
+    return str(info.value)
+
+
 def _wide_plan(segments: int, axes: int) -> TransferPlan:
     """``segments`` one-element segments of ``axes`` extent-1 axes each, element i to element i."""
     ones = (1,) * axes
@@ -206,11 +216,7 @@ def test_axes_past_eight_a_segment_are_weighed(monkeypatch: pytest.MonkeyPatch) 
         execute_transfer(plan, {0: source}, {0: target}, ends, dtype=torch.float32,
                          budget=StagingBudget(max_work=max_work))
 
-    with monkeypatch.context() as patched:
-        patched.setattr(checks, "_check_segment", lambda *a: pytest.fail("a segment checked for a refused batch"))
-        with pytest.raises(TransferRejectedError) as info:
-            run(142)
-    message = str(info.value)
+    message = _refused_before(monkeypatch, "_check_segment", lambda: run(142))
     assert "the batch is estimated at 143 work units, above max_work=142" in message, message
     assert "120 units for axes past 8 per segment and logical shape" in message, message
     assert torch.equal(target, torch.zeros(10))
@@ -241,11 +247,7 @@ def test_buffers_past_two_a_parameter_are_weighed_before_they_are_checked(monkey
         execute_transfers({"w": plan}, {"w": {0: torch.ones(1)}}, targets, ends, dtypes={"w": torch.float32},
                           budget=StagingBudget(max_work=max_work))
 
-    with monkeypatch.context() as patched:
-        patched.setattr(checks, "_check_buffer", lambda *a: pytest.fail("a buffer checked for a refused call"))
-        with pytest.raises(TransferRejectedError) as info:
-            run(48)
-    message = str(info.value)
+    message = _refused_before(monkeypatch, "_check_buffer", lambda: run(48))
     assert "the size of the call's arguments is estimated at 49 work units, above max_work=48" in message, message
     assert f"({k + 1} endpoint entries and {k + 1} buffers on this process;" in message, message
     with pytest.raises(TransferRejectedError, match="the batch is estimated at 54 work units") as info:

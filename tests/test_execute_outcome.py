@@ -340,28 +340,21 @@ def test_an_agreement_a_process_stopped_waiting_for_is_completed_by_nobody(two: 
     assert "stopped waiting for this agreement" in one["late"]["message"] and one["late"]["seconds"] < 2, one["late"]
 
 
-def test_a_call_marked_after_its_outcome_went_out_still_does_not_return_normally(two: dict[str, list[Any]]) -> None:
-    """The second call starts after the first's outcome agreement: the peers saw a clean outcome
-    and return; the process that made both calls raises for the first as well."""
+@pytest.mark.parametrize("case", ["late", "last"])
+def test_a_call_marked_after_its_outcome_went_out_still_does_not_return_normally(
+    two: dict[str, list[Any]], case: str
+) -> None:
+    """The second call starts after the first's outcome agreement ("late"), or after the first's
+    last check of the mark, while its staging goes back, before it leaves the group ("last": it
+    returned normally there, an outside probe found, 2026-12-07): the second is refused as
+    concurrent, so the first must not return normally either on the process that made both; its
+    peer's call, whose outcome was clean, returns."""
     per_process = scenario(two, "concurrent")
-    late = per_process[0]["late"]
-    assert late["entered"] and late["second"]["raised"] == "TransferRejectedError", late
-    assert late["first"]["raised"] == "TransferExecutionError", late
-    assert "cannot count as done" in late["first"]["message"] and late["first"]["processes"] == (0,)
-    assert per_process[1]["late"]["first"]["raised"] is None, per_process[1]["late"]
-
-
-def test_a_call_marked_in_its_last_step_does_not_return_normally(two: dict[str, list[Any]]) -> None:
-    """The second call starts after the first's last check of the mark, while its staging goes
-    back, before it leaves the group: the second is refused as concurrent, so the first must not
-    return normally either (it did, an outside probe found, 2026-12-07). Its peer's call, whose
-    outcome was clean, returns."""
-    per_process = scenario(two, "concurrent")
-    last = per_process[0]["last"]
-    assert last["entered"] and last["second"]["raised"] == "TransferRejectedError", last
-    assert last["first"]["raised"] == "TransferExecutionError", last
-    assert "cannot count as done" in last["first"]["message"] and last["first"]["processes"] == (0,)
-    assert per_process[1]["last"]["first"]["raised"] is None, per_process[1]["last"]
+    mine = per_process[0][case]
+    assert mine["entered"] and mine["second"]["raised"] == "TransferRejectedError", mine
+    assert mine["first"]["raised"] == "TransferExecutionError", mine
+    assert "cannot count as done" in mine["first"]["message"] and mine["first"]["processes"] == (0,)
+    assert per_process[1][case]["first"]["raised"] is None, per_process[1][case]
 
 
 def test_a_call_marked_before_its_verdict_is_refused_everywhere(two: dict[str, list[Any]]) -> None:

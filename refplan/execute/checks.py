@@ -928,7 +928,7 @@ def _verify_against_maps(plans: Mapping[str, TransferPlan], maps: object, budget
             raise _Refusal(f"parameter {name!r}: maps give no (target map, source map) pair")
         pairs.append((name, pair[0], pair[1]))
     held = tuple((plans[n], t, s) for n, t, s in pairs)
-    key = tuple((n, id(p), id(t), id(s)) for (n, t, s), (p, _, _) in zip(pairs, held))
+    key = tuple((n, id(plans[n]), id(t), id(s)) for n, t, s in pairs)
     exact = all(type(p) is TransferPlan and type(p.segments) is tuple and type(t) is ParamAffineMap
                 and type(s) is ParamAffineMap for p, t, s in held)
     if exact and _JUDGED.get(key) is not None:

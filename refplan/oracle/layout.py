@@ -455,7 +455,8 @@ def _check_holders(layout: Layout) -> Callable[[], None]:
     distinct = sorted(by_box)
     pairs = np.empty((0, 2), dtype=np.int64) if _slabs(distinct) else overlapping_pair_array(distinct)
     holders = [frozenset([h.location for h in by_box[d]]) for d in distinct]
-    shares = overlap_volumes(distinct, [sorted(h) for h in holders], pairs)
+    # the holders are listed for the query only when some boxes overlap (the usual map has none)
+    shares = overlap_volumes(distinct, [sorted(h) for h in holders] if pairs.size else [], pairs)
     for k, box in enumerate(distinct):
         mine = by_box[box]
         covered = shares(k)
