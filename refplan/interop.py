@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import operator
 import os
+import pickle
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -43,6 +44,7 @@ import numpy as np
 
 from .box import volume
 from .errors import (
+    AffineTransferError,
     InputFileError,
     InvalidMapError,
     UnsupportedLayoutError,
@@ -52,6 +54,7 @@ from .errors import (
     show_list,
 )
 from .frames import normalize
+from .limits import PlanBudget
 from .maps import ParamAffineMap, runs_map
 
 __all__ = [
@@ -133,6 +136,17 @@ def _build(logical_shape: tuple[int, ...], holdings: Mapping[int, Holding], para
     ``InvalidMapError`` (the description says part of the tensor is stored nowhere: a corrupt
     checkpoint, or metadata that contradicts itself); ``holders`` words who holds it.
     """
+    # The product of runs per location is the piece count, known before one piece is built: two
+    # strided axes of 10**3 runs each are 10**6 pieces (21 s, 1.3 GiB), 2 000 each 4 * 10**6 built
+    # before normalize refused them (an outside probe, 2026-12-07). Refused first, as normalize would.
+    pieces = sum(int(np.prod([len(runs) for runs in holding], dtype=object)) for holding in holdings.values()
+                 if all(_extent(runs) for runs in holding))
+    limit = PlanBudget().max_pieces_per_map
+    if pieces > limit:
+        raise AffineTransferError(
+            f"parameter {parameter!r}, source map: {pieces} pieces exceed max_pieces_per_map={limit} (refused before "
+            "building them: each location's pieces are the product of its runs per axis)"
+        )
     result = runs_map(logical_shape, holdings)  # one pass (issue 27); the product of runs per location
     normalize(result, "source", parameter)
     total = volume(logical_shape)
@@ -234,7 +248,7 @@ def _placement(placement: Any, ndim: int, mesh_axis: int, parameter: str) -> tup
 
 def _dtensor_holding(
     global_shape: tuple[int, ...], mesh_shape: tuple[int, ...], kinds: Sequence[tuple[str, int, int]],
-    coordinate: tuple[int, ...],
+    coordinate: tuple[int, ...], order: Sequence[int] | None = None,
 ) -> Holding:
     """What one mesh coordinate holds: the placements applied to its local tensor, mesh axis 0 first.
 
@@ -245,7 +259,8 @@ def _dtensor_holding(
     order; it describes FSDP2-over-TP, where the TP split really happened first.
     """
     axes: list[tuple[Run, ...]] = [((0, n),) if n else () for n in global_shape]
-    for mesh_axis, (kind, dim, factor) in enumerate(kinds):
+    for mesh_axis in range(len(kinds)) if order is None else order:
+        kind, dim, factor = kinds[mesh_axis]
         if kind != "shard":
             continue
         runs = axes[dim]
@@ -258,6 +273,63 @@ def _dtensor_holding(
             continue
         axes[dim] = _join(_strided_parts(runs, size, factor, count, index))
     return tuple(axes)
+
+
+def _check_strided_order(shape: tuple[int, ...], mesh: tuple[int, ...], kinds: Sequence[tuple[str, int, int]],
+                         locations: Mapping[tuple[int, ...], int], placements: Sequence[Any],
+                         parameter: str) -> None:
+    """Refuse a ``_StridedShard`` whose two readings put different elements on some coordinate.
+
+    ``_StridedShard(d, split_factor=f)`` on mesh axis i, followed by ``Shard(d)`` on later mesh
+    axes whose sizes multiply to f, says those later shards were applied *first*: FSDP2 over TP
+    (``fully_shard`` of a TP-sharded parameter) writes exactly these placements. Torch reads them
+    as the strided split (``distribute_tensor`` and ``redistribute`` place elements so, and so does
+    ``_dtensor_holding``); FSDP2 stores the TP split first and then ``torch.chunk``s each TP-local
+    tensor over the data-parallel axis. With even sizes the two agree. With uneven ones they do
+    not: (7, 2) on a (dp=3, tp=2) mesh puts row 6 on coordinate (2, 0) by the placements and on
+    (2, 1) in FSDP2's storage, and torch's own ``full_tensor`` fails on such a parameter. Only the
+    ranks whose local shape differs could tell (``_check_local_shape``); every other rank accepted
+    a map that sent a planner to read row 6 from an empty shard, which the oracle, reading the same
+    map, judged ok (an outside probe, 2026-12-07). The placements alone cannot say which producer
+    made the tensor, so the map is refused on every rank, from the global metadata every rank
+    shares. A ``_StridedShard`` with no such later shards (from view ops) has one reading: kept."""
+    for axis, (kind, dim, factor) in enumerate(kinds):
+        if kind != "shard" or factor == 1:
+            continue
+        later = [k for k in range(axis + 1, len(kinds)) if kinds[k][0] == "shard" and kinds[k][1] == dim]
+        if not later or any(kinds[k][2] != 1 for k in later) or int(np.prod([mesh[k] for k in later])) != factor:
+            continue  # not FSDP2's pattern (plain Shards after it whose sizes make its factor)
+        first = [k for k in range(axis) if k not in later]
+        rest = [k for k in range(axis + 1, len(kinds)) if k not in later]
+        plain = [*kinds]
+        plain[axis] = (kind, dim, 1)
+        order = [*first, *later, axis, *rest]
+        for coordinate in product(*(range(n) for n in mesh)):
+            read = _dtensor_holding(shape, mesh, kinds, coordinate)[dim]
+            stored = _dtensor_holding(shape, mesh, plain, coordinate, order)[dim]
+            if _positions(read) != _positions(stored):
+                raise UnsupportedLayoutError(
+                    f"{parameter}: placements {list(placements)} on a mesh of shape {show_ints(mesh)}, global "
+                    f"shape {show_ints(shape)}: {placements[axis]!r} over the later Shard of axis {dim} means that "
+                    f"Shard was applied first (FSDP2 over TP), and with axis {dim}'s {shape[dim]} uneven over "
+                    f"{factor * mesh[axis]} shards the two readings differ at location "
+                    f"{show_int(locations[coordinate])} (mesh coordinate {show_ints(coordinate)}): positions "
+                    f"{_show_runs(read)} as torch reads the placements, {_show_runs(stored)} as FSDP2 stores "
+                    "them (torch's full_tensor fails on such a parameter); the placements do not say which "
+                    f"elements each rank holds. Pad axis {dim} to a multiple of {factor * mesh[axis]}, or "
+                    "redistribute to placements with one reading"
+                )
+
+
+def _positions(runs: Sequence[Run]) -> tuple[Run, ...]:
+    """``runs`` with empty runs dropped and adjacent ones merged: two holdings of an axis compare
+    equal when they hold the same positions in the same order."""
+    return _join([[r for r in runs if r[1]]])
+
+
+def _show_runs(runs: Sequence[Run]) -> str:
+    held = _positions(runs)
+    return ", ".join(f"[{a}, {a + n})" for a, n in held) if held else "none"
 
 
 def _strided_parts(runs: Sequence[Run], size: int, factor: int, count: int, index: int) -> list[tuple[Run, ...]]:
@@ -367,7 +439,10 @@ def from_dtensor(
     tensor on this process does not have the shape its placements give this process's mesh
     coordinate (``DTensor.from_local`` with uneven shards): its placements do not say which
     elements it holds. A ``_StridedShard`` split factor above the axis extent leaves torch's extra
-    chunks empty, as torch does, at no cost per unit of the factor.
+    chunks empty, as torch does, at no cost per unit of the factor. FSDP2-over-TP placements
+    (``_StridedShard(d, f)`` before plain ``Shard(d)``s whose mesh sizes make ``f``) whose uneven
+    sizes FSDP2 stores otherwise than torch reads them are refused on every rank
+    (``UnsupportedLayoutError``, ``_check_strided_order``): the placements alone do not say which.
     """
     dtensor: Any = None
     if _is_dtensor(global_shape):
@@ -407,6 +482,7 @@ def from_dtensor(
             raise ValueError(f"{parameter}: a 0-axis tensor cannot be sharded; got placements {list(placements)}")
     kinds = [_placement(p, len(shape), axis, parameter) for axis, p in enumerate(placements)]
     locations = _mesh_location_lookup(mesh_locations, mesh)
+    _check_strided_order(shape, mesh, kinds, locations, placements, parameter)
     holdings = {
         locations[c]: _dtensor_holding(shape, mesh, kinds, c) for c in product(*(range(n) for n in mesh))
     }
@@ -651,7 +727,14 @@ def _read_dcp_file(reader: Any, directory: Any) -> Any:
     folder = os.fsdecode(directory)
     path = os.path.join(folder, ".metadata")
     try:
-        metadata = reader.read_metadata()
+        with _metadata_stream(reader, folder) as stream:
+            metadata = _MetadataUnpickler(stream).load()
+    except _NotMetadata as exc:
+        raise InvalidMapError(
+            f"{path}: the DCP checkpoint's metadata cannot be read: it names {exc}, which no DCP metadata holds, "
+            "and a pickle calls what it names, so it was refused before anything ran; the file is corrupt, "
+            "or not one DCP wrote"
+        ) from None
     except OSError as exc:
         raise InputFileError(
             f"{folder}: not a DCP checkpoint (no readable .metadata): cannot read {path}: "
@@ -669,6 +752,54 @@ def _read_dcp_file(reader: Any, directory: Any) -> Any:
             "holds; the file is corrupt or not a DCP checkpoint's"
         )
     return metadata
+
+
+def _metadata_stream(reader: Any, folder: str) -> Any:
+    """The open ``.metadata`` of a stock ``FileSystemReader`` (or one that inherits its
+    ``read_metadata``, such as fsspec's), opened as that method opens it, through the reader's own
+    file system; a plain local file where the reader lacks those parts (older torch)."""
+    create = getattr(getattr(reader, "fs", None), "create_stream", None)
+    locate = getattr(reader, "_get_metadata_path", None)
+    if callable(create) and callable(locate):
+        return create(locate(None), "rb")
+    return open(os.path.join(folder, ".metadata"), "rb")  # the caller's with closes it
+
+
+class _NotMetadata(Exception):
+    """A global that no DCP ``Metadata`` pickle names (its ``module.name`` is the message)."""
+
+
+_PATHS = frozenset({"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"})
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles what DCP's ``.metadata`` holds and nothing else.
+
+    ``torch``'s ``FileSystemReader.read_metadata`` is a plain ``pickle.load``, and a pickle calls
+    whatever globals it names: a crafted ``.metadata`` created a file before refplan refused it
+    (an outside probe, 2026-12-07), although this module's readers present hostile metadata as
+    refused. DCP's metadata names only its own dataclasses and enums
+    (``torch.distributed.checkpoint.*``), ``torch.Size``, torch dtypes, ``torch.serialization
+    ._get_layout`` and ``pathlib`` paths (a ``StorageMeta``'s checkpoint id), read off a real
+    save; any other global is refused before it is looked up, so nothing it names is called."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import dataclasses
+        import enum
+
+        import torch
+
+        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        if (module, name) == ("torch.serialization", "_get_layout") or (module == "pathlib" and name in _PATHS):
+            return super().find_class(module, name)
+        if (module, name) in (("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset")):
+            return super().find_class(module, name)
+        if module.startswith("torch.distributed.checkpoint.") and "." not in name:
+            found = super().find_class(module, name)
+            if isinstance(found, type) and (dataclasses.is_dataclass(found) or issubclass(found, enum.Enum)):
+                return found
+        raise _NotMetadata(f"{module}.{name}")
 
 
 def dcp_element_sizes(checkpoint: Any, *, non_tensors: Literal["skip", "refuse"] = "skip") -> dict[str, int]:
@@ -914,7 +1045,9 @@ def maps_from_state_dict(
     other. ``plain_location`` may be an integer (a 0-d integer array too) or a sequence of them.
     Refused the same way, naming the key: a quantized tensor (integer codes whose scales are not
     in a map), a ``ShardedTensor`` (``torch.distributed._shard``, whose layout is in its own
-    metadata) and a lazy module's ``UninitializedParameter`` (no shape yet).
+    metadata), Megatron-Core's ``dist_checkpointing`` ``ShardedTensor`` and ``ShardedTensorFactory``
+    (a sharded state dict's values, whatever ``non_tensors`` says) and a lazy module's
+    ``UninitializedParameter`` (no shape yet).
     """
     import torch
 
@@ -930,6 +1063,14 @@ def maps_from_state_dict(
     keys: dict[str, Any] = {}
     for key, value in state_dict.items():
         name = str(key)
+        if _is_megatron_sharded_tensor(value):
+            raise UnsupportedLayoutError(
+                f"{name}: a Megatron-Core {type(value).__name__} (dist_checkpointing, as a model's "
+                "sharded_state_dict() returns it) keeps its layout in its own fields (global_shape, "
+                "global_offset, flattened_range), which maps_from_state_dict does not read, so it is refused "
+                "rather than skipped as a non-tensor: pass the model's state_dict() (its DTensors or plain "
+                "tensors), or use from_megatron with the ParameterMetadata that megatron.core.resharding gathers"
+            )
         if not isinstance(value, torch.Tensor):
             if non_tensors == "refuse":
                 raise UnsupportedLayoutError(f"{name}: a {type(value).__name__} value is not a tensor")
@@ -976,6 +1117,19 @@ def maps_from_state_dict(
             maps[name] = _build(shape, dict.fromkeys(plain, whole), name)
         sizes[name] = int(value.dtype.itemsize)
     return StateDictMaps(maps, sizes)
+
+
+def _is_megatron_sharded_tensor(value: Any) -> bool:
+    """Whether ``value`` is a Megatron-Core ``dist_checkpointing`` ``ShardedTensor`` or
+    ``ShardedTensorFactory``: a tensor's shard described by fields of its own, not a
+    ``torch.Tensor``, so the non-tensor rule used to skip it and a Megatron sharded state dict gave
+    no maps and no error (an outside probe, 2026-12-07). A ``ShardedObject`` holds no tensor and
+    follows ``non_tensors``. Read from ``sys.modules``: a state dict without one does not import
+    Megatron."""
+    module = sys.modules.get("megatron.core.dist_checkpointing.mapping")
+    kinds = tuple(k for k in (getattr(module, "ShardedTensor", None), getattr(module, "ShardedTensorFactory", None))
+                  if isinstance(k, type))
+    return bool(kinds) and isinstance(value, kinds)
 
 
 def _is_sharded_tensor(value: Any) -> bool:
@@ -1237,15 +1391,28 @@ def from_megatron(metadata_by_rank: Any) -> dict[str, ParamAffineMap]:
             per_rank[rank] = holding
             groups.setdefault(key, {})[rank] = group
     for key, by_rank in groups.items():
+        # One check per distinct group: its members each report it, or the first rank (in order)
+        # naming it raises. A rank repeating a group checked already adds nothing (it would pass the
+        # same checks), and equal groups are one object, so a member's report is compared by
+        # identity: each rank's group is hashed in C, where before each rank compared each member's
+        # whole tuple in Python (cubic in the group's width: 6 s at 1 000 ranks, an outside probe,
+        # 2026-12-07).
+        interned: dict[tuple[int, ...] | None, tuple[int, ...] | None] = {}
+        for rank in by_rank:
+            by_rank[rank] = interned.setdefault(by_rank[rank], by_rank[rank])
+        checked: set[tuple[int, ...]] = set()
         for rank, reported in sorted(by_rank.items()):
-            for member in reported or ():
+            if reported is None or reported in checked:
+                continue
+            checked.add(reported)
+            for member in reported:
                 if member not in by_rank:
                     raise InvalidMapError(
                         f"{key} on rank {rank}: TP group {show_list(reported or ())} includes rank "
                         f"{show_int(member)}, which does not report the parameter, so part of it is held nowhere"
                     )
                 theirs = by_rank[member]
-                if theirs != reported:
+                if theirs is not reported:
                     raise InvalidMapError(
                         f"{key} on rank {rank}: TP group {show_list(reported or ())}, but rank {show_int(member)} "
                         f"reports TP group {show_list(theirs) if theirs is not None else 'None (not tensor-parallel)'}"

@@ -88,6 +88,36 @@ def test_corpus_regenerates_byte_identically() -> None:
         assert text == committed[name], f"{name} differs from a fresh `python -m refplan.cli.generate_corpus`"
 
 
+def test_no_case_repeats_another_unless_it_says_so() -> None:
+    """The same input counted twice inflates every planner's totals and each finding's case count.
+    The one deliberate repeat (R1's target side: both sides of R1 are the source's check) is declared."""
+    first: dict[str, str] = {}
+    repeats = []
+    for path in sorted(CASES_DIR.glob("*.json")):
+        for case in json.loads(path.read_text(encoding="utf-8"))["cases"]:
+            key = json.dumps({k: v for k, v in case.items() if k not in ("id", "why", "tags")}, sort_keys=True)
+            if key in first:
+                repeats.append((first[key], case["id"]))
+            first.setdefault(key, case["id"])
+    assert repeats == [("rules/R1-max-ndim-source", "rules/R1-max-ndim-target")]
+
+
+def test_the_generator_refuses_a_repeated_case_unless_declared() -> None:
+    from refplan.cli.generate_corpus import Family, accept, full
+
+    f = Family("demo", "two cases")
+    assert f.add("one", "a map to itself", ["x"], (full((4,)), full((4,))), accept())
+    with pytest.raises(RuntimeError, match="demo/two repeats demo/one"):
+        f.add("two", "the same again", ["y"], (full((4,)), full((4,))), accept())
+    assert not f.add("two", "the same, from a loop", ["y"], (full((4,)), full((4,))), accept(), unless_seen=True)
+    with pytest.raises(RuntimeError, match="same_as='zero', but it repeats demo/one"):
+        f.add("three", "declared wrongly", ["y"], (full((4,)), full((4,))), accept(), same_as="zero")
+    with pytest.raises(RuntimeError, match="repeats no earlier case"):
+        f.add("four", "declared, but new", ["y"], (full((5,)), full((5,))), accept(), same_as="one")
+    assert f.add("five", "declared rightly", ["y"], (full((4,)), full((4,))), accept(), same_as="one")
+    assert [c["id"] for c in f.cases] == ["demo/one", "demo/five"]
+
+
 @pytest.mark.skipif(not SCHEMA.exists(), reason="spec/schemas/conformance-case.schema.json is not present")
 def test_case_files_validate_against_the_schema(cases: list[Case]) -> None:
     jsonschema = pytest.importorskip("jsonschema")

@@ -172,15 +172,24 @@ def _placement_families(ndim: int, mesh_ndim: int) -> Iterator[tuple[tuple[Any, 
 
 
 def test_dtensor_matches_torch_local_shape_and_offset_enumerated() -> None:
-    """Every coordinate (22617) of 3562 (mesh, shape, placements) combinations against torch's arithmetic."""
+    """Every coordinate (22617) of 3562 (mesh, shape, placements) combinations against torch's arithmetic,
+    but for the 3 (18 coordinates) that FSDP2 stores otherwise than torch reads them: each of those is
+    refused, and no combination accepted is one of them."""
     meshes = [(1,), (2,), (3,), (5,), (2, 2), (2, 3), (3, 2), (4, 1), (2, 2, 2), (3, 1, 2)]
     shapes = [(0,), (1,), (7,), (12,), (5, 3), (2, 9), (0, 4)]
-    combos = coordinates = 0
+    combos = coordinates = refused = 0
     for mesh in meshes:
         for shape in shapes:
             for kinds in _placement_families(len(shape), len(mesh)):
                 placements = [torch_placement(k) for k in kinds]
-                m = from_dtensor(shape, mesh, placements)
+                try:
+                    m = from_dtensor(shape, mesh, placements)
+                except UnsupportedLayoutError as exc:
+                    assert "FSDP2 over TP" in str(exc)
+                    assert _fsdp2_stores_otherwise(shape, mesh, kinds), (mesh, shape, kinds)
+                    refused += 1
+                    continue
+                assert not _fsdp2_stores_otherwise(shape, mesh, kinds), (mesh, shape, kinds)
                 sharded_axes = {k[1] for k in kinds if k[0] != "R"}
                 for index, coord in enumerate(product(*(range(n) for n in mesh))):
                     t_shape, t_off = _compute_local_shape_and_global_offset(shape, mesh, list(coord), placements)
@@ -195,7 +204,37 @@ def test_dtensor_matches_torch_local_shape_and_offset_enumerated() -> None:
                         assert want == t_off[axis], (mesh, shape, kinds, coord, axis)
                     coordinates += 1
                 combos += 1
-    assert (combos, coordinates) == (3562, 22617)
+    assert (combos, coordinates, refused) == (3562 - REFUSED_FSDP2, 22617 - REFUSED_FSDP2_COORDINATES, REFUSED_FSDP2)
+
+
+REFUSED_FSDP2, REFUSED_FSDP2_COORDINATES = 3, 18
+"""Of the enumeration, the combinations refused because FSDP2 stores them otherwise than torch reads
+their placements, and their coordinates (``_fsdp2_stores_otherwise``)."""
+
+
+def _fsdp2_stores_otherwise(shape: tuple[int, ...], mesh: tuple[int, ...], kinds: Sequence[Any]) -> bool:
+    """Whether some coordinate's local shard differs between torch's reading of the placements and
+    FSDP2's storage, computed with torch's own arithmetic both times: FSDP2 over TP applies the
+    plain ``Shard``s after a ``_StridedShard`` of the same axis first (the TP split), then the strided
+    axis as a plain ``Shard`` (its ``torch.chunk`` of each TP-local tensor), which is torch's
+    reading of the mesh with those axes moved in front."""
+    placements = [torch_placement(k) for k in kinds]
+    for axis, kind in enumerate(kinds):
+        if kind[0] != "SS":
+            continue
+        later = [k for k in range(axis + 1, len(kinds)) if kinds[k][0] != "R" and kinds[k][1] == kind[1]]
+        if not later or any(kinds[k][0] != "S" for k in later) or int(np.prod([mesh[k] for k in later])) != kind[2]:
+            continue
+        order = [*(k for k in range(axis) if k not in later), *later, axis,
+                 *(k for k in range(axis + 1, len(kinds)) if k not in later)]
+        plain = [Shard(kind[1]) if k == axis else placements[k] for k in order]
+        for coord in product(*(range(n) for n in mesh)):
+            read = _compute_local_shape_and_global_offset(shape, mesh, list(coord), placements)
+            stored = _compute_local_shape_and_global_offset(shape, tuple(mesh[k] for k in order),
+                                                            [coord[k] for k in order], plain)
+            if [tuple(v) for v in read] != [tuple(v) for v in stored]:
+                return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -935,3 +974,57 @@ def test_megatron_partition_sizes_are_sub_params() -> None:
     bad.partition_sizes, bad.partition_stride = [4, 2], 2
     with pytest.raises(UnsupportedLayoutError, match="partition_stride=2"):
         from_megatron([[bad]])
+
+
+FSDP2_OVER_TP = """
+import json, sys, torch, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.fsdp import fully_shard
+from refplan.errors import UnsupportedLayoutError
+from refplan.interop import from_dtensor
+from refplan.simulate import extract_shards, logical_markers
+DP, TP = 3, 2
+out = {}
+rank = int(sys.argv[1])  # one rank per interpreter: a DeviceMesh keeps its first rank's coordinate
+for rows in (7, 10, 12):
+    if True:
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=DP * TP)
+        full = torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2)
+        mesh = init_device_mesh("cpu", (DP, TP), mesh_dim_names=("dp", "tp"))
+        local = torch.chunk(full, TP, dim=0)[mesh["tp"].get_local_rank()].clone()  # ColwiseParallel's Shard(0)
+        model = torch.nn.Module()
+        model.w = torch.nn.Parameter(DTensor.from_local(local, mesh["tp"], [Shard(0)], shape=full.shape,
+                                                        stride=full.stride()))
+        fully_shard(model, mesh=mesh["dp"])
+        stored = model.w.to_local().detach().reshape(-1).int().tolist()
+        try:
+            claimed = extract_shards(from_dtensor(model.w, parameter="w"), logical_markers((rows, 2)))[rank].tolist()
+            out[f"{rows}/{rank}"] = "exact" if claimed == stored else f"wrong: {claimed} for {stored}"
+        except UnsupportedLayoutError as exc:
+            out[f"{rows}/{rank}"] = "refused" if "FSDP2 over TP" in str(exc) else str(exc)
+        dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def test_fsdp2_over_tp_with_uneven_rows_is_refused_on_every_rank() -> None:
+    """torch's own ``fully_shard`` over a TP ``Shard(0)`` weight, every rank of a (dp=3, tp=2) mesh
+    (fake process group, each rank in an interpreter of its own). With 7 rows FSDP2 stores row 6
+    on rank 5 while its placements put it on rank 4; only ranks 4 and 5 could see that from their
+    local shapes, and ranks 0-3 used to accept a map that read row 6 from rank 4's empty shard (an
+    outside probe). Now every rank refuses it; 10 rows (uneven, but both readings agree) and 12
+    (even) give every rank exactly what FSDP2 stored."""
+    import json
+    import subprocess
+    import sys
+
+    runs = [subprocess.Popen([sys.executable, "-c", FSDP2_OVER_TP, str(rank)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for rank in range(6)]
+    seen: dict[str, str] = {}
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr[-3000:]
+        seen.update(json.loads(stdout.strip().splitlines()[-1]))
+    assert seen == {f"{rows}/{rank}": "refused" if rows == 7 else "exact" for rows in (7, 10, 12) for rank in range(6)}

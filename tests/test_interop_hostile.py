@@ -375,3 +375,25 @@ def test_corrupt_metadata_errors_are_in_the_refplan_family() -> None:
     for md in (_metadata({"w": ((4,), [((-1,), (4,))])}), _metadata({"w": ((4,), [])})):
         with pytest.raises(AffineTransferError):
             from_dcp_metadata(md, location="chunk")
+
+
+def test_a_piece_count_over_the_budget_is_refused_before_one_piece_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two strided axes of 1 000 runs each on a 2x2 mesh are 4 * 10**6 pieces: they were built (13 s,
+    1.2 GiB) before ``normalize`` refused them (an outside probe, 2026-12-07). The count is the product
+    of each location's runs per axis, so it is refused from that, and the builder is never reached."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    import refplan.interop as interop
+
+    def never(*args: Any) -> Any:
+        raise AssertionError("runs_map was called for a map over the piece budget")
+
+    monkeypatch.setattr(interop, "runs_map", never)
+    placements = [_StridedShard(0, split_factor=1000), _StridedShard(1, split_factor=1000)]
+    with pytest.raises(AffineTransferError, match=r"^parameter 'w', source map: 4000000 pieces exceed "
+                                                  r"max_pieces_per_map=1048576 \(refused before building"):
+        interop.from_dtensor((2000, 2000), (2, 2), placements, parameter="w")
+    monkeypatch.undo()
+    # Under the budget it is built as before: 1 024 runs on each of two locations.
+    small = interop.from_dtensor((2048,), (2,), [_StridedShard(0, split_factor=1024)])
+    assert small.piece_count() == 2 * 1024

@@ -133,6 +133,35 @@ def saved_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
 READERS: list[Callable[[Any], Any]] = [from_dcp_metadata, dcp_element_sizes, dcp_storage_files]
 
 
+class _Opens:
+    """Unpickled, calls ``open(path, "w")``: what a crafted checkpoint could run instead."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        return (open, (self.path, "w"))
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda f: f.__name__)
+def test_a_hostile_dcp_metadata_runs_nothing(saved_checkpoint: str, tmp_path: Any,
+                                             reader: Callable[[Any], Any]) -> None:
+    """torch's own reader unpickles ``.metadata`` with plain pickle, so a crafted one ran its code
+    (here: created a file) before refplan refused it (an outside probe, 2026-12-07). refplan's
+    reader refuses every global DCP metadata never names before looking it up."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    folder = tmp_path / "hostile"
+    shutil.copytree(saved_checkpoint, folder)
+    marker = tmp_path / "ran"
+    for payload in (_Opens(str(marker)), [1, _Opens(str(marker))]):
+        (folder / ".metadata").write_bytes(pickle.dumps(payload))
+        for given in (str(folder), FileSystemReader(str(folder))):
+            with pytest.raises(InvalidMapError, match=r"\.metadata: .*cannot be read: it names (io|builtins)\.open"):
+                reader(given)
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("reader", READERS, ids=lambda f: f.__name__)
 def test_corrupt_dcp_metadata_is_invalid_map_naming_the_file(saved_checkpoint: str, tmp_path: Any,
                                                              reader: Callable[[Any], Any]) -> None:
@@ -142,8 +171,9 @@ def test_corrupt_dcp_metadata_is_invalid_map_naming_the_file(saved_checkpoint: s
         "truncated": (raw[: len(raw) // 2], "cannot be read"),
         "empty": (b"", "cannot be read"),
         "garbage": (b"not a pickle", "cannot be read"),
-        "dict": (pickle.dumps({"w": 1}), "cannot be read"),
-        "namespace": (pickle.dumps(SimpleNamespace()), "holds a pickled SimpleNamespace, not the DCP Metadata"),
+        "dict": (pickle.dumps({"w": 1}), "holds a pickled dict, not the DCP Metadata"),
+        "namespace": (pickle.dumps(SimpleNamespace()), r"cannot be read: it names types\.SimpleNamespace, which no "
+                                                       "DCP metadata holds"),
     }
     for name, (data, words) in cases.items():
         folder = tmp_path / name
@@ -185,6 +215,24 @@ def test_state_dict_sharded_tensor_and_lazy_parameters_are_unsupported() -> None
         maps_from_state_dict(lazy)
     lazy(torch.zeros(1, 3))  # materialized: mapped as any module
     assert maps_from_state_dict(lazy).maps["weight"].shard_shapes == {0: (4, 3)}
+
+
+def test_state_dict_megatron_sharded_tensors_are_refused_not_skipped() -> None:
+    """A Megatron-Core sharded state dict (``model.sharded_state_dict()``: dist_checkpointing
+    ``ShardedTensor``s, no ``torch.Tensor``) used to give empty maps and no error, since its values
+    were skipped as non-tensors (an outside probe, 2026-12-07); with ``non_tensors="refuse"`` it
+    said "not a tensor". Refused either way, naming the key; a ``ShardedObject`` is a non-tensor."""
+    mapping = pytest.importorskip("megatron.core.dist_checkpointing.mapping")
+    local = torch.arange(8.0).reshape(2, 4)
+    sharded = mapping.ShardedTensor.from_rank_offsets("decoder.fc1.weight", local, (0, 0, 2), replica_id=0)
+    for mode in ("skip", "refuse"):
+        with pytest.raises(UnsupportedLayoutError, match=r"^decoder\.fc1\.weight: a Megatron-Core ShardedTensor "
+                                                         r"\(dist_checkpointing"):
+            maps_from_state_dict({"ok": torch.zeros(2), "decoder.fc1.weight": sharded}, non_tensors=mode)  # type: ignore[arg-type]
+    state = mapping.ShardedObject("extra", {"step": 3}, (1,), (0,), replica_id=0)
+    assert set(maps_from_state_dict({"ok": torch.zeros(2), "extra": state}).maps) == {"ok"}
+    with pytest.raises(UnsupportedLayoutError, match=r"^extra: a ShardedObject value is not a tensor"):
+        maps_from_state_dict({"extra": state}, non_tensors="refuse")
 
 
 # ---------------------------------------------------------------------------------------------

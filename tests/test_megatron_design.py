@@ -94,3 +94,27 @@ def test_another_release_is_not_judged_by_a_rule_read_in_this_one() -> None:
     problem, output = _answer(adapter, DESIGNED_019)
     adapter.name = "megatron-core 0.19.3"
     assert adapter.design(problem, output) == "" and adapter.defect(problem, output) == ""
+
+
+def test_the_019_enhancement_cites_the_path_each_witness_runs() -> None:
+    """0.19.2's ``_round_robin_dp`` has two paths: several DP groups (utils.py:521-529) and one, the
+    fast path (514-516). The enhancement's cause once cited 521-529 for all five witnesses, though
+    four have one DP group and run the fast path (a maintainer-style review, 2026-12-07). Each
+    witness's DP groups, as the adapter hands them to the peer, decide which lines the cause must cite:
+    a witness of several groups by its id, the one-group ones through 514-516 (with the cycle's
+    agreement on their destination rank, which is what makes them designed, not the defect)."""
+    adapter = _adapter("megatron")
+    (finding,) = [f for f in FINDINGS if f.peer == "megatron-core 0.19" and f.verdict == "enhancement"]
+    one_group = []
+    for case_id in finding.witnesses:
+        problem = adapter.translate(_case(case_id))
+        groups = {tuple(m.data_parallel_group_ranks) for name in problem["names"]
+                  for m in problem["meta"]["source"][name].values()}
+        if len(groups) == 1:
+            (entries,) = groups
+            one_group.append(case_id)
+            for dst_rank, _ in problem["dst_by_rank"]:
+                assert entries[(dst_rank // 1) % len(entries)] == entries[0], (case_id, dst_rank, entries)
+        else:
+            assert case_id in finding.cause and "521-529" in finding.cause, case_id
+    assert one_group and "514-516" in finding.cause

@@ -183,6 +183,8 @@ class Family:
         self.name = name
         self.description = description
         self.cases: list[dict[str, Any]] = []
+        self._seen: dict[str, str] = {}
+        """Each case's content (all but its id, reason and tags) -> the first id that holds it."""
 
     def add(
         self,
@@ -198,7 +200,16 @@ class Family:
         min_split_bytes: int | None = None,
         budget: Mapping[str, int] | None = None,
         answers: Sequence[Any] | None = None,
-    ) -> None:
+        unless_seen: bool = False,
+        same_as: str | None = None,
+    ) -> bool:
+        """Add one case, or refuse one that repeats an earlier case's content (maps, bindings, budget,
+        answers and expectation; only its id, reason and tags differ). Why: a repeated case is the
+        same input counted twice, in every planner's totals and in each finding's count of cases,
+        which a peer's maintainer reads as inflation (nine such pairs had crept in through loops over
+        degrees, e.g. TP=2 replicated over DP=2 is the replicated layout on 4 locations). A loop that
+        can reach an earlier case's maps again passes ``unless_seen=True`` and adds nothing then
+        (returns False); a deliberate repeat names the earlier slug in ``same_as``."""
         named: Mapping[str, Pair] = {"param": pairs} if isinstance(pairs, tuple) else pairs
         case: dict[str, Any] = {
             "id": f"{self.name}/{slug}",
@@ -231,7 +242,17 @@ class Family:
         case["expect"] = expect
         if any(c["id"] == case["id"] for c in self.cases):
             raise RuntimeError(f"duplicate case id {case['id']}")
+        key = json.dumps({k: v for k, v in case.items() if k not in ("id", "why", "tags")}, sort_keys=True)
+        earlier = self._seen.get(key)
+        if earlier is not None and same_as is None:
+            if unless_seen:
+                return False
+            raise RuntimeError(f"{case['id']} repeats {earlier}: pass same_as= if that is deliberate")
+        if same_as is not None and earlier != f"{self.name}/{same_as}":
+            raise RuntimeError(f"{case['id']}: same_as={same_as!r}, but it repeats {earlier or 'no earlier case'}")
+        self._seen.setdefault(key, case["id"])
         self.cases.append(case)
+        return True
 
 
 def full(shape: Sequence[int]) -> ParamAffineMap:
@@ -259,7 +280,8 @@ def rules() -> Family:
         f.add(f"R1-max-ndim-{side}", f"R1: a 2-d {side} map under max_ndim=1 exceeds the axis budget"
               + ("" if side == "source" else " (R0 makes both sides 2-d and the source is checked first, so "
                  "this is R1-max-ndim-source again; kept so that results keyed by its id line up)"),
-              ["R1", "budget"], sided(full((4, 4)), side), refuse(ULE, "max_ndim"), budget={"max_ndim": 1})
+              ["R1", "budget"], sided(full((4, 4)), side), refuse(ULE, "max_ndim"), budget={"max_ndim": 1},
+              same_as=None if side == "source" else "R1-max-ndim-source")
     nine, eight = (1,) * 9, (1,) * 7 + (2,)
     f.add("R1-default-max-ndim-9", "R1: the default max_ndim is 8, so a 9-axis parameter is refused",
           ["R1"], (full(nine), full(nine)), refuse(ULE, "max_ndim"))
@@ -541,7 +563,7 @@ def layouts() -> Family:
         for s, t in ((2, 4), (4, 2), (1, 1)):
             f.add(f"{name}-{s}x2dp-to{t}", f"§4.6 layout {name}, TP={s} replicated over DP=2 -> TP={t}: every "
                   "region has two holders", ["layout", name, "replicas"], (build(t), replicate(build(s), 2)),
-                  accept())
+                  accept(), unless_seen=True)  # replicated at TP=s over DP=2 is replicated-{2s}to{t}
     row2, col4 = contiguous_split_map((8, 8), [4, 4], 0), contiguous_split_map((8, 8), [2] * 4, 1)
     f.add("golden-hand-derived-row2-col4", "§4.6 worked example: row2 -> col4 (8,8), eight (4,2) copies",
           ["golden"], (col4, row2), accept())
@@ -568,7 +590,8 @@ def layouts() -> Family:
                 tgt = contiguous_split_map(shape, split(shape[a_tgt], t), a_tgt)
                 f.add(f"uneven-{shape[0]}x{shape[1]}-{s}to{t}-axis{a_src}{a_tgt}",
                       f"§4.6 uneven tails: {shape} split {s} ways on axis {a_src} -> {t} ways on axis {a_tgt}",
-                      ["layout", "uneven"], (tgt, src), accept())
+                      ["layout", "uneven"], (tgt, src), accept(),
+                      unless_seen=True)  # one way has no axis; (11,8) 2 -> 4 on rows is row_uneven-2to4
     rng = random.Random(20260922)
     shapes = [(12, 4), (16, 8), (24, 12), (7, 13), (23, 5), (48, 8)]
     degrees = [(1, 2), (2, 1), (2, 3), (3, 2), (2, 4), (4, 2), (4, 4), (3, 5)]
@@ -579,7 +602,8 @@ def layouts() -> Family:
         src = contiguous_split_map(shape, split(shape[a_src], s), a_src)
         tgt = contiguous_split_map(shape, split(shape[a_tgt], t), a_tgt)
         f.add(f"random-{trial:02d}", f"§4.6 random (seed 20260922): {shape} {s}-way axis {a_src} -> {t}-way axis "
-              f"{a_tgt}", ["layout", "random"], (tgt, src), accept())
+              f"{a_tgt}", ["layout", "random"], (tgt, src), accept(),
+              unless_seen=True)  # a draw that repeats an earlier case is left out, its number with it
     return f
 
 
@@ -961,7 +985,8 @@ def peers() -> Family:
     for tp_s, dp_s in ((1, 2), (2, 2), (1, 4)):
         src = replicate(replicated_map((h,), 1), tp_s * dp_s)
         f.add(f"layernorm-{tp_s}x{dp_s}-to-tp4", f"A replicated parameter (layer norm) on TP={tp_s} x DP={dp_s} -> "
-              "replicated on 4 engine ranks", ["peers", "replicated"], (replicated_map((h,), 4), src), accept())
+              "replicated on 4 engine ranks", ["peers", "replicated"], (replicated_map((h,), 4), src), accept(),
+              unless_seen=True)  # only TP x DP counts: 1x4 holds what 2x2 holds
     for stride, tp_s, tp_t in ((2, 2, 4), (2, 4, 2), (3, 2, 1), (3, 1, 2)):
         size = 3 * 2 * 4 * 4
         def fused(tp: int, st: int = stride, n: int = size) -> ParamAffineMap:

@@ -53,6 +53,14 @@ class Outcome:
     (``PeerAdapter.defect``): the finding's note. A ``quality`` result stays ``quality``, but a
     drawn case (``--explore``), which no finding lists as a witness, names its cause instead of
     "not yet explained"."""
+    unjudged_loads: str = ""
+    """Set only by a peer adapter whose front door never builds the case's engine as a whole,
+    although it builds each destination rank's own plan (Megatron-Core 0.16.1 takes the destination
+    model on every rank of its one world, so an engine on some ranks is no input of its front door,
+    but a rank's plan reads only that rank's metadata): why. The copies are judged; the loads are
+    not, since they are no load the peer's users meet, so a ``quality`` result is a ``pass`` with
+    this note. Until 2026-12-07 such a result was labelled ``contract``, whose definition (what the
+    peer's contract allows) its own reason contradicted (a maintainer-style review)."""
     placement: Mapping[str, Mapping[int, int]] | None = None
     """``{"source": {location: process}, "target": {...}}``: where the adapter ran each location
     when the case names no endpoints and the peer cannot run without (Megatron-Core 0.16.1 refits

@@ -468,8 +468,10 @@ def judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tup
     """(verdict, reason, notes) for one outcome: ``_judge``'s, where a ``fail`` or ``quality`` the
     adapter explains by the peer's own contract (``Outcome.contract``) becomes ``contract``, its
     reason the contract and then what refplan's rules say, and a ``quality`` result the adapter
-    names as the peer's documented design (``by_design``) becomes ``enhancement``. Plans that
-    cannot be read (``read_plans``) are a ``fail`` that no contract excuses."""
+    names as the peer's documented design (``by_design``) becomes ``enhancement``; one whose loads
+    the adapter says are no load the peer's users meet (``Outcome.unjudged_loads``) is a ``pass``
+    with that note. Plans that cannot be read (``read_plans``) are a ``fail`` that no contract
+    excuses."""
     outcome, malformed = read_plans(outcome)
     return _judge_read(case, outcome, malformed, adapter)
 
@@ -490,6 +492,8 @@ def _judge_read(
         kind = "refuse"
     elif verdict == "fail" and outcome.kind == "refuse" and case.expect.outcome == "refuse":
         kind = "class"  # refused, as it must be, under another class than refplan's
+    if verdict == "quality" and outcome.unjudged_loads:  # the copies passed; the loads are no user's
+        return "pass", "", (*notes, f"{outcome.unjudged_loads} (refplan: {reason})")
     for excused, why, *refusal in outcome.contract:
         if excused == kind and (not refusal or re.search(refusal[0], outcome.message)):
             return "contract", f"{why} (refplan: {reason})", notes

@@ -503,7 +503,7 @@ class PeerAdapter(Adapter):
             return Outcome("error", message=f"the adapter could not check {self.name}'s answer against its "
                                             f"documented choice: {type(exc).__name__}: {_first_line(exc)}")
         return Outcome("accept", plans=plans, contract=contract, placement=self.placement(case, problem),
-                       design=design, defect=defect)
+                       design=design, defect=defect, unjudged_loads=self.unjudged_loads(problem))
 
     def translate(self, case: Case) -> Any:
         raise NotImplementedError
@@ -545,6 +545,11 @@ class PeerAdapter(Adapter):
         if finding is None:
             return "cause not yet explained (no entry in refplan/conformance/peers/findings.py)"
         return finding.note()
+
+    def unjudged_loads(self, problem: Any) -> str:
+        """Why the case's loads are no load the peer's users meet, though its copies are judged
+        (``Outcome.unjudged_loads``), read from the case's structure; "" (judged) by default."""
+        return ""
 
     def contract(self, case: Case, problem: Any) -> list[tuple[str, ...]]:
         """(verdict, why) pairs (``Outcome.contract``): what the peer's own documented contract

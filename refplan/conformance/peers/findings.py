@@ -126,9 +126,14 @@ FINDINGS: tuple[Finding, ...] = (
         title="Megatron-Core 0.19.2 picks the source replica by destination rank alone, the same for every "
               "parameter (by design: an enhancement, not a defect)",
         version="megatron-core 0.19.2",
-        cause="megatron/core/resharding/utils.py:521-529: `_round_robin_dp` picks the DP group by `dst_rank % "
-              "groups` and the entry by `(dst_rank // groups) % entries`: from the destination rank alone, the "
-              "same for every parameter, as its docstring describes (balance across destination ranks)",
+        cause="megatron/core/resharding/utils.py:498-529: `_round_robin_dp` picks from the destination rank "
+              "alone, the same for every parameter, as its docstring describes (505-507: the DP group by "
+              "`dst_rank % groups`, the entry by `(dst_rank // groups) % entries`). With several DP groups "
+              "(peers/finding-megatron-tp2dp2-uses-one-replica) lines 521-529 run; with one (a pure data-parallel "
+              "trainer: the other witnesses, destination rank 2 of DP group (0, 1)) the fast path at 514-516 "
+              "runs instead and takes the first entry, which is also the entry the docstring's cycle gives "
+              "there ((2 // 1) % 2 = 0). Where the cycle would give another entry the fast path is a defect: "
+              "the quality finding above",
         configuration="an RL refit with the engine on ranks apart from the trainer's (build_plan_from_rosters, "
                       "planner.py:403) with fewer engine ranks than trainer replicas, e.g. a TP2xDP2 trainer -> a "
                       "TP2 engine on ranks 4-5 (every parameter from replica 0), or one engine rank fed by two "

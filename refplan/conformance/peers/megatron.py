@@ -196,16 +196,19 @@ class MegatronAdapter(PeerAdapter):
         # published as a finding). (1) 0.16.1 builds the destination model on every rank of its one
         # world (build_centralized_reshard_plan takes a dst_module with a pg_collection on each
         # rank, planner.py:223-230), so a refit's targets cover every rank: a property of the whole
-        # engine, so the case is planned and judged for correctness, its loads a contract. (2) Each
-        # rank of a Megatron model (no pipeline stages here) holds every dense parameter, TP-split
-        # or replicated over DP, never an empty shard: a property of one parameter, so the case is
-        # unsupported (a contract on the case's loads would excuse another parameter's finding).
+        # engine. Each destination rank's own plan reads only its own metadata and the sources', so
+        # the copies are judged; the loads are not (``Outcome.unjudged_loads``: a pass with a note;
+        # a `contract` until 2026-12-07, whose reason contradicted that verdict's definition). (2)
+        # Each rank of a Megatron model (no pipeline stages here) holds every dense parameter,
+        # TP-split or replicated over DP, never an empty shard: a property of one parameter, so the
+        # case is unsupported (excusing the case's loads would excuse another parameter's finding).
         contract: list[tuple[str, ...]] = []
         idle = sorted(world - set(rank_of["target"].values()))
+        unjudged = ""
         if idle and self.one_world:
-            contract.append(("quality", f"{self.name}: source ranks {idle} hold no target shard, but 0.16.1 takes "
-                                        "the destination model on every rank of its one world (planner.py:223-230): "
-                                        "its front door never plans this input, so its loads here are no finding"))
+            unjudged = (f"loads not judged: source ranks {idle} hold no target shard, but {self.name} takes the "
+                        "destination model on every rank of its one world (planner.py:223-230), so its front door "
+                        "never plans this engine; each destination rank's copies are judged")
         for side_name, which in (("source", 1), ("target", 0)):
             spans = set(rank_of[side_name].values())
             for name in names:
@@ -368,12 +371,16 @@ class MegatronAdapter(PeerAdapter):
         for entry in contract:  # one reason per kind (the first: a partition_dim change, say, of one parameter)
             first.setdefault(entry[0], entry)
         problem = {"names": names, "meta": meta, "loc_of": loc_of, "contract": list(first.values()),
+                   "unjudged": unjudged,
                    "placement": rank_of if ends is None and self.collocate else None,
                    "logical": {n: maps[n][1].logical_shape for n in names},
                    "dst_by_rank": sorted(dst_by_rank.items()),
                    "src_lists": {n: [meta["source"][n][r] for r in sorted(meta["source"][n])] for n in names}}
         self._gate(cased, problem)
         return problem
+
+    def unjudged_loads(self, problem: Mapping[str, Any]) -> str:
+        return str(problem["unjudged"])
 
     def contract(self, case: Case, problem: Mapping[str, Any]) -> list[tuple[str, ...]]:
         found: list[tuple[str, ...]] = list(problem["contract"])
