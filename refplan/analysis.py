@@ -2,8 +2,9 @@
 
 Load is what limits a sync: the busiest sender's bytes set its duration on equal links, so the
 number worth printing is max load / even share (1.0 is perfect balance), or better, max load /
-the least max load *any* plan could have (``load_lower_bound``), which is what ``refplan bench``
-reports every plan against.
+the least max load any plan could have if regions could be split in arbitrary fractions
+(``load_lower_bound``: whole elements can need more), which is what ``refplan bench`` reports
+every plan against.
 
 The α-β model (``CostModel``, ``LinkCost``, ``path_kind`` and the defaults) lives in
 ``policies.cost``, upstream of both the policy that decides with it and this module, which
@@ -463,7 +464,8 @@ def load_lower_bound(requests: Iterable[ReplicaRequest]) -> LoadLowerBound:
 def sync_time_lower_bound(
     bound: LoadLowerBound, cost: CostModel | None = None, *, process_node: Mapping[int, int] | None = None
 ) -> float:
-    """The α-β makespan no plan can beat, from ``bound``.
+    """The α-β makespan no plan can beat (up to floating-point rounding: with α = 0 a plan's
+    estimate sums per-segment times and can land one step below), from ``bound``.
 
     The busiest sender moves at least ``bound.bytes`` in at least one message, at best at the
     fastest non-local path's speed; each target process receives its non-local bytes the same

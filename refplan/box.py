@@ -659,6 +659,59 @@ def _volumes(lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any]) -> int:
     return total
 
 
+_OVERLAP_ROWS = 256
+"""Rows of a leaf compared with the whole leaf at once in ``first_overlap``: bounds the boolean
+block (rows x leaf x axes) whatever the leaf's size."""
+
+
+def first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
+    """The least index pair ``(a, b)``, ``a < b``, of non-empty ``boxes`` that share an element,
+    or ``None`` when they are pairwise disjoint; without listing the pairs that overlap.
+
+    Why not ``covers`` or ``overlapping_pairs``: a replica policy's split whose parts sum to the
+    request's volume tiles it exactly when they are disjoint, and ``covers`` decided that by
+    subtracting boxes in the k-d leaves, where parts that all contain one point (no cut separates
+    them) multiplied into pieces beyond count: 128 parts of an 8-d box took 276 s and 4 GB (an
+    outside probe, 2026-12-07); listing every overlapping pair costs the pairs. Here the k-d walk
+    stops at the first cell holding an overlap, each cell compared as arrays in blocks of
+    ``_OVERLAP_ROWS`` rows, so an overlap is found at the cost of the walk up to it, and disjoint
+    boxes cost the walk alone. Parts that all share a point land in one leaf (no cut separates
+    them) and meet in its first block. The least pair is then found by one array comparison per
+    index up to the pair found, so the message names the same pair as the pairwise check."""
+    if len(boxes) < 2:
+        return None
+    lo, ext = box_arrays(boxes)
+    hi = lo + ext
+    found: list[tuple[int, int]] = []
+
+    def shortcut(arrays: _Arrays, _c_lo: Any, _c_hi: Any) -> bool:
+        return separated(arrays[0], arrays[1])
+
+    def leaf(_c_lo: Any, _c_hi: Any, a_lo: Any, a_hi: Any, a_ids: Any) -> bool:
+        m = a_lo.shape[0]
+        for start in range(0, m, _OVERLAP_ROWS):
+            stop = min(m, start + _OVERLAP_ROWS)
+            rows_lo, rows_hi = a_lo[start:stop, None, :], a_hi[start:stop, None, :]
+            hit = np.all((rows_lo < a_hi[None, :, :]) & (a_lo[None, :, :] < rows_hi), axis=2)
+            hit &= np.arange(m)[None, :] > np.arange(start, stop)[:, None]
+            if hit.any():
+                x, y = np.argwhere(hit)[0]
+                found.append((int(a_ids[start + x]), int(a_ids[y])))
+                return False
+        return True
+
+    ids = np.arange(lo.shape[0], dtype=np.int64)
+    _partition(lo.min(axis=0), hi.max(axis=0), (lo, hi, ids), leaf, WorkCounter(), shortcut=shortcut)
+    if not found:
+        return None
+    for a in range(min(found[0]) + 1):  # overlap is symmetric: the least a meets a later index
+        later = slice(a + 1, None)
+        hit = np.flatnonzero(np.all((lo[a] < hi[later]) & (lo[later] < hi[a]), axis=1))
+        if hit.size:
+            return a, a + 1 + int(hit[0])
+    raise AssertionError("first_overlap: a pair the walk found vanished")  # pragma: no cover
+
+
 def covers(cell: Box, boxes: Sequence[Box], work: WorkCounter | None = None) -> Box | None:
     """Whether the union of ``boxes`` covers ``cell``; returns an uncovered sub-box, or ``None``.
 

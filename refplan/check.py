@@ -32,11 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
+from itertools import islice
 from typing import Any
 
 from . import limits
-from .box import Box, WorkCounter, covers, overlapping_pairs
-from .errors import InvalidReplicaPolicyError, show_int, show_ints
+from .box import Box, first_overlap
+from .errors import InvalidReplicaPolicyError, show_int, show_ints, type_name
 from .limits import PlanBudget, as_budget, element_sizes
 from .maps import describe
 from .requests import ReplicaCandidate, ReplicaPart, ReplicaRequest, _new_candidate, uniform_read
@@ -66,13 +67,24 @@ def _fail(index: int, request: ReplicaRequest, what: str, name: str) -> InvalidR
     )
 
 
+def _instance(value: object, kinds: type | tuple[type, ...]) -> bool:
+    """``isinstance`` for what a policy returned: ``False`` where asking raises. ``isinstance``
+    reads ``value.__class__``, and an object whose ``__class__`` property raises (a broken proxy)
+    sent its exception out of the planner as is; not being what the check needs, it is refused as
+    such, in the check's words."""
+    try:
+        return isinstance(value, kinds)
+    except Exception:
+        return False
+
+
 def _exc_text(exc: BaseException) -> str:
     """``Class: message`` of an exception a policy's object raised; its ``__str__`` may raise too."""
     try:
         text = str(exc)
     except Exception:
         text = ""
-    return f"{type(exc).__name__}: {describe(text)[1:-1]}" if text else type(exc).__name__
+    return f"{type_name(exc)}: {describe(text)[1:-1]}" if text else type_name(exc)
 
 
 def _int_tuple(value: Any) -> tuple[int, ...] | None:
@@ -87,7 +99,7 @@ def _int_tuple(value: Any) -> tuple[int, ...] | None:
 
 def _candidate(index: int, request: ReplicaRequest, location: Any, name: str) -> ReplicaCandidate:
     if type(location) is not int:
-        what = f"location {describe(location)} ({type(location).__name__}) is not an int location"
+        what = f"location {describe(location)} ({type_name(location)}) is not an int location"
         raise _fail(index, request, what, name)
     for cand in request.candidates:
         if cand.source_rank == location:
@@ -125,14 +137,14 @@ def _check_split(
             part = answer[k]
         except IndexError:
             raise fail(f"the split changed while it was checked: it no longer has part {k}") from None
-        if not isinstance(part, ReplicaPart):
-            raise fail(f"part {k} is a {type(part).__name__}, not a ReplicaPart")
+        if not _instance(part, ReplicaPart):
+            raise fail(f"part {k} is a {type_name(part)}, not a ReplicaPart")
         try:  # read each field once; a subclass's properties or a field's __iter__ may raise
             origin = _int_tuple(part.logical_origin)
             shape = _int_tuple(part.shape)
             location = part.source_location
         except Exception as exc:
-            raise fail(f"part {k} cannot be read: {type(exc).__name__}") from exc
+            raise fail(f"part {k} cannot be read: {type_name(exc)}") from exc
         if origin is None or shape is None:
             raise fail(f"part {k}: origin and shape must be sequences of int")
         if len(origin) != box.ndim or len(shape) != box.ndim:
@@ -157,14 +169,15 @@ def _check_split(
                 if parts[a][0].overlaps(parts[b][0]):
                     raise fail(f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
     else:
-        # Inside the box and summing to its volume, the parts are disjoint exactly when their union
-        # covers it: one ``covers`` query decides, at a cost that grows with the parts, never with
-        # the pairs that overlap. (Listing every overlapping pair first made a refusal of k
-        # identical parts cost k**2: 13 s and 2 GB at 4096 parts.)
-        boxes = [p for p, _ in parts]
-        hole = covers(box, boxes)
-        if hole is not None:
-            raise fail(_overlap(boxes, hole))
+        # Inside the box and summing to its volume, the parts tile it exactly when they are
+        # disjoint: ``first_overlap`` decides, stopping at the first overlap and never listing the
+        # pairs that overlap (listing them made a refusal of k identical parts cost k**2: 13 s and
+        # 2 GB at 4096 parts). ``covers`` decided it until 2026-12-07, and parts sharing one point
+        # made its leaves' subtractions explode (128 parts of an 8-d box: 276 s, 4 GB).
+        pair = first_overlap([p for p, _ in parts])
+        if pair is not None:
+            a, b = pair
+            raise fail(f"parts {a} and {b} overlap in {parts[a][0].intersect(parts[b][0])}")
     if len(parts) >= 2:
         unit = element_size if element_size is not None else 1
         for k, (pbox, _) in enumerate(parts):
@@ -173,29 +186,6 @@ def _check_split(
                 what = "bytes" if element_size is not None else "elements (no element_size given)"
                 raise fail(f"part {k} of a split is {size} {what}, below min_split_bytes={min_split_bytes}")
     return tuple(parts)
-
-
-class _Enough(Exception):
-    """Raised by ``_overlap``'s work counter: naming a pair would cost more than it is worth."""
-
-
-def _overlap(boxes: Sequence[Box], hole: Box) -> str:
-    """Why parts that sum to their box's volume but leave ``hole`` unwritten are refused: one
-    overlapping pair, found by the k-d walk under a work limit of a few comparisons per part (a
-    repeated part never gets here: ``_check_split`` refuses it on sight), else the hole that
-    proves an overlap exists."""
-
-    def stop(_count: int) -> None:
-        raise _Enough
-
-    try:
-        pairs = overlapping_pairs(boxes, WorkCounter(limit=64 * len(boxes), on_exceed=stop))
-    except _Enough:
-        pairs = set()
-    if pairs:
-        a, b = min(pairs)
-        return f"parts {a} and {b} overlap in {boxes[a].intersect(boxes[b])}"
-    return f"parts hold the box's elements in number but leave {hole} unwritten, so some of them overlap"
 
 
 def check_answers(
@@ -218,9 +208,9 @@ def check_answers(
     the caller's ``ValueError``/``TypeError``, never blamed on the policy.
     """
     budget = as_budget(budget, "budget")
-    if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
+    if _instance(answers, (str, bytes)) or not _instance(answers, Sequence):
         raise InvalidReplicaPolicyError(
-            f"replica policy returned a {type(answers).__name__}; expected a sequence of {len(requests)} answers"
+            f"replica policy returned a {type_name(answers)}; expected a sequence of {len(requests)} answers"
         )
     try:  # a policy's own sequence type may raise from len() or indexing: still the policy's error
         count = len(answers)
@@ -232,13 +222,15 @@ def check_answers(
         # Snapshotted, even an exact list: code the policy controls (a part's ``__iter__``) runs
         # while the answers are checked, and could shorten the list it returned under ``zip``,
         # leaving requests with no answer and no segment (a plan the oracle calls invalid).
-        kind = type(answers).__name__
-        answers = tuple(answers)
+        kind = type_name(answers)
+        # At most one answer past the count it claimed: a sequence whose __len__ lies small while
+        # its iterator never ends was copied without bound (an outside probe, 2026-12-07).
+        answers = tuple(islice(answers, len(requests) + 1))
     except InvalidReplicaPolicyError:
         raise
     except Exception as exc:
         raise InvalidReplicaPolicyError(
-            f"replica policy returned a {type(answers).__name__} that cannot be read: {_exc_text(exc)}"
+            f"replica policy returned a {type_name(answers)} that cannot be read: {_exc_text(exc)}"
         ) from exc
     if len(answers) != len(requests):
         raise InvalidReplicaPolicyError(
@@ -284,15 +276,16 @@ def check_answers(
                         one = ((request.box, _candidate(index, request, answer, name)),)
                 if sharing:
                     accepted[(id(request), answer)] = (request, one)
-        elif isinstance(answer, (list, tuple)):
+        elif _instance(answer, (list, tuple)):
             size = None if sizes is None else sizes[name]
             try:  # length first, so an enormous split is refused before anything iterates it
                 parts = answer
                 count = len(answer)
                 if count <= budget.max_parts_per_request and type(answer) not in (list, tuple):
                     # An exact list or tuple is read by index up to this count (C-level reads, no
-                    # copy: a million parts stay the policy's memory); anything else is copied once.
-                    parts = tuple(answer)
+                    # copy: a million parts stay the policy's memory); anything else is copied once,
+                    # one part past the budget at most, whatever its __len__ claimed.
+                    parts = tuple(islice(answer, budget.max_parts_per_request + 1))
                     count = len(parts)
                 if count > budget.max_parts_per_request:
                     what = f"{count} parts exceed max_parts_per_request={budget.max_parts_per_request}"
@@ -306,7 +299,7 @@ def check_answers(
             raise _fail(
                 index,
                 request,
-                f"answer {describe(answer)} ({type(answer).__name__}) is neither an int location nor a sequence "
+                f"answer {describe(answer)} ({type_name(answer)}) is neither an int location nor a sequence "
                 "of ReplicaPart",
                 name,
             )

@@ -70,6 +70,16 @@ class InputFileError(OSError):
         self.errno = errno
 
 
+def type_name(value: object) -> str:
+    """The name of ``value``'s class, read past its metaclass: never raises.
+
+    ``type(x).__name__`` asks the metaclass first, and a policy's object (or exception) whose
+    metaclass makes ``__name__`` a raising property turned the refusal being worded into that
+    exception, escaping the planner with a bare traceback (an outside probe, 2026-12-07)."""
+    name = type.__dict__["__name__"].__get__(type(value), type)
+    return name if isinstance(name, str) else "object"
+
+
 def describe_exception(exc: BaseException) -> str:
     """``Type: message`` of an exception, whatever its ``__str__`` does (it may raise too).
 
@@ -81,8 +91,8 @@ def describe_exception(exc: BaseException) -> str:
     except Exception:
         text = "(message unavailable)"
     if not text:  # e.g. a bare ``assert``: "AssertionError: " read as if the text had been cut off
-        return f"{type(exc).__name__} (no message)"
-    return f"{type(exc).__name__}: {text}"
+        return f"{type_name(exc)} (no message)"
+    return f"{type_name(exc)}: {text}"
 
 
 _HUGE_BITS = 4096

@@ -32,7 +32,7 @@ import numpy as np
 
 from ._gc import cycle_collection_paused
 from .box import row_major_strides, volume
-from .errors import _HUGE_BITS, InvalidMapError, show_int
+from .errors import _HUGE_BITS, InvalidMapError, show_int, type_name
 
 __all__ = [
     "AffinePiece",
@@ -260,7 +260,7 @@ def describe(value: Any) -> str:
     try:
         return _SHOW.repr(value)
     except Exception:  # a hostile object's own __repr__ may raise anything
-        return f"<{type(value).__name__}>"
+        return f"<{type_name(value)}>"
 
 
 def is_int(value: Any) -> bool:

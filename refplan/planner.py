@@ -24,7 +24,14 @@ from ._gc import cycle_collection_paused
 from .box import row_major_strides
 from .check import DEFAULT_MIN_SPLIT_BYTES, ResolvedAnswer, check_answers
 from .endpoints import PROCESS_NODE_NEEDS_ENDPOINTS, check_endpoints
-from .errors import AffineTransferError, InvalidMapError, InvalidReplicaPolicyError, PolicyRaisedError, show_ints
+from .errors import (
+    AffineTransferError,
+    InvalidMapError,
+    InvalidReplicaPolicyError,
+    PolicyRaisedError,
+    show_ints,
+    type_name,
+)
 from .frames import NormalizedMap, normalize, pair_budget, plain_logical
 from .limits import PlanBudget, as_budget
 from .maps import MapContent, ParamAffineMap, SlabFacts, SlabSpan, _Unknown, describe
@@ -746,7 +753,7 @@ def _exception_text(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # a policy's exception may not even print
         text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{type_name(exc)}: {text}" if text else type_name(exc)
 
 
 def _prepare_batch(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from refplan import (
+    InvalidMapError,
     InvalidReplicaPolicyError,
     PlanBudget,
     ReplicaPart,
@@ -122,13 +123,41 @@ def test_a_split_of_many_identical_parts_is_refused_without_listing_their_pairs(
     def no_pairs(*_args: Any, **_kw: Any) -> Any:
         raise AssertionError("k identical parts need no pair query: the first repeat is the pair")
 
-    monkeypatch.setattr(refplan.check, "overlapping_pairs", no_pairs)
+    monkeypatch.setattr(refplan.check, "first_overlap", no_pairs)
     target, source = replicated_map((1024, 1024), 1), replicated_map((1024, 1024), 2)
     k = 4096
     part = ReplicaPart((0, 0), (1, 256), 0)  # 4096 of them hold the box's 2**20 elements in number
     with pytest.raises(InvalidReplicaPolicyError, match=r"parts 0 and 1 overlap in \[0:1, 0:256\]"):
         plan_transfer(target, source, PlanBudget(max_parts_per_request=1 << 20), replica_policy=_split_of([part] * k),
                       min_split_bytes=0)
+
+
+def test_a_split_of_parts_sharing_a_point_is_refused_without_subtracting_boxes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Distinct parts inside the request, summing to its volume, all starting at its origin: no
+    k-d cut separates them, and the check's ``covers`` subtracted them one by one in one leaf, the
+    pieces multiplying beyond count (an outside probe: 128 parts of an 8-d box took 276 s and 4 GB,
+    256 did not finish). Refused now by the first overlap, without a single box subtraction; an
+    exact 8-d split of as many parts still plans."""
+    from refplan.box import Box
+
+    def no_subtraction(*_args: Any) -> Any:
+        raise AssertionError("the split check subtracted boxes")
+
+    monkeypatch.setattr(Box, "subtract", no_subtraction)
+    shape = (4,) * 8
+    target, source = replicated_map(shape, 1), replicated_map(shape, 2)
+    budget = PlanBudget(max_parts_per_request=1 << 10)
+    # extents 1 or 3 per axis, every combination: 256 distinct parts whose volumes sum to 4**8
+    corners = [ReplicaPart((0,) * 8, tuple(1 + (k >> axis & 1) * 2 for axis in range(8)), k % 2) for k in range(256)]
+    assert sum(math.prod(p.shape) for p in corners) == 4 ** 8 and len(set(corners)) == 256
+    with pytest.raises(InvalidReplicaPolicyError, match=r"parts 0 and 1 overlap in \[0:1, 0:1, 0:1, 0:1, 0:1"):
+        plan_transfer(target, source, budget, replica_policy=_split_of(corners), min_split_bytes=0)
+    cells = [ReplicaPart((a, b, 0, 0, 0, 0, 0, 0), (1, 1, 4, 4, 4, 4, 4, 4), (a + b) % 2) for a in range(4)
+             for b in range(4)]
+    plan = plan_transfer(target, source, budget, replica_policy=_split_of(cells), min_split_bytes=0)
+    assert verify_plan(target, source, plan).status == "ok"
 
 
 def test_a_split_of_overlapping_parts_that_differ_is_refused_naming_a_pair() -> None:
@@ -179,3 +208,81 @@ def test_process_node_is_checked_as_an_argument(process_node: Any, fragment: str
 def test_a_replica_policy_that_is_not_callable_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="replica_policy must be callable"):
         plan_transfer(TARGET, SOURCE, replica_policy="lpt")  # type: ignore[arg-type]
+
+
+class _NoClass:
+    """A policy-made object whose ``__class__`` lookup raises, as a broken proxy's does."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> Any:
+        raise InvalidMapError("raised by the policy's own object")
+
+
+class _Nameless(type):
+    """A metaclass whose ``__name__`` raises: ``type(x).__name__`` in a message raised it."""
+
+    @property  # type: ignore[override]
+    def __name__(cls) -> str:
+        raise InvalidMapError("raised by the policy's own class")
+
+
+class _Opaque(metaclass=_Nameless):
+    pass
+
+
+class _OpaqueError(Exception, metaclass=_Nameless):
+    pass
+
+
+def _whole(requests: Any) -> list[Any]:
+    return [r.candidates[0].source_rank for r in requests]
+
+
+def _raises_opaque(requests: Any) -> Any:
+    raise _OpaqueError("a policy bug")
+
+
+@pytest.mark.parametrize(("policy", "words"), [
+    (lambda rs: _NoClass(), "replica policy returned a _NoClass; expected a sequence of 4 answers"),
+    (lambda rs: [_NoClass(), *_whole(rs)[1:]], r"\(_NoClass\) is neither an int location nor a sequence"),
+    (lambda rs: [[_NoClass()], *_whole(rs)[1:]], "part 0 is a _NoClass, not a ReplicaPart"),
+    (lambda rs: _Opaque(), "replica policy returned a _Opaque; expected"),
+    (lambda rs: [[_Opaque()], *_whole(rs)[1:]], "part 0 is a _Opaque, not a ReplicaPart"),
+    (lambda rs: [[ReplicaPart(rs[0].logical_origin, rs[0].shape, _Opaque())], *_whole(rs)[1:]],
+     r"location <_Opaque> \(_Opaque\) is not an int location"),
+    (_raises_opaque, "replica policy raised _OpaqueError: a policy bug"),
+])
+def test_a_policy_object_that_raises_when_its_class_is_asked_is_refused_in_the_checks_words(
+    policy: Any, words: str,
+) -> None:
+    """Its own exception (an ``InvalidMapError``: "corrupt checkpoint, never fall back") escaped the
+    planner as is, with a bare traceback, from ``isinstance`` or from ``type(x).__name__`` in a
+    message (an outside probe, 2026-12-07)."""
+    source = replicate(contiguous_split_map((8, 6), [4, 4], 0), 2)
+    target = contiguous_split_map((8, 6), [3, 3], 1)
+    with pytest.raises(InvalidReplicaPolicyError, match=words):
+        plan_transfers({"w": (target, source)}, replica_policy=policy)
+
+
+def test_a_split_whose_len_lies_is_read_one_part_past_the_budget_at_most() -> None:
+    """A list subclass claiming 2 parts while its iterator never ends was copied without bound."""
+    source = replicate(contiguous_split_map((8, 6), [4, 4], 0), 2)
+    target = contiguous_split_map((8, 6), [3, 3], 1)
+    yielded = []
+
+    class Liar(list):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 2
+
+        def __iter__(self) -> Any:
+            part = ReplicaPart((0, 0), (1, 1), 0)
+            while True:
+                yielded.append(1)
+                yield part
+
+    with pytest.raises(InvalidReplicaPolicyError, match="1025 parts exceed max_parts_per_request=1024"):
+        plan_transfers({"w": (target, source)}, replica_policy=lambda rs: [Liar(), *_whole(rs)[1:]])
+    assert len(yielded) == 1025
+    with pytest.raises(InvalidReplicaPolicyError, match="claimed 4 answers but held 5"):
+        plan_transfers({"w": (target, source)}, replica_policy=lambda rs: type("Answers", (Liar,), {
+            "__len__": lambda self: 4, "__iter__": lambda self: iter(range(10**9))})())

@@ -251,9 +251,9 @@ def test_the_adversarial_property_finds_a_checker_without_its_disjointness_test(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Non-vacuity: with the disjointness test of ``check_answers`` planted away (the pairwise
-    loop, off under ``fast_paths(False)``, and the ``covers`` query that decides for more parts),
-    the ``overlap`` property fails at once."""
-    monkeypatch.setattr(check, "covers", lambda *_args, **_kwargs: None)
+    loop, off under ``fast_paths(False)``, and the ``first_overlap`` query that decides for more
+    parts), the ``overlap`` property fails at once."""
+    monkeypatch.setattr(check, "first_overlap", lambda *_args, **_kwargs: None)
 
     @settings(phases=[Phase.generate], database=None)  # a failure is all we need: skip shrinking
     @given(data=st.data())

@@ -51,6 +51,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import AffineTransferError
 from ..formats import PLANS_FORMAT
 from ..limits import MAX_TIMEOUT, PlanBudget
@@ -73,10 +75,18 @@ ALL_FEATURES = frozenset(FEATURES) | {f"budget.{f.name}" for f in dataclasses.fi
 
 
 def _exception_outcome(exc: BaseException) -> Outcome:
-    """A planner exception: a ``ValueError`` (the error family's base) is a refusal, anything else a crash."""
+    """A planner exception: a ``ValueError`` (the error family's base) is a refusal, anything else a
+    crash. A refusal is named by the nearest class of refplan's error family in its MRO, the class a
+    case names: a planner that wraps refplan refuses a junk policy answer with ``PolicyRaisedError``,
+    a subclass of ``InvalidReplicaPolicyError``, and was failed for "the wrong error class" (an
+    outside probe, 2026-12-07). A class of its own that only shares a family name stays its own."""
     name = type(exc).__name__
     if name in ERROR_CLASSES or isinstance(exc, ValueError):
-        return Outcome("refuse", error=name, message=str(exc))
+        from .. import errors
+
+        family = next((k.__name__ for k in type(exc).__mro__
+                       if k.__name__ in ERROR_CLASSES and getattr(errors, k.__name__, None) is k), name)
+        return Outcome("refuse", error=family, message=str(exc))
     return Outcome("error", message=f"planner raised {name}: {exc}")
 
 
@@ -337,6 +347,7 @@ class FunctionAdapter(Adapter):
     """A Python callable ``fn(case_input) -> answer dict``, run in-process (the command protocol)."""
 
     features = ALL_FEATURES
+    twice = True
 
     def __init__(self, fn: Callable[[dict[str, Any]], Any], name: str | None = None) -> None:
         if not callable(fn):
@@ -348,7 +359,10 @@ class FunctionAdapter(Adapter):
 
     def plan(self, case: Case) -> Outcome:
         try:
-            doc = self._fn(json.loads(json.dumps(case.input_doc())))
+            # The planner's prints go to stderr: stdout carries the report alone (--json, --junit -),
+            # and one debug print() made it unreadable, still exiting 0 (an outside probe, 2026-12-07).
+            with contextlib.redirect_stdout(sys.stderr):
+                doc = self._fn(json.loads(json.dumps(case.input_doc())))
         except Exception as exc:
             return _exception_outcome(exc)
         try:
@@ -366,6 +380,8 @@ def _json_value(value: Any) -> Any:
     """``json.dumps``' fallback for an in-process answer: integers of other types (numpy's) as
     ints and arrays as lists, as a planner written with numpy returns them; anything else is
     refused (``TypeError``)."""
+    if isinstance(value, np.ndarray):  # before __index__, which an array has and refuses unless 0-d
+        return value.tolist()
     if hasattr(value, "__index__") and not isinstance(value, (str, bytes)):
         return operator.index(value)
     if hasattr(value, "tolist"):
@@ -552,6 +568,7 @@ class CommandAdapter(Adapter):
     """``cmd:<command>``: one process per case, JSON in on stdin, JSON out on stdout."""
 
     features = ALL_FEATURES
+    twice = True
 
     def __init__(self, command: str, timeout: float = 60.0) -> None:
         command = command.strip()
@@ -587,17 +604,46 @@ class CommandAdapter(Adapter):
         doc: Any = None
         if out:
             try:
-                doc = json.loads(out)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                try:  # a planner that logs to stdout: its last line may still be the answer
-                    doc = json.loads(out.splitlines()[-1])
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    tail = (err.splitlines() or [""])[-1]
-                    return Outcome("error", message=f"stdout is not JSON ({exc}); exit {done.returncode}; {tail}")
+                try:
+                    doc = _strict_json(out)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    try:  # a planner that logs to stdout: its last line may still be the answer
+                        doc = _strict_json(out.splitlines()[-1])
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        tail = (err.splitlines() or [""])[-1]
+                        return Outcome("error", message=f"stdout is not JSON ({exc}); exit {done.returncode}; {tail}")
+            except _NotStrict as exc:
+                return Outcome("error", message=f"the answer is not strict JSON: {exc}; exit {done.returncode}")
         if doc is None:
             tail = (err.splitlines() or ["(no stderr)"])[-1]
             return Outcome("error", message=f"no JSON on stdout; exit {done.returncode}: {tail}")
         return outcome_from_doc(doc, case)
+
+
+class _NotStrict(Exception):
+    """An answer that parses only leniently: a key twice in one object, or NaN/Infinity."""
+
+
+def _strict_json(text: bytes | str) -> Any:
+    """A command's answer, read as ``refplan verify`` reads a plans file: an object naming one key
+    twice is refused (Python keeps the last, so an answer listing a wrong plan and then the right
+    one for one parameter passed, while ``verify`` refused the same bytes), and so are ``NaN`` and
+    ``Infinity``, which no JSON reader need accept (an outside probe, 2026-12-07)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    raise _NotStrict(f"key {key!r} appears twice in one object")
+                seen.add(key)
+        return out
+
+    def constant(name: str) -> Any:
+        raise _NotStrict(f"{name} is no JSON number")
+
+    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
 
 
 def make_adapter(spec: str, *, timeout: float = 60.0) -> Adapter:

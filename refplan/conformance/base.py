@@ -92,6 +92,10 @@ class Adapter:
     features: frozenset[str] = frozenset()
     strict_messages = False
     """Whether a refusal message must match the case's fragment (refplan's own wording)."""
+    twice = False
+    """Whether the runner plans each case twice and fails a planner whose two answers differ
+    (``runner._run_case``): on for external planners (functions, ``cmd:``), whose determinism is
+    what the suite checks; refplan's own is tested apart, and the peers' are not this suite's claim."""
 
     def missing(self, case: Case) -> list[str]:
         return sorted(case.features() - self.features)

@@ -572,6 +572,9 @@ def _judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tu
             # about must not read as a failure, nor anything the oracle did not check as a pass.
             return "unverifiable", "the oracle cannot check the plan: " + "; ".join(bad), tuple(notes)
         return "fail", "plan fails the oracle: " + "; ".join(bad), tuple(notes)
+    over = _over_budget(case, plans)
+    if over is not None:
+        return "fail", over, tuple(notes)
     differ = [n for n in notes if "requests differ" in n]
     if differ:
         return "fail", differ[0], tuple(notes)
@@ -600,6 +603,33 @@ def _judge(case: Case, outcome: Outcome, adapter: Adapter) -> tuple[str, str, tu
 # ---------------------------------------------------------------------------------------------
 
 
+PLAN_LIMITS = ("max_segments", "max_plan_bytes")
+"""The budget fields a plan's own size shows, checked on every accepted plan of a case that sets
+them (``_over_budget``); the others bound the planner's work or its input, which no answer shows."""
+
+
+def _over_budget(case: Case, plans: Mapping[str, Any]) -> str | None:
+    """Why an accepted plan breaks the case's budget, or ``None``. A budget is a limit the plan must
+    stay within, else refuse (spec/conformance.md), the same per parameter as refplan's planner
+    applies it (R31, R32); a planner that ignored it and split every copy into one-element segments
+    passed the cases that exist to test it (an outside probe, 2026-12-07)."""
+    from ..plan import TransferPlan
+
+    budget = case.raw.get("budget") or {}
+    limits = {name: budget[name] for name in PLAN_LIMITS if name in budget}
+    if not limits:
+        return None
+    for name in sorted(plans):
+        plan = TransferPlan.from_dict(plans[name])
+        sizes = {"max_segments": (len(plan.segments), "segments"), "max_plan_bytes": (len(plan.encode()), "bytes")}
+        for field_name, limit in limits.items():
+            size, unit = sizes[field_name]
+            if size > limit:
+                return (f"over the case's budget: parameter {name!r}'s plan has {size} {unit}, above "
+                        f"{field_name}={limit} (a plan stays within its budget, else the case is refused)")
+    return None
+
+
 def run_conformance(
     planner: str | Adapter | Callable[[dict[str, Any]], Any],
     cases: str | Path | Sequence[Case] | None = None,
@@ -608,6 +638,7 @@ def run_conformance(
     timeout: float = 60.0,
     progress: Callable[[CaseResult], None] | None = None,
     supports: Iterable[str] | None = None,
+    once: bool = False,
 ) -> Report:
     """Run ``cases`` (default: the packaged corpus; or a case file, directory, glob or list of
     ``Case``) through ``planner`` and judge each one.
@@ -624,6 +655,9 @@ def run_conformance(
     outside the declaration (``Case.input_keys()``) is ``unsupported``, naming the keys, and is
     not run: a planner that ignores ``answers`` or ``budget`` would plan another problem and
     read as ``fail``. No declaration at all: every case runs, as before.
+
+    An external planner (a function or ``cmd:``; ``Adapter.twice``) plans each case twice, and
+    two different answers on one input are a ``fail`` (``_run_case``); ``once=True`` plans it once.
 
     Ctrl-C (``KeyboardInterrupt``) during the run raises ``Interrupted``, a ``KeyboardInterrupt``
     carrying the report of the cases that finished (``incomplete`` set).
@@ -651,7 +685,7 @@ def run_conformance(
                     0.0, (), case.tags,
                 )
             else:
-                result = _run_case(case, adapter)
+                result = _run_case(case, adapter, twice=adapter.twice and not once)
             report.results.append(result)
             if progress is not None:
                 progress(result)
@@ -674,9 +708,20 @@ class Interrupted(KeyboardInterrupt):
         self.selected = selected
 
 
-def _run_case(case: Case, adapter: Adapter) -> CaseResult:
+def _run_case(case: Case, adapter: Adapter, *, twice: bool = False) -> CaseResult:
+    """One case planned and judged. ``twice``: planned once more, and a second answer other than the
+    first (another outcome, error class or plan) fails a case the first answer did not already
+    fail. Why: every process of a sync plans for itself and the executor agrees on the plans'
+    digest, so the same input must give the same plan; a planner that picked a random holder and
+    shuffled its segments passed every case it was given (an outside probe, 2026-12-07)."""
     outcome, malformed = read_plans(adapter.run(case))  # once: the judge and the loads read these plans
     verdict, reason, notes = _judge_read(case, outcome, malformed, adapter)
+    if twice and verdict not in ("fail", "error", "unsupported"):
+        again, _ = read_plans(adapter.run(case))
+        first, second = _answer_key(outcome), _answer_key(again)
+        if first != second:
+            what = "a different plan" if first[0] == second[0] else f"{second[0]} after {first[0]}"
+            verdict, reason = "fail", f"not deterministic: planned twice, the same input gave {what}"
     cause = getattr(adapter, "cause", None)
     if verdict in ("fail", "quality", "enhancement") and callable(cause):  # a peer names the root cause
         named = cause(case.id, verdict)
@@ -692,6 +737,16 @@ def _run_case(case: Case, adapter: Adapter) -> CaseResult:
         case.id, case.family, case.why, case.expect.describe(), outcome.describe(), verdict, reason,
         outcome.seconds, notes, case.tags, ratio,
     )
+
+
+def _answer_key(outcome: Outcome) -> tuple[str, str]:
+    """What two calls on one input must agree on: the outcome, a refusal's class, the plans
+    (canonical JSON of what ``read_plans`` read). Messages and timings may differ."""
+    if outcome.kind == "refuse":
+        return f"a refusal ({outcome.error})", ""
+    if outcome.kind == "accept":
+        return "a plan", json.dumps(outcome.plans, sort_keys=True, separators=(",", ":"), default=str)
+    return outcome.describe(), outcome.message if outcome.kind == "error" else ""
 
 
 def _supports_attribute(planner: Any, adapter: Adapter) -> Any:
@@ -1029,6 +1084,9 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     parser.add_argument("--junit", metavar="FILE", type=output_file_name, help="also write a JUnit XML report")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case for cmd: planners")
+    parser.add_argument("--once", action="store_true",
+                        help="plan each case once: no check that a function or cmd: planner answers the same input "
+                             "the same way twice (by default each case is planned twice, and differing answers fail)")
     parser.add_argument("--markdown", metavar="FILE", type=output_file_name,
                         help="write the conformance document of refplan and every installed peer "
                              "(docs/conformance.md); ignores --planner")
@@ -1136,7 +1194,8 @@ def run_conformance_cli(args: argparse.Namespace) -> int:
         declared = None if supports is None else [k.strip() for k in supports.split(",") if k.strip()]
         interrupted: Interrupted | None = None
         try:
-            report = run_conformance(args.planner, selected, timeout=args.timeout, progress=step, supports=declared)
+            report = run_conformance(args.planner, selected, timeout=args.timeout, progress=step, supports=declared,
+                                     once=args.once)
         except Interrupted as exc:
             interrupted, report = exc, exc.report
         finally:
@@ -1182,20 +1241,26 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         "--markdown": getattr(args, "markdown", None) is not None,
         "--explore-out": getattr(args, "explore_out", None) is not None,
         "--seed": int(getattr(args, "seed", 0) or 0) != 0,
+        # --markdown runs every installed peer itself and --dump plans nothing: a planner named
+        # beside them was dropped, and a CI line asking for a report on its own planner went
+        # green without importing it (an outside probe, 2026-12-07)
+        "--planner": getattr(args, "planner", "refplan") != "refplan",
+        "--timeout": getattr(args, "timeout", 60.0) != 60.0,
+        "--once": bool(getattr(args, "once", False)),
     }
     timeout = getattr(args, "timeout", 60.0)
     longest = MAX_TIMEOUT.total_seconds()
     if not isinstance(timeout, (int, float)) or not 0 < timeout <= longest:
         return f"--timeout must be above 0 and at most {longest:g} seconds (365 days), got {timeout!r}"
     if getattr(args, "explore", None) is not None:
-        mode, used = "--explore", {"--json", "--explore-out", "--seed"}
+        mode, used = "--explore", {"--json", "--explore-out", "--seed", "--planner", "--timeout"}
     elif given["--dump"]:
         mode, used = "--dump", {"--cases", "--dump"}
     elif given["--markdown"]:
         mode, used = "--markdown", {"--cases", "--case", "--markdown"}
     else:
         mode, used = "a corpus run", {"--junit", "--json", "--case", "--cases", "--supports", "--min-supported",
-                                      "--fail-on-quality"}
+                                      "--fail-on-quality", "--planner", "--timeout", "--once"}
     unused = [option for option, on in given.items() if on and option not in used]
     if unused:
         return f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with {mode}; leave it out"

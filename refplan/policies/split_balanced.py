@@ -276,7 +276,11 @@ def split_balanced_policy(
        is cut along the request's first axis of extent > 1, only if both pieces are at least
        ``min_split_bytes``. Each extra piece costs its α.
     4. If that did not lower the objective, the answers of step 2 are returned: no split
-       survives that does not lower the makespan.
+       survives that does not lower the pair (estimated sync time, busiest sender's time),
+       compared in that order, as these lanes count it (one α per request), so a split may stay
+       for the busiest sender alone at an equal sync time. The planner's merging of adjacent
+       reads can leave the final plan's estimate an α away from the lanes' (docs/performance.md,
+       "Targets": `split_balanced` on `uneven`).
 
     Parts tile their request exactly (cuts along one axis of the box), so the planner's
     ``check_answers`` accepts them. Give the planner the same ``min_split_bytes`` (its default
