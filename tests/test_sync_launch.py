@@ -53,6 +53,11 @@ def test_launcher_reports_a_dead_process_at_once() -> None:
 def _stops_itself_or_fails(rank: int, world: int) -> None:
     import signal
 
+    # Both processes past the group's set-up first: a process that failed and exited while the
+    # other was still connecting ended that one's set-up with "Connection closed by peer", a
+    # RuntimeError instead of the stuck process the test is about (seen once in a clean-clone CI
+    # run under load, 2026-12-07).
+    dist.barrier()
     if rank == 0:
         os.kill(os.getpid(), signal.SIGSTOP)  # stuck: alive, never reports
     raise RuntimeError("the peer is stuck")
@@ -73,6 +78,7 @@ def test_launcher_stops_a_stuck_process_a_timeout_after_another_failed() -> None
 
 
 def _hangs_or_fails(rank: int, world: int) -> None:
+    dist.barrier()  # both past the group's set-up (as in _stops_itself_or_fails)
     if rank == 0:
         time.sleep(3600)  # hung, but running: only the timeout after the failure tells
     raise RuntimeError("the peer hangs")
