@@ -1089,7 +1089,8 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> None:
                              "the same way twice (by default each case is planned twice, and differing answers fail)")
     parser.add_argument("--markdown", metavar="FILE", type=output_file_name,
                         help="write the conformance document of refplan and every installed peer "
-                             "(docs/conformance.md); ignores --planner")
+                             "(docs/conformance.md); it runs every installed peer itself, so --planner and --timeout "
+                             "are refused beside it")
     parser.add_argument("--fail-on-quality", action="store_true",
                         help="exit 1 also when a correct plan loads its busiest sender above the case's bound "
                              "(not for an enhancement result: a choice the peer's documented design makes)")
