@@ -158,3 +158,33 @@ def test_a_planner_answering_one_input_two_ways_fails(cases: list[Case]) -> None
     assert report.exit_code == 1
     assert run_conformance(shuffled, chosen, once=True).counts()["pass"] == 2  # once: not checked
     assert run_conformance(refplan_plan, chosen).counts()["pass"] == 2  # a deterministic planner passes
+
+
+def test_any_planner_is_explored_on_cases_it_cannot_look_up(tmp_path: Path) -> None:
+    """The corpus is public, so a planner can recognise its cases; ``--explore`` drew unseen ones
+    for the built-in peers only and refused every other planner. Now any planner is explored in
+    the general domain (planned twice, as in a corpus run), and one that answers ``unsupported`` to
+    every draw exits 1 as in a corpus run (``--min-supported``)."""
+    from refplan.conformance.adapters import FunctionAdapter
+    from refplan.conformance.explore import GENERAL, domain_of, explore
+
+    assert domain_of("cmd:./mine") is GENERAL and domain_of("dcp").dtensor
+    honest = explore("mine:plan", FunctionAdapter(refplan_plan), 8, seed=5, shrink=False)
+    assert honest.explored == 8 and honest.counts["pass"] == 8, honest.counts
+    draw = random.Random(3)
+
+    def shuffled(doc: dict[str, Any]) -> dict[str, Any]:
+        answer = refplan_plan(doc)
+        for plan in answer.get("parameters", {}).values():
+            draw.shuffle(plan["segments"])
+        return answer
+
+    cheat = explore("mine:plan", FunctionAdapter(shuffled), 8, seed=5, shrink=False)
+    assert cheat.counts["fail"] >= 1 and not cheat.ok, cheat.counts
+    dodge = tmp_path / "dodge.py"
+    dodge.write_text("import json, sys\njson.load(sys.stdin)\nprint(json.dumps({'unsupported': 'no'}))\n",
+                     encoding="utf-8")
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = _cli("--planner", f"cmd:{PY} {dodge}", "--explore", "3")
+    assert code == 1 and "only 0 of 3 drawn configurations ran (--min-supported 1)" in err.getvalue()

@@ -28,7 +28,7 @@ from .base import Adapter, Outcome
 from .corpus import Case, parse_case
 from .runner import VERDICTS, CaseResult, _run_case
 
-__all__ = ["DOMAINS", "Domain", "ExploreReport", "build_case", "explore"]
+__all__ = ["DOMAINS", "GENERAL", "Domain", "ExploreReport", "build_case", "domain_of", "explore"]
 
 FAILING = ("fail", "error", "unverifiable")  # as ``Report.ok``: a plan nobody could check is no pass
 
@@ -66,7 +66,25 @@ DOMAINS: dict[str, Domain] = {
     "awex": Domain(tp=(1, 2, 3, 4), dp=(1, 2, 3), uneven=True),
     "deepspeed": Domain(tp=(1, 2, 3, 4), dp=(1, 2), uneven=True, element_sizes=()),
 }
-"""The planners ``--explore`` can explore, each with its domain."""
+"""The built-in peers, each with the domain of its own front door."""
+
+GENERAL = Domain(tp=(1, 2, 3, 4), dp=(1, 2, 3), uneven=True, endpoints=True, experts=True)
+"""The domain of any other planner (refplan itself, a function, a ``cmd:`` planner): the union of
+the peers' layouts as maps (uneven TP x DP on either axis, replicated 1-D parameters, EP experts,
+element sizes, collocated or separate endpoints). Why: the corpus is public, so a planner can
+recognise its cases and parrot their expectations; drawn cases are unseen (an outside probe,
+2026-12-07: ``--explore`` refused every planner but the peers)."""
+
+
+def domain_of(planner: str) -> Domain:
+    """``planner``'s domain: a built-in peer's own, else ``GENERAL``."""
+    return DOMAINS.get(planner, GENERAL)
+
+
+def _label(planner: str) -> str:
+    """The planner's name in a drawn case's id and tags: a peer's spec, else "planner" (a command
+    line or an entry point is no id)."""
+    return planner if planner in DOMAINS else "planner"
 
 
 def _side_map(shape: tuple[int, ...], axis: int | None, tp: int, dp: int, uneven: bool) -> ParamAffineMap:
@@ -105,7 +123,7 @@ def _relabel(m: ParamAffineMap, owners: Sequence[int]) -> ParamAffineMap:
 
 def build_case(config: Mapping[str, Any], planner: str, slug: str = "0") -> dict[str, Any]:
     """The corpus form of one configuration (without ``expect``): id, why, tags, parameters and options."""
-    domain = DOMAINS[planner]
+    domain = domain_of(planner)
     s, t = config["source"], config["target"]
     world_s, world_t = s["tp"] * s["dp"], t["tp"] * t["dp"]
     params: dict[str, Any] = {}
@@ -130,9 +148,9 @@ def build_case(config: Mapping[str, Any], planner: str, slug: str = "0") -> dict
         if config["params"][0]["element_size"] is not None:  # one dtype for the model
             sizes[name] = config["params"][0]["element_size"]
     raw: dict[str, Any] = {
-        "id": f"explore/{planner}-{slug}",
+        "id": f"explore/{_label(planner)}-{slug}",
         "why": "Explored: " + describe(config),
-        "tags": ["explore", planner],
+        "tags": ["explore", _label(planner)],
         "parameters": dict(sorted(params.items())),
     }
     if sizes:
@@ -186,7 +204,7 @@ def strategy(planner: str) -> Any:
     """The hypothesis strategy of configurations in ``planner``'s domain."""
     from hypothesis import strategies as st
 
-    domain = DOMAINS[planner]
+    domain = domain_of(planner)
 
     @st.composite
     def configs(draw: Any) -> dict[str, Any]:
@@ -297,16 +315,15 @@ the first ``quality`` result."""
 
 
 def explore(planner: str, adapter: Adapter, examples: int, seed: int = 0, *, shrink: bool = True) -> ExploreReport:
-    """Draw ``examples`` configurations of ``planner``'s domain (``DOMAINS``) with ``seed``, run each
-    through ``adapter`` and the judge; with ``shrink``, shrink the first ``fail`` (or ``error``) and
+    """Draw ``examples`` configurations of ``planner``'s domain (``domain_of``: a peer's own, else
+    ``GENERAL``) with ``seed``, run each through ``adapter`` and the judge (planned twice where the
+    adapter asks, as in a corpus run); with ``shrink``, shrink the first ``fail`` (or ``error``) and
     the first ``quality`` result, each to a minimal configuration."""
     import copy
 
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
-    if planner not in DOMAINS:
-        raise ValueError(f"--explore: no domain for planner {planner!r} (one of {', '.join(DOMAINS)})")
     report = ExploreReport(adapter.name, seed)
     # From hypothesis's defaults, not the loaded profile (a test profile may derandomize or change the backend).
     base = settings.get_profile("default")
@@ -315,7 +332,7 @@ def explore(planner: str, adapter: Adapter, examples: int, seed: int = 0, *, shr
 
     def run(config: dict[str, Any], slug: str) -> tuple[Case, CaseResult]:
         case = oracle_case(build_case(config, planner, slug))
-        return case, _run_case(case, adapter)
+        return case, _run_case(case, adapter, twice=adapter.twice)
 
     @hseed(seed)
     @settings(base, max_examples=examples, phases=[Phase.generate], **common)  # type: ignore[arg-type]
