@@ -663,6 +663,11 @@ _OVERLAP_ROWS = 256
 """Rows of a leaf compared with the whole leaf at once in ``first_overlap``: bounds the boolean
 block (rows x leaf x axes) whatever the leaf's size."""
 
+_LEAST_PAIR_WORK = 1 << 24
+"""Box comparisons ``first_overlap`` spends looking for the least overlapping pair once it found
+one (one array comparison of every later box per index up to it); past this, on splits far beyond
+the default 1 024 parts, it names the pair it found instead."""
+
 
 def first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
     """The least index pair ``(a, b)``, ``a < b``, of non-empty ``boxes`` that share an element,
@@ -677,7 +682,8 @@ def first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
     ``_OVERLAP_ROWS`` rows, so an overlap is found at the cost of the walk up to it, and disjoint
     boxes cost the walk alone. Parts that all share a point land in one leaf (no cut separates
     them) and meet in its first block. The least pair is then found by one array comparison per
-    index up to the pair found, so the message names the same pair as the pairwise check."""
+    index up to the pair found (at most ``_LEAST_PAIR_WORK`` box comparisons, else the pair found
+    is named), so the message names the same pair as the pairwise check."""
     if len(boxes) < 2:
         return None
     lo, ext = box_arrays(boxes)
@@ -704,7 +710,10 @@ def first_overlap(boxes: Sequence[Box]) -> tuple[int, int] | None:
     _partition(lo.min(axis=0), hi.max(axis=0), (lo, hi, ids), leaf, WorkCounter(), shortcut=shortcut)
     if not found:
         return None
-    for a in range(min(found[0]) + 1):  # overlap is symmetric: the least a meets a later index
+    first, second = sorted(found[0])
+    if first * len(boxes) > _LEAST_PAIR_WORK:  # a huge split (its budget raised): the pair found
+        return first, second
+    for a in range(first + 1):  # overlap is symmetric: the least a meets a later index
         later = slice(a + 1, None)
         hit = np.flatnonzero(np.all((lo[a] < hi[later]) & (lo[later] < hi[a]), axis=1))
         if hit.size:

@@ -279,3 +279,17 @@ def test_first_overlap_of_boxes_sharing_one_point_is_one_leaf_comparison() -> No
     tiles = [Box((r, c), (1, 1)) for r in range(40) for c in range(40)]  # disjoint: the walk alone
     assert first_overlap(tiles) is None
     assert first_overlap([*tiles, Box((39, 39), (1, 1))]) == (1599, 1600)
+
+
+def test_first_overlap_past_its_work_names_the_pair_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a split far beyond the default budget the least pair could cost a comparison of every
+    later box per index: past ``_LEAST_PAIR_WORK`` the pair the walk found is named, still a pair
+    that overlaps, in order."""
+    import refplan.box
+
+    tiles = [Box((r, c), (1, 1)) for r in range(30) for c in range(30)]
+    boxes = [*tiles, Box((29, 28), (1, 2))]  # overlaps tiles 898 and 899 only
+    assert first_overlap(boxes) == (898, 900)
+    monkeypatch.setattr(refplan.box, "_LEAST_PAIR_WORK", 0)  # 898 * 901 comparisons are too many now
+    found = first_overlap(boxes)
+    assert found in ((898, 900), (899, 900))
