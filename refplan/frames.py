@@ -839,9 +839,9 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
     pairs = overlapping_pair_array(boxes, work)
     # Each frame is looked at once and each overlap twice below: charged before looking.
     work.add(len(nmap.frames) + 2 * int(pairs.shape[0]))
-    nearby: Callable[[int], dict[int, int]] = _nothing_nearby
-    if pairs.size:  # the usual map has no overlapping boxes: its frames' locations are not listed
-        nearby = overlap_volumes(boxes, [[f.location for f in groups[b]] for b in boxes], pairs)
+    # the usual map has no overlapping boxes: its frames' locations are listed only when some do
+    # (``overlap_volumes`` answers nothing without pairs), as the oracle's holder check does
+    nearby = overlap_volumes(boxes, [[f.location for f in groups[b]] for b in boxes] if pairs.size else [], pairs)
     for i, box in enumerate(boxes):
         here = groups[box]
         near = nearby(i)
@@ -879,11 +879,6 @@ def check_holders(nmap: NormalizedMap, work: WorkCounter) -> None:
                         f"{where}: location {holder} is declared a holder but does not hold all of box {box} "
                         f"({covered[holder]} of {size} elements)"
                     )
-
-
-def _nothing_nearby(i: int) -> dict[int, int]:
-    """``box.overlap_volumes`` of boxes none of which overlaps another."""
-    return {}
 
 
 def _distinct_sets(frames: list[Frame]) -> list[frozenset[int]]:

@@ -276,8 +276,8 @@ def _dtensor_holding(
 
 
 def _check_strided_order(shape: tuple[int, ...], mesh: tuple[int, ...], kinds: Sequence[tuple[str, int, int]],
-                         locations: Mapping[tuple[int, ...], int], placements: Sequence[Any],
-                         parameter: str) -> None:
+                         held: Mapping[tuple[int, ...], Holding], locations: Mapping[tuple[int, ...], int],
+                         placements: Sequence[Any], parameter: str) -> None:
     """Refuse a ``_StridedShard`` whose two readings put different elements on some coordinate.
 
     ``_StridedShard(d, split_factor=f)`` on mesh axis i, followed by ``Shard(d)`` on later mesh
@@ -292,7 +292,8 @@ def _check_strided_order(shape: tuple[int, ...], mesh: tuple[int, ...], kinds: S
     a map that sent a planner to read row 6 from an empty shard, which the oracle, reading the same
     map, judged ok (an outside probe, 2026-12-07). The placements alone cannot say which producer
     made the tensor, so the map is refused on every rank, from the global metadata every rank
-    shares. A ``_StridedShard`` with no such later shards (from view ops) has one reading: kept."""
+    shares. A ``_StridedShard`` with no such later shards (from view ops) has one reading: kept.
+    ``held`` is each coordinate's holding as torch reads the placements (the map's own)."""
     for axis, (kind, dim, factor) in enumerate(kinds):
         if kind != "shard" or factor == 1:
             continue
@@ -304,8 +305,8 @@ def _check_strided_order(shape: tuple[int, ...], mesh: tuple[int, ...], kinds: S
         plain = [*kinds]
         plain[axis] = (kind, dim, 1)
         order = [*first, *later, axis, *rest]
-        for coordinate in product(*(range(n) for n in mesh)):
-            read = _dtensor_holding(shape, mesh, kinds, coordinate)[dim]
+        for coordinate, holding in held.items():
+            read = holding[dim]
             stored = _dtensor_holding(shape, mesh, plain, coordinate, order)[dim]
             if _positions(read) != _positions(stored):
                 raise UnsupportedLayoutError(
@@ -324,7 +325,7 @@ def _check_strided_order(shape: tuple[int, ...], mesh: tuple[int, ...], kinds: S
 def _positions(runs: Sequence[Run]) -> tuple[Run, ...]:
     """``runs`` with empty runs dropped and adjacent ones merged: two holdings of an axis compare
     equal when they hold the same positions in the same order."""
-    return _join([[r for r in runs if r[1]]])
+    return _join([runs])  # which drops empty runs as it merges
 
 
 def _show_runs(runs: Sequence[Run]) -> str:
@@ -482,10 +483,9 @@ def from_dtensor(
             raise ValueError(f"{parameter}: a 0-axis tensor cannot be sharded; got placements {list(placements)}")
     kinds = [_placement(p, len(shape), axis, parameter) for axis, p in enumerate(placements)]
     locations = _mesh_location_lookup(mesh_locations, mesh)
-    _check_strided_order(shape, mesh, kinds, locations, placements, parameter)
-    holdings = {
-        locations[c]: _dtensor_holding(shape, mesh, kinds, c) for c in product(*(range(n) for n in mesh))
-    }
+    held = {c: _dtensor_holding(shape, mesh, kinds, c) for c in product(*(range(n) for n in mesh))}
+    _check_strided_order(shape, mesh, kinds, held, locations, placements, parameter)
+    holdings = {locations[c]: holding for c, holding in held.items()}
     if dtensor is not None:
         _check_local_shape(dtensor, shape, mesh, kinds, locations, parameter)
     return _build(shape, holdings, parameter)

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AffineTransferError
-from ..formats import PLANS_FORMAT
+from ..formats import PLANS_FORMAT, _DuplicateKey, _unique_keys
 from ..limits import MAX_TIMEOUT, PlanBudget
 from .base import Adapter, Outcome
 from .corpus import ERROR_CLASSES, FEATURES, Case
@@ -630,20 +630,13 @@ def _strict_json(text: bytes | str) -> Any:
     one for one parameter passed, while ``verify`` refused the same bytes), and so are ``NaN`` and
     ``Infinity``, which no JSON reader need accept (an outside probe, 2026-12-07)."""
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(items)
-        if len(out) != len(items):
-            seen: set[str] = set()
-            for key, _ in items:
-                if key in seen:
-                    raise _NotStrict(f"key {key!r} appears twice in one object")
-                seen.add(key)
-        return out
-
     def constant(name: str) -> Any:
         raise _NotStrict(f"{name} is no JSON number")
 
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    try:  # the duplicate-key rule of every refplan file reader (formats._unique_keys)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=constant)
+    except _DuplicateKey as exc:
+        raise _NotStrict(f"key {exc.key!r} appears twice in one object") from None
 
 
 def make_adapter(spec: str, *, timeout: float = 60.0) -> Adapter:
